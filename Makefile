@@ -1,0 +1,139 @@
+# kvtools: plain GNU Make, non-recursive.
+#
+#   make                 build libkv and every program into $(BUILD)
+#   make check           C unit tests + bats suites, ends "N passed, N failed"
+#   make check-asan      the same under AddressSanitizer + UBSan
+#   make install         PREFIX=/usr/local DESTDIR=
+#   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
+#
+# Sources are found by glob: lib/*.c is libkv, cmd/<prog>/*.c is one
+# program (plus cmd/common/*.c), tests/unit/*.c is one unit test each.
+
+VERSION     := 0.1.0
+SOVERSION   := 0
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+MANDIR      ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BUILD       ?= build
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -fPIC -pthread \
+	-D_GNU_SOURCE -DKV_VERSION_STRING='"$(VERSION)"' -Ilib/include -Ilib -MMD -MP
+LDLIBS  := -luring -lhwloc -lzstd -lxxhash -ljansson -lcrypto -lpthread -lm
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# CUDA: detected from nvcc on PATH or $(CUDA_HOME); CUDA=1 / CUDA=0 forces.
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but no nvcc found on PATH or in CUDA_HOME=$(CUDA_HOME))
+endif
+CUDA_HOME_REAL := $(patsubst %/bin/nvcc,%,$(NVCC))
+override CFLAGS += -DKV_HAVE_CUDA=1 -I$(CUDA_HOME_REAL)/include
+NVCCFLAGS ?= -O2
+override NVCCFLAGS += -Xcompiler -fPIC,-Wall,-Werror -Ilib/include -Ilib -DKV_HAVE_CUDA=1
+LDLIBS += -L$(CUDA_HOME_REAL)/lib64 -Wl,-rpath,$(CUDA_HOME_REAL)/lib64 -lcudart -ldl
+CU_SRCS := $(wildcard lib/*.cu)
+endif
+
+LIB_SRCS   := $(wildcard lib/*.c)
+LIB_OBJS   := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/common/*.c))
+PROGS      := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard cmd/*/))))
+BINS       := $(PROGS:%=$(BUILD)/bin/%)
+UNIT_SRCS  := $(wildcard tests/unit/*.c)
+UNIT_BINS  := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+HEADERS    := $(wildcard lib/include/kv/*.h)
+
+all: $(BUILD)/libkv.a $(BUILD)/libkv.so $(BINS) $(UNIT_BINS) $(BUILD)/libkv.pc
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/libkv.a: $(LIB_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/libkv.so: $(LIB_OBJS) lib/libkv.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libkv.so.$(SOVERSION) \
+		-Wl,--version-script=lib/libkv.map -o $@ $(LIB_OBJS) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/libkv.pc: lib/libkv.pc.in Makefile
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+# Programs link libkv statically so the in-tree binaries run without
+# LD_LIBRARY_PATH; the shared library is for connectors.
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard cmd/%/*.c)) $(COMMON_OBJS) $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+
+check: all
+	BUILD=$(BUILD) tests/run.sh
+
+check-asan:
+	$(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
+		LDFLAGS='-fsanitize=address,undefined' check
+
+lint-man:
+	mandoc -Tlint -Wwarning man/*.[1-8]
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kv \
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	install -m 0755 $(BINS) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(BUILD)/libkv.a $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(BUILD)/libkv.so $(DESTDIR)$(LIBDIR)/libkv.so.$(VERSION)
+	ln -sf libkv.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkv.so.$(SOVERSION)
+	ln -sf libkv.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libkv.so
+	install -m 0644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/kv/
+	install -m 0644 $(BUILD)/libkv.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	for m in man/*.[1-8]; do s=$${m##*.}; install -d $(DESTDIR)$(MANDIR)/man$$s; \
+		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	install -m 0644 completions/bash/* $(DESTDIR)$(BASHCOMPDIR)/
+	install -m 0644 completions/zsh/_* $(DESTDIR)$(ZSHCOMPDIR)/
+
+uninstall:
+	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libkv.a \
+		$(DESTDIR)$(LIBDIR)/libkv.so $(DESTDIR)$(LIBDIR)/libkv.so.$(SOVERSION) \
+		$(DESTDIR)$(LIBDIR)/libkv.so.$(VERSION) $(DESTDIR)$(PKGCONFIGDIR)/libkv.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/kv
+	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	for c in completions/bash/*; do rm -f $(DESTDIR)$(BASHCOMPDIR)/$${c##*/}; done
+	for c in completions/zsh/_*; do rm -f $(DESTDIR)$(ZSHCOMPDIR)/$${c##*/}; done
+
+clean:
+	rm -rf build build-*
+
+.SECONDARY:
+.PHONY: all check check-asan lint-man install uninstall clean
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

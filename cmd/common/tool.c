@@ -1,0 +1,110 @@
+/* Front-end glue shared by the kvtools programs. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "tool.h"
+
+const char *tool_name = "kvtools";
+
+void tool_init(const char *name)
+{
+	tool_name = name;
+	atexit(tool_close_stdout);
+}
+
+static void vmsg(const char *fmt, va_list ap)
+{
+	fflush(stdout);
+	fprintf(stderr, "%s: ", tool_name);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void tool_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+}
+
+void tool_usage_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "Try '%s --help' for more information.\n", tool_name);
+	exit(EXIT_USAGE);
+}
+
+void tool_version(void)
+{
+	printf("%s (kvtools) %s\n", tool_name, kv_version());
+	exit(0);
+}
+
+const char *tool_root(const char *opt)
+{
+	const char *env = getenv("KV_ROOT");
+
+	if (opt && *opt)
+		return opt;
+	if (env && *env)
+		return env;
+	tool_usage_fail("no cache root: give --root or set KV_ROOT");
+}
+
+uint64_t tool_parse_size(const char *opt, const char *text)
+{
+	uint64_t v;
+
+	if (kv_size_parse(text, &v) < 0)
+		tool_usage_fail("invalid %s size '%s' (e.g. 4096, 2M, 10G)", opt, text);
+	return v;
+}
+
+uint64_t tool_parse_duration_ns(const char *opt, const char *text)
+{
+	uint64_t v;
+
+	if (kv_duration_parse(text, &v) < 0)
+		tool_usage_fail("invalid %s duration '%s' (e.g. 90s, 60m, 7d)", opt, text);
+	return v;
+}
+
+uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (!*text || *end || errno || text[0] == '-' || v > max)
+		tool_usage_fail("invalid %s value '%s' (an integer 0..%llu)", opt, text,
+				(unsigned long long)max);
+	return v;
+}
+
+void tool_json_print(json_t *value)
+{
+	json_dumpf(value, stdout, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+	fputc('\n', stdout);
+	json_decref(value);
+}
+
+void tool_close_stdout(void)
+{
+	/* A closed pipe ends us quietly through SIGPIPE; anything else that
+	 * loses output (a full disk, /dev/full) must not look like success. */
+	if (fflush(stdout) != 0 || ferror(stdout) || close(STDOUT_FILENO) != 0) {
+		if (errno == EBADF)
+			return;
+		fprintf(stderr, "%s: write error: %s\n", tool_name, strerror(errno));
+		_exit(EXIT_RUNTIME);
+	}
+}

@@ -1,0 +1,66 @@
+#ifndef KV_CONFIG_H
+#define KV_CONFIG_H
+
+/*
+ * A model dir's identity: the fields that vLLM / llm-d hash into the
+ * directory name, and the config.json that records them.
+ *
+ * Fields: model_name, hash_block_size, gpu_blocks_per_file, tp_size,
+ * pp_size, pcp_size, dcp_size, dtype, kv_cache_groups (a list of
+ * {block_size, layer_names}), inference_engine.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <kv/layout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kv_config;
+
+/* Parse config JSON text.  Every field above must be present; other keys
+ * are dropped.  -KV_EBADCONFIG on malformed JSON or a missing/mistyped
+ * field, with a message for kv_config_error(). */
+int kv_config_parse(const char *text, size_t len, struct kv_config **out);
+
+/* Read and parse a file (dirfd-relative, AT_FDCWD allowed). */
+int kv_config_load(int dirfd, const char *path, struct kv_config **out);
+
+/* What was wrong with the last parse in this thread ("missing field
+ * 'tp_size'", "line 3: ..."), or "". */
+const char *kv_config_error(void);
+
+void kv_config_free(struct kv_config *cfg);
+
+/* The canonical JSON, byte-identical to Python's json.dumps(fields,
+ * sort_keys=True, separators=(",", ":")); *out is malloc'd. */
+int kv_config_canonical(const struct kv_config *cfg, char **out);
+
+/* The first 12 hex digits of SHA-256 over the canonical JSON. */
+int kv_config_fingerprint(const struct kv_config *cfg,
+			  char out[KV_FINGERPRINT_LEN + 1]);
+
+/* "<safe_model>_<fingerprint>" for this config. */
+int kv_config_model_dir(const struct kv_config *cfg, char *buf, size_t len);
+
+/* Field access; NULL / -ENOENT when absent or of another type. */
+const char *kv_config_string(const struct kv_config *cfg, const char *key);
+int kv_config_int(const struct kv_config *cfg, const char *key, int64_t *out);
+
+/* Write config.json text as Python's json.dump(indent=2, sort_keys=True)
+ * does, atomically (temp + rename) at dirfd/path. */
+int kv_config_write(const struct kv_config *cfg, int dirfd, const char *path);
+
+/* Create <root>/<model_dir>/ and its config.json if missing (racing
+ * writers agree: same content); model_dir gets the dir name.  -EEXIST is
+ * never returned for an identical existing config. */
+int kv_config_ensure_model_dir(int rootfd, const struct kv_config *cfg,
+			       char *model_dir, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,96 @@
+#ifndef KV_IO_H
+#define KV_IO_H
+
+/*
+ * The file engine: one io_uring ring per kv_io handle (use one handle per
+ * thread), O_DIRECT where the filesystem accepts it and the buffer and
+ * length are aligned (probed once per handle, buffered otherwise),
+ * atomic puts (temp beside the target + rename(2)), tail reads, explicit
+ * atime stamps on hits, and batches kept QD deep.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_IO_FSYNC	  (1u << 0)	/* fsync file, then its dir, on put */
+#define KV_IO_BUFFERED	  (1u << 1)	/* never use O_DIRECT */
+#define KV_IO_NO_CHECKSUM (1u << 2)	/* put: no xattr; get: no verify */
+#define KV_IO_NO_TOUCH	  (1u << 3)	/* get: leave atime alone */
+#define KV_IO_NO_MKDIR	  (1u << 4)	/* put: fail if bucket dirs are missing */
+
+#define KV_IO_ALIGN	4096		/* O_DIRECT buffer/length alignment */
+
+struct kv_io_opts {
+	unsigned queue_depth;	/* I/Os in flight per handle; 0: 32 */
+	unsigned flags;		/* KV_IO_* defaults for every call */
+};
+
+struct kv_io;
+
+/* Open an engine on a cache root.  -ENOTDIR/-ENOENT/-EACCES for a bad
+ * root; the ring is set up here. */
+int kv_io_open(const char *root, const struct kv_io_opts *opts,
+	       struct kv_io **out);
+void kv_io_close(struct kv_io *io);
+
+/* 1 if the last put/get on this handle used O_DIRECT, else 0. */
+int kv_io_used_direct(const struct kv_io *io);
+
+/* Memory aligned for O_DIRECT (KV_IO_ALIGN), rounded up; free with
+ * kv_io_buf_free. */
+void *kv_io_buf_alloc(size_t len);
+void kv_io_buf_free(void *buf);
+
+/* Atomically write a block: temp beside the target, data, checksum
+ * xattr, optional fsync, rename over the target.  On any failure the temp
+ * is removed and the target is left as it was. */
+int kv_io_put(struct kv_io *io, const char *relpath, const void *buf,
+	      size_t len);
+
+/* Size of a block file; -ENOENT when absent. */
+int kv_io_size(struct kv_io *io, const char *relpath, uint64_t *size);
+
+/* Read a whole block into buf (cap bytes available); *len gets its size.
+ * -EFBIG if cap is too small, -KV_ECHECKSUM on a checksum mismatch
+ * (buf contents then undefined).  Stamps atime unless KV_IO_NO_TOUCH. */
+int kv_io_get(struct kv_io *io, const char *relpath, void *buf, size_t cap,
+	      size_t *len);
+
+/* Read the last len bytes, as vLLM does for n blocks of a partial file;
+ * -KV_ESHORT if the file is shorter.  Verified only when len is the
+ * whole file. */
+int kv_io_get_tail(struct kv_io *io, const char *relpath, void *buf,
+		   size_t len);
+
+/* 0 if present, -ENOENT if not; no data read, no atime stamp. */
+int kv_io_has(struct kv_io *io, const char *relpath);
+
+/* Stamp atime to now, mtime untouched (utimensat). */
+int kv_io_touch(struct kv_io *io, const char *relpath);
+
+enum kv_io_op { KV_IO_OP_PUT, KV_IO_OP_GET, KV_IO_OP_GET_TAIL, KV_IO_OP_HAS };
+
+struct kv_io_req {
+	enum kv_io_op op;
+	const char *relpath;
+	void *buf;		/* PUT: payload; GET: destination */
+	size_t len;		/* PUT/GET_TAIL: bytes; GET: capacity */
+	size_t done;		/* out: bytes moved */
+	int result;		/* out: 0 or -errno / -KV_E* */
+	void *user;
+};
+
+/* Run n requests with up to queue_depth in flight; each gets its own
+ * result.  Returns the number that failed (0 = all succeeded), or -errno
+ * if the engine itself failed. */
+int kv_io_batch(struct kv_io *io, struct kv_io_req *reqs, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * libkv: storage for LLM KV-cache offloading.
+ *
+ * Conventions: functions are kv_<object>_<verb>; they return 0 (or a
+ * count) on success and -errno on failure, never set errno, never print
+ * and never exit.  Objects come back through out-parameters.
+ */
+#ifndef KV_KV_H
+#define KV_KV_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library version as "MAJOR.MINOR.PATCH". */
+const char *kv_version(void);
+
+/* A static message for a libkv return code (a negative errno or KV_E*). */
+const char *kv_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include <kv/errors.h>
+#include <kv/units.h>
+#include <kv/layout.h>
+#include <kv/config.h>
+#include <kv/walk.h>
+#include <kv/integrity.h>
+#include <kv/io.h>
+
+#endif

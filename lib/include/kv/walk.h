@@ -1,0 +1,72 @@
+#ifndef KV_WALK_H
+#define KV_WALK_H
+
+/*
+ * A bounded-memory traversal of a cache root: getdents64 and statx
+ * relative to directory fds, no symlink following, one filesystem,
+ * parallel across rank dirs and top buckets.  Memory is O(threads x
+ * depth), never O(files).
+ */
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <kv/layout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kv_walk_kind {
+	KV_WALK_BLOCK,		/* a <hash>.bin file in the layout */
+	KV_WALK_CONFIG,		/* a model dir's config.json */
+	KV_WALK_TEMP,		/* a writer's temp file (*.tmp in a bucket) */
+	KV_WALK_FOREIGN,	/* anything else: unknown name, symlink, special
+				   file, a mount point of another filesystem */
+	KV_WALK_DIR,		/* a bucket dir, after its contents (KV_WALK_DIRS) */
+	KV_WALK_ERROR,		/* a directory that could not be read: skipped */
+};
+
+struct kv_walk_entry {
+	enum kv_walk_kind kind;
+	const char *path;	/* relative to the root */
+	const char *name;	/* last component of path */
+	int dirfd;		/* the containing dir, open during the callback */
+	struct kv_block_ref ref; /* model_dir/fingerprint/rank always where the
+				    path reaches them; group/hash for blocks */
+	int has_rank;		/* ref.rank is meaningful */
+	uint64_t size_bytes;	/* apparent size */
+	uint64_t alloc_bytes;	/* st_blocks * 512 */
+	int64_t atime_ns;
+	int64_t mtime_ns;
+	uint64_t ino;
+	uint32_t nlink;
+	mode_t mode;
+	int err;		/* KV_WALK_ERROR: -errno of the failure */
+};
+
+#define KV_WALK_DIRS	(1u << 0)	/* also report bucket dirs, post-order */
+#define KV_WALK_NO_STAT	(1u << 1)	/* names only: size/times left 0 */
+
+struct kv_walk_opts {
+	unsigned threads;	/* 0: one per online CPU, at most 8 */
+	const char *model;	/* only this model (model dir name, or safe
+				   model name matching any fingerprint); NULL: all */
+	int rank;		/* only this rank; -1: all */
+	unsigned flags;
+};
+
+/* Called for each entry; the walk holds a lock so calls never overlap.
+ * A non-zero return stops the walk and becomes kv_walk's return. */
+typedef int (*kv_walk_fn)(const struct kv_walk_entry *entry, void *arg);
+
+/* Walk root.  0 when done (unreadable subdirs were reported as
+ * KV_WALK_ERROR entries, not failures); -errno when the root itself
+ * cannot be opened; or the callback's non-zero return. */
+int kv_walk(const char *root, const struct kv_walk_opts *opts,
+	    kv_walk_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

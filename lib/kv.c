@@ -1,0 +1,28 @@
+/* Library identity and error strings. */
+#include <string.h>
+#include <kv/kv.h>
+
+const char *kv_version(void)
+{
+	return KV_VERSION_STRING;
+}
+
+const char *kv_strerror(int err)
+{
+	static const char *const msgs[] = {
+		[KV_EBADHASH - KV_EBADHASH] = "not a hex block hash",
+		[KV_EBADPATH - KV_EBADHASH] = "path does not match the cache layout",
+		[KV_EBADCONFIG - KV_EBADHASH] = "malformed model config",
+		[KV_ECHECKSUM - KV_EBADHASH] = "checksum mismatch",
+		[KV_ESHORT - KV_EBADHASH] = "file shorter than requested",
+		[KV_EFINGERPRINT - KV_EBADHASH] = "model dir name does not match config.json",
+		[KV_EPROTO - KV_EBADHASH] = "malformed message",
+		[KV_ENODEV - KV_EBADHASH] = "no GPU device",
+	};
+	int e = err < 0 ? -err : err;
+
+	if (e >= KV_EBADHASH && e < KV_ERRMAX)
+		return msgs[e - KV_EBADHASH];
+	/* strerror() is thread-safe in glibc for known errnos. */
+	return strerror(e);
+}

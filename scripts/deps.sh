@@ -1,0 +1,18 @@
+#!/bin/sh
+# Install the Debian packages kvtools needs to build, test and benchmark,
+# skipping what is already there.  Run as root (or with sudo available).
+set -eu
+pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
+libxxhash-dev libjansson-dev libssl-dev bats bats-support bats-assert
+mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio"
+missing=
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "deps.sh: installing:$missing" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,88 @@
+# Shared set-up for the kvtools bats suites: the in-tree binaries on
+# PATH, a fresh cache root per test, and `requires` that skips with a
+# reason when the machine cannot run a test.
+
+load /usr/lib/bats/bats-support/load.bash
+load /usr/lib/bats/bats-assert/load.bash
+
+: "${KV_BIN:=$BATS_TEST_DIRNAME/../../build/bin}"
+PATH=$KV_BIN:$PATH
+export PATH
+unset KV_DAEMON
+
+common_setup() {
+	export KV_ROOT=$BATS_TEST_TMPDIR/root
+	mkdir -p "$KV_ROOT"
+	MNT=
+}
+
+common_teardown() {
+	if [ -n "${MNT:-}" ] && mountpoint -q "$MNT"; then
+		umount -l "$MNT" 2>/dev/null || true
+	fi
+}
+
+setup() { common_setup; }
+teardown() { common_teardown; }
+
+# requires root|xattr|python3|gpu|mount|CMD...: skip with a reason.
+requires() {
+	local what
+	for what in "$@"; do
+		case $what in
+		root) [ "$(id -u)" -eq 0 ] || skip "needs root" ;;
+		mount)
+			[ "$(id -u)" -eq 0 ] || skip "needs root to mount"
+			local probe=$BATS_TEST_TMPDIR/.mountprobe
+			mkdir -p "$probe"
+			mount -t tmpfs -o size=1m tmpfs "$probe" 2>/dev/null ||
+				skip "cannot mount tmpfs here"
+			umount "$probe" ;;
+		xattr)
+			local f=$BATS_TEST_TMPDIR/.xattrprobe
+			touch "$f"
+			setfattr -n user.kv.probe -v 1 "$f" 2>/dev/null ||
+				skip "no user xattrs on $BATS_TEST_TMPDIR" ;;
+		gpu) command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 ||
+			skip "no GPU device" ;;
+		*) command -v "$what" >/dev/null || skip "needs $what" ;;
+		esac
+	done
+}
+
+# mount_tmpfs SIZE: a small tmpfs at $MNT, unmounted in teardown.
+mount_tmpfs() {
+	requires mount
+	MNT=$BATS_TEST_TMPDIR/mnt
+	mkdir -p "$MNT"
+	mount -t tmpfs -o "size=$1" tmpfs "$MNT"
+}
+
+# A model config.json like vLLM's file tier writes; args: model [tp] [dtype].
+make_config() {
+	local model=${1:-meta-llama/Llama-3.1-8B} tp=${2:-1} dtype=${3:-bfloat16}
+	cat <<JSON
+{"model_name": "$model", "hash_block_size": 16, "gpu_blocks_per_file": 16,
+ "tp_size": $tp, "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "$dtype",
+ "kv_cache_groups": [{"block_size": 16, "layer_names": ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]}],
+ "inference_engine": "vllm"}
+JSON
+}
+
+# The fingerprint vLLM / llm-d would compute for a config file (python3).
+py_fingerprint() {
+	python3 - "$1" <<'PY'
+import hashlib, json, sys
+fields = ["model_name", "hash_block_size", "gpu_blocks_per_file", "tp_size",
+          "pp_size", "pcp_size", "dcp_size", "dtype", "kv_cache_groups",
+          "inference_engine"]
+cfg = json.load(open(sys.argv[1]))
+d = {k: cfg[k] for k in fields}
+print(hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12])
+PY
+}
+
+# random_file PATH BYTES
+random_file() {
+	head -c "$2" /dev/urandom > "$1"
+}
