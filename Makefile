@@ -101,7 +101,7 @@ check: all
 	BUILD=$(BUILD) tests/run.sh
 
 check-asan:
-	$(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
+	KV_SANITIZED=1 $(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
 		LDFLAGS='-fsanitize=address,undefined' check
 
 lint-man:

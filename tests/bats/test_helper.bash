@@ -2,6 +2,7 @@
 # PATH, a fresh cache root per test, and `requires` that skips with a
 # reason when the machine cannot run a test.
 
+bats_require_minimum_version 1.5.0
 load /usr/lib/bats/bats-support/load.bash
 load /usr/lib/bats/bats-assert/load.bash
 

@@ -1,0 +1,118 @@
+#!/usr/bin/env bats
+# The promises every program makes (DESIGN.md "Conventions"): --help and
+# --version, usage errors, a man page and completions that agree with
+# --help, and stdout write errors reported.
+
+load test_helper
+
+programs() {
+	local d
+	for d in "$BATS_TEST_DIRNAME"/../../cmd/*/; do
+		d=${d%/}; d=${d##*/}
+		[ "$d" = common ] || echo "$d"
+	done
+}
+
+top=$BATS_TEST_DIRNAME/../..
+
+# Long options a --help text offers.
+help_options() {
+	"$1" --help | grep -oE -- '--[a-z][a-z0-9-]+' | sort -u
+}
+
+@test "every program has -h/--help on stdout with exit 0" {
+	for p in $(programs); do
+		run "$p" --help
+		[ "$status" -eq 0 ] || fail "$p --help exited $status"
+		[[ "$output" == *Usage:* ]] || fail "$p --help has no Usage: line"
+		run "$p" -h
+		[ "$status" -eq 0 ] || fail "$p -h exited $status"
+	done
+}
+
+@test "every program prints the same version" {
+	want=$(sed -n 's/^VERSION *:= *//p' "$top/Makefile")
+	for p in $(programs); do
+		run "$p" --version
+		[ "$status" -eq 0 ] || fail "$p --version exited $status"
+		[ "$output" = "$p (kvtools) $want" ] || fail "$p --version: '$output'"
+		run "$p" -V
+		[ "$output" = "$p (kvtools) $want" ] || fail "$p -V: '$output'"
+	done
+}
+
+@test "a bad option exits 2 and points at --help" {
+	for p in $(programs); do
+		run --separate-stderr "$p" --no-such-option
+		[ "$status" -eq 2 ] || fail "$p --no-such-option exited $status"
+		[[ "$stderr" == *"Try '$p --help'"* ]] || fail "$p: no hint: $stderr"
+		[ -z "$output" ] || fail "$p printed to stdout on a usage error"
+	done
+}
+
+@test "every program has a man page that mandoc lints clean" {
+	requires mandoc
+	for p in $(programs); do
+		page=$(ls "$top"/man/"$p".[1-8] 2>/dev/null | head -1)
+		[ -n "$page" ] || fail "$p has no man page"
+		run mandoc -Tlint -Wwarning "$page"
+		[ "$status" -eq 0 ] || fail "$page: $output"
+	done
+	for page in "$top"/man/kv.7 "$top"/man/libkv.3; do
+		[ -f "$page" ] || fail "missing $page"
+		run mandoc -Tlint -Wwarning "$page"
+		[ "$status" -eq 0 ] || fail "$page: $output"
+	done
+}
+
+@test "--help, man page and completions name the same long options" {
+	for p in $(programs); do
+		page=$(ls "$top"/man/"$p".[1-8] | head -1)
+		bash_c=$top/completions/bash/$p
+		zsh_c=$top/completions/zsh/_$p
+		[ -f "$bash_c" ] || fail "$p has no bash completion"
+		[ -f "$zsh_c" ] || fail "$p has no zsh completion"
+		for o in $(help_options "$p"); do
+			grep -qF -- "$o" "$bash_c" || fail "$p: $o missing from $bash_c"
+			grep -qF -- "$o" "$zsh_c" || fail "$p: $o missing from $zsh_c"
+			# mdoc spells --opt as "Fl \-opt" or "Fl -opt".
+			grep -qE -- "Fl \\\\?-${o#--}( |$)" "$page" || fail "$p: $o missing from $page"
+		done
+		for o in $(grep -oE 'Fl \\?-[a-z][a-z0-9-]+' "$page" | sed 's/Fl \\\?-/--/' | sort -u); do
+			help_options "$p" | grep -qxF -- "$o" || fail "$p: $page documents $o but --help does not"
+		done
+	done
+}
+
+@test "bash completions load and complete long options" {
+	requires bash
+	for p in $(programs); do
+		run bash -c "
+			source /usr/share/bash-completion/bash_completion 2>/dev/null || true
+			source '$top/completions/bash/$p'
+			COMP_WORDS=($p --); COMP_CWORD=1; COMP_LINE='$p --'; COMP_POINT=\${#COMP_LINE}
+			f=\$(complete -p $p | sed -n 's/.*-F \\([^ ]*\\).*/\\1/p')
+			\$f $p -- $p
+			printf '%s\n' \"\${COMPREPLY[@]}\""
+		[ "$status" -eq 0 ] || fail "$p bash completion failed: $output"
+		[[ "$output" == *--help* ]] || fail "$p: completion does not offer --help: $output"
+	done
+}
+
+@test "zsh completions parse" {
+	requires zsh
+	for p in $(programs); do
+		run zsh -n "$top/completions/zsh/_$p"
+		[ "$status" -eq 0 ] || fail "_$p: $output"
+	done
+}
+
+@test "a write error on stdout is reported, not swallowed" {
+	[ -w /dev/full ] || skip "no /dev/full"
+	for p in $(programs); do
+		run --separate-stderr "$p" --help
+		run --separate-stderr bash -c "'$p' --help > /dev/full"
+		[ "$status" -ne 0 ] || fail "$p --help > /dev/full exited 0"
+		[[ "$stderr" == *"write error"* ]] || fail "$p: no message: $stderr"
+	done
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bats
+# A staged install (make install DESTDIR=... PREFIX=/usr) is usable: the
+# binaries run from it, man pages render, completions load, and a C and a
+# C++ program build against libkv through pkg-config.  Uninstall removes
+# what install put there.
+
+load test_helper
+
+top=$BATS_TEST_DIRNAME/../..
+
+setup_file() {
+	export STAGE=$BATS_FILE_TMPDIR/stage
+	make -C "$top" -s BUILD="${BUILD:-build}" install DESTDIR="$STAGE" PREFIX=/usr >/dev/null
+}
+
+@test "installed binaries run and report the version" {
+	for b in "$STAGE"/usr/bin/*; do
+		run "$b" --version
+		[ "$status" -eq 0 ] || fail "$b --version: $output"
+		[[ "$output" == "${b##*/} (kvtools) "* ]] || fail "$b: $output"
+	done
+	[ -x "$STAGE/usr/bin/kvls" ]
+}
+
+@test "installed man pages render with man -l" {
+	requires man
+	n=0
+	for m in "$STAGE"/usr/share/man/man*/*; do
+		run env MANWIDTH=80 man -l "$m"
+		[ "$status" -eq 0 ] || fail "man -l $m: $output"
+		[[ "$output" == *NAME* ]] || fail "$m renders no NAME section"
+		n=$((n + 1))
+	done
+	[ "$n" -ge 3 ]
+}
+
+@test "installed bash completions load" {
+	for c in "$STAGE"/usr/share/bash-completion/completions/*; do
+		run bash -c "source '$c' && complete -p '${c##*/}'"
+		[ "$status" -eq 0 ] || fail "$c: $output"
+	done
+}
+
+@test "installed zsh completions are found by compinit" {
+	requires zsh
+	run zsh -fc "fpath=('$STAGE/usr/share/zsh/vendor-completions' \$fpath); autoload -Uz compinit; compinit -u -D; print -l \${(k)_comps[kvls]}"
+	[ "$status" -eq 0 ]
+	[ "$output" = kvls ]
+}
+
+@test "a C11 and a C++ program link libkv through pkg-config" {
+	requires pkg-config cc c++
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	export PKG_CONFIG_SYSROOT_DIR=$STAGE
+	export PKG_CONFIG_PATH=$STAGE/usr/lib/pkgconfig
+	cat > "$BATS_TEST_TMPDIR/v.c" <<'C'
+#include <stdio.h>
+#include <kv/kv.h>
+int main(void) { puts(kv_version()); return 0; }
+C
+	cp "$BATS_TEST_TMPDIR/v.c" "$BATS_TEST_TMPDIR/v.cc"
+	run pkg-config --modversion libkv
+	[ "$status" -eq 0 ]
+	want=$output
+	cc -std=c11 -Wall -Werror $(pkg-config --cflags libkv) "$BATS_TEST_TMPDIR/v.c" \
+		-o "$BATS_TEST_TMPDIR/v" -L"$STAGE/usr/lib" -Wl,-rpath,"$STAGE/usr/lib" -lkv
+	run "$BATS_TEST_TMPDIR/v"
+	[ "$output" = "$want" ]
+	c++ -Wall -Werror $(pkg-config --cflags libkv) "$BATS_TEST_TMPDIR/v.cc" \
+		-o "$BATS_TEST_TMPDIR/vxx" -L"$STAGE/usr/lib" -Wl,-rpath,"$STAGE/usr/lib" -lkv
+	run "$BATS_TEST_TMPDIR/vxx"
+	[ "$output" = "$want" ]
+}
+
+@test "the shared library exports only kv_* symbols, versioned" {
+	so=$(readlink -f "$STAGE/usr/lib/libkv.so")
+	run bash -c "nm -D --defined-only '$so' | awk '{print \$3}' | grep -v '^KV_0$' | grep -v '^kv_'"
+	[ -z "$output" ] || fail "non-kv symbols exported: $output"
+	run bash -c "objdump -T '$so' | grep -c 'KV_0 *kv_version'"
+	[ "$output" -ge 1 ]
+}
+
+@test "make uninstall removes everything install put there" {
+	make -C "$top" -s BUILD="${BUILD:-build}" uninstall DESTDIR="$STAGE" PREFIX=/usr >/dev/null
+	run find "$STAGE" -type f
+	[ -z "$output" ] || fail "left behind: $output"
+	run find "$STAGE" -type l
+	[ -z "$output" ] || fail "left behind: $output"
+}
