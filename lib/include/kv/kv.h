@@ -29,5 +29,6 @@ const char *kv_strerror(int err);
 #include <kv/walk.h>
 #include <kv/integrity.h>
 #include <kv/io.h>
+#include <kv/stats.h>
 
 #endif
