@@ -97,6 +97,21 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkv.a
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 
+# The reliability suite's LD_PRELOAD fault injector (tests/fault/): built
+# without sanitizers so it preloads into sanitized programs too, and not
+# executable so tests/run.sh does not take it for a unit test.
+$(BUILD)/tests/libfaultinj.so: tests/fault/faultinj.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -ldl -luring
+	$(Q)chmod a-x $@
+all: $(BUILD)/tests/libfaultinj.so
+
+# The long crash and concurrency runs behind tests/RELIABILITY.md.
+stress: all
+	BUILD=$(BUILD) tests/stress/crash.sh 1000
+	BUILD=$(BUILD) tests/stress/concurrency.sh
+
 check: all
 	BUILD=$(BUILD) tests/run.sh
 
@@ -135,5 +150,5 @@ clean:
 	rm -rf build build-*
 
 .SECONDARY:
-.PHONY: all check check-asan lint-man install uninstall clean
+.PHONY: all check check-asan stress lint-man install uninstall clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
