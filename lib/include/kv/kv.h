@@ -30,5 +30,6 @@ const char *kv_strerror(int err);
 #include <kv/integrity.h>
 #include <kv/io.h>
 #include <kv/stats.h>
+#include <kv/geometry.h>
 
 #endif
