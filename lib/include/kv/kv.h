@@ -31,5 +31,7 @@ const char *kv_strerror(int err);
 #include <kv/io.h>
 #include <kv/stats.h>
 #include <kv/geometry.h>
+#include <kv/dma.h>
+#include <kv/numa.h>
 
 #endif
