@@ -1,0 +1,683 @@
+/*
+ * The file engine.  Data moves through io_uring, up to queue_depth
+ * transfers in flight; the metadata steps around them (mkdir, open,
+ * xattr, rename) are plain syscalls between completions.  Each request
+ * occupies one slot from start to finish and has at most one SQE
+ * outstanding, so a ring of queue_depth entries never runs out.  Where
+ * no ring can be set up (an old kernel, a sandbox that forbids
+ * io_uring) the same steps run as plain synchronous syscalls.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
+#include <liburing.h>
+#include <kv/kv.h>
+
+#define DEFAULT_QUEUE_DEPTH	32
+#define MAX_QUEUE_DEPTH		1024
+#define MAX_SQE_BYTES		(1u << 30)	/* one SQE moves at most this */
+#define TEMP_OPEN_TRIES		8
+
+enum { DIRECT_UNKNOWN = -1, DIRECT_NO = 0, DIRECT_YES = 1 };
+
+enum step { STEP_DATA, STEP_FSYNC, STEP_DIRSYNC };
+
+struct slot {
+	struct kv_io_req *req;	/* NULL while the slot is free */
+	int fd;			/* the block (get) or its temp (put) */
+	int dirfd;		/* the parent dir while it is fsynced */
+	enum step step;
+	int direct;
+	int whole;		/* get: the read covers the whole file */
+	off_t off;		/* file offset where the transfer starts */
+	size_t want;		/* bytes the transfer must move */
+	size_t xfer;		/* bytes asked for: want, rounded up for direct reads */
+	size_t done;
+	int res;		/* without a ring: the result of the last step */
+	char tmp[PATH_MAX];	/* put: temp path relative to the root, "" once renamed */
+};
+
+struct kv_io {
+	int rootfd;
+	unsigned qd;
+	unsigned flags;
+	int direct;		/* DIRECT_*: what the root's filesystem accepts */
+	int used_direct;
+	int broken;		/* -errno once the ring failed; the handle is spent */
+	int have_ring;
+	struct io_uring ring;
+	struct slot *slots;
+	struct slot **free;
+	struct slot **ready;	/* without a ring: steps done, not yet completed */
+	unsigned nready;
+};
+
+static size_t round_up(size_t len)
+{
+	return (len + KV_IO_ALIGN - 1) & ~(size_t)(KV_IO_ALIGN - 1);
+}
+
+static int is_aligned(const void *p)
+{
+	return ((uintptr_t)p & (KV_IO_ALIGN - 1)) == 0;
+}
+
+int kv_io_open(const char *root, const struct kv_io_opts *opts,
+	       struct kv_io **out)
+{
+	struct kv_io *io;
+	struct statfs sfs;
+	unsigned i;
+	int ret;
+
+	io = calloc(1, sizeof(*io));
+	if (!io)
+		return -ENOMEM;
+	io->qd = opts && opts->queue_depth ? opts->queue_depth : DEFAULT_QUEUE_DEPTH;
+	if (io->qd > MAX_QUEUE_DEPTH)
+		io->qd = MAX_QUEUE_DEPTH;
+	io->flags = opts ? opts->flags : 0;
+	io->direct = DIRECT_UNKNOWN;
+	io->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (io->rootfd < 0) {
+		ret = -errno;
+		free(io);
+		return ret;
+	}
+	/* tmpfs accepts O_DIRECT on recent kernels but it is the page cache
+	 * itself: direct I/O there only adds alignment rules. */
+	if (fstatfs(io->rootfd, &sfs) == 0 &&
+	    (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC))
+		io->direct = DIRECT_NO;
+	io->slots = calloc(io->qd, sizeof(*io->slots));
+	io->free = calloc(io->qd, sizeof(*io->free));
+	io->ready = calloc(io->qd, sizeof(*io->ready));
+	if (!io->slots || !io->free || !io->ready) {
+		kv_io_close(io);
+		return -ENOMEM;
+	}
+	for (i = 0; i < io->qd; i++)
+		io->free[i] = &io->slots[i];
+	io->have_ring = io_uring_queue_init(io->qd, &io->ring, 0) == 0;
+	*out = io;
+	return 0;
+}
+
+void kv_io_close(struct kv_io *io)
+{
+	if (!io)
+		return;
+	if (io->have_ring)
+		io_uring_queue_exit(&io->ring);
+	close(io->rootfd);
+	free(io->slots);
+	free(io->free);
+	free(io->ready);
+	free(io);
+}
+
+int kv_io_used_direct(const struct kv_io *io)
+{
+	return io->used_direct;
+}
+
+void *kv_io_buf_alloc(size_t len)
+{
+	void *p;
+
+	if (posix_memalign(&p, KV_IO_ALIGN, round_up(len ? len : 1)) != 0)
+		return NULL;
+	return p;
+}
+
+void kv_io_buf_free(void *buf)
+{
+	free(buf);
+}
+
+/* Paths stay below the root: relative, no "." or ".." or empty parts. */
+static int relpath_ok(const char *p)
+{
+	if (!p || !*p || *p == '/')
+		return 0;
+	for (;;) {
+		size_t n = strcspn(p, "/");
+
+		if (n == 0 || (n == 1 && p[0] == '.') ||
+		    (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		if (!p[n])
+			return 1;
+		p += n + 1;
+	}
+}
+
+/* mkdir -p of the first dirlen bytes of rel (which end in '/'). */
+static int make_dirs(struct kv_io *io, const char *rel, size_t dirlen)
+{
+	char dir[PATH_MAX];
+	size_t i;
+
+	memcpy(dir, rel, dirlen);
+	dir[dirlen] = '\0';
+	for (i = 0; i < dirlen; i++) {
+		if (dir[i] != '/')
+			continue;
+		dir[i] = '\0';
+		if (mkdirat(io->rootfd, dir, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		dir[i] = '/';
+	}
+	return 0;
+}
+
+/* The same step without a ring, done now and queued as completed. */
+static void issue_sync(struct kv_io *io, struct slot *s, char *p, size_t n)
+{
+	ssize_t r;
+
+	if (s->step == STEP_FSYNC)
+		r = fsync(s->fd);
+	else if (s->step == STEP_DIRSYNC)
+		r = fsync(s->dirfd);
+	else if (s->req->op == KV_IO_OP_PUT)
+		r = pwrite(s->fd, p, n, s->off + s->done);
+	else
+		r = pread(s->fd, p, n, s->off + s->done);
+	s->res = r < 0 ? -errno : (int)r;
+	io->ready[io->nready++] = s;
+}
+
+static void issue(struct kv_io *io, struct slot *s)
+{
+	struct io_uring_sqe *sqe;
+	char *p = (char *)s->req->buf + s->done;
+	size_t n = s->xfer - s->done;
+
+	if (n > MAX_SQE_BYTES)
+		n = MAX_SQE_BYTES;
+	if (!io->have_ring) {
+		issue_sync(io, s, p, n);
+		return;
+	}
+	/* Cannot stay NULL: each slot holds at most one SQE and the ring has
+	 * an entry per slot; submitting only makes room sooner. */
+	while (!(sqe = io_uring_get_sqe(&io->ring)))
+		io_uring_submit(&io->ring);
+	if (s->step == STEP_FSYNC)
+		io_uring_prep_fsync(sqe, s->fd, 0);
+	else if (s->step == STEP_DIRSYNC)
+		io_uring_prep_fsync(sqe, s->dirfd, 0);
+	else if (s->req->op == KV_IO_OP_PUT)
+		io_uring_prep_write(sqe, s->fd, p, n, s->off + s->done);
+	else
+		io_uring_prep_read(sqe, s->fd, p, n, s->off + s->done);
+	io_uring_sqe_set_data(sqe, s);
+}
+
+/* Release what the slot holds; a put that never reached its rename
+ * leaves no temp behind.  Returns 1: the request is finished. */
+static int finish(struct kv_io *io, struct slot *s, int result)
+{
+	struct kv_io_req *req = s->req;
+
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->dirfd >= 0)
+		close(s->dirfd);
+	s->fd = s->dirfd = -1;
+	if (s->tmp[0])
+		unlinkat(io->rootfd, s->tmp, 0);
+	s->tmp[0] = '\0';
+	req->result = result;
+	req->done = s->done;
+	if (result == 0 && req->op != KV_IO_OP_HAS)
+		io->used_direct = s->direct;
+	return 1;
+}
+
+static int stat_block(struct kv_io *io, const char *relpath, uint64_t *size)
+{
+	struct stat st;
+
+	if (!relpath_ok(relpath))
+		return -KV_EBADPATH;
+	if (fstatat(io->rootfd, relpath, &st, 0) < 0)
+		return -errno;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	*size = st.st_size;
+	return 0;
+}
+
+static int put_open(struct kv_io *io, struct slot *s)
+{
+	struct kv_io_req *req = s->req;
+	const char *slash = strrchr(req->relpath, '/');
+	const char *base = slash ? slash + 1 : req->relpath;
+	size_t dirlen = slash ? (size_t)(slash - req->relpath) + 1 : 0;
+	int direct = io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
+		     req->len && req->len % KV_IO_ALIGN == 0 && is_aligned(req->buf);
+	int made_dirs = 0, tries, fd = -1, ret;
+
+	if (dirlen >= sizeof(s->tmp))
+		return -ENAMETOOLONG;
+	for (tries = 0; tries < TEMP_OPEN_TRIES; tries++) {
+		memcpy(s->tmp, req->relpath, dirlen);
+		ret = kv_layout_temp_name(base, s->tmp + dirlen, sizeof(s->tmp) - dirlen);
+		if (ret < 0)
+			break;
+		fd = openat(io->rootfd, s->tmp,
+			    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
+			    0666);
+		if (fd >= 0)
+			break;
+		ret = -errno;
+		if (ret == -EINVAL && direct && io->direct == DIRECT_UNKNOWN) {
+			io->direct = DIRECT_NO;
+			direct = 0;
+		} else if (ret == -ENOENT && dirlen && !made_dirs &&
+			   !(io->flags & KV_IO_NO_MKDIR)) {
+			ret = make_dirs(io, req->relpath, dirlen);
+			if (ret < 0)
+				break;
+			made_dirs = 1;
+		} else if (ret != -EEXIST) {
+			break;
+		}
+	}
+	if (fd < 0) {
+		s->tmp[0] = '\0';
+		return ret;
+	}
+	if (direct)
+		io->direct = DIRECT_YES;
+	s->fd = fd;
+	s->direct = direct;
+	s->want = s->xfer = req->len;
+	return 0;
+}
+
+static int put_commit(struct kv_io *io, struct slot *s)
+{
+	int ret = close(s->fd);
+	char dir[PATH_MAX];
+	const char *slash;
+
+	s->fd = -1;
+	if (ret < 0)
+		return finish(io, s, -errno);
+	if (renameat(io->rootfd, s->tmp, io->rootfd, s->req->relpath) < 0)
+		return finish(io, s, -errno);
+	s->tmp[0] = '\0';
+	if (!(io->flags & KV_IO_FSYNC))
+		return finish(io, s, 0);
+	/* The rename is durable only once its directory is. */
+	slash = strrchr(s->req->relpath, '/');
+	if (slash) {
+		memcpy(dir, s->req->relpath, slash - s->req->relpath);
+		dir[slash - s->req->relpath] = '\0';
+		s->dirfd = openat(io->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	} else {
+		s->dirfd = dup(io->rootfd);
+	}
+	if (s->dirfd < 0)
+		return finish(io, s, -errno);
+	s->step = STEP_DIRSYNC;
+	issue(io, s);
+	return 0;
+}
+
+static int put_written(struct kv_io *io, struct slot *s)
+{
+	struct kv_io_req *req = s->req;
+	int ret;
+
+	if (!(io->flags & KV_IO_NO_CHECKSUM)) {
+		ret = kv_integrity_set(s->fd, kv_xxh3(req->buf, req->len));
+		if (ret < 0 && ret != -ENOTSUP && ret != -EOPNOTSUPP)
+			return finish(io, s, ret);
+	}
+	if (io->flags & KV_IO_FSYNC) {
+		s->step = STEP_FSYNC;
+		issue(io, s);
+		return 0;
+	}
+	return put_commit(io, s);
+}
+
+static int get_open(struct kv_io *io, struct slot *s)
+{
+	struct kv_io_req *req = s->req;
+	int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+	struct stat st;
+
+	/* O_NOATIME keeps relatime from stamping what the caller asked us
+	 * to leave alone; only the owner may use it. */
+	if (io->flags & KV_IO_NO_TOUCH)
+		oflags |= O_NOATIME;
+	if (io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
+	    is_aligned(req->buf))
+		oflags |= O_DIRECT;
+	for (;;) {
+		s->fd = openat(io->rootfd, req->relpath, oflags);
+		if (s->fd >= 0)
+			break;
+		if (errno == EPERM && (oflags & O_NOATIME))
+			oflags &= ~O_NOATIME;
+		else if (errno == EINVAL && (oflags & O_DIRECT) &&
+			 io->direct == DIRECT_UNKNOWN) {
+			io->direct = DIRECT_NO;
+			oflags &= ~O_DIRECT;
+		} else
+			return -errno;
+	}
+	if (oflags & O_DIRECT)
+		io->direct = DIRECT_YES;
+	/* Opened non-blocking so a FIFO planted at a block path cannot hang
+	 * us; the flag goes before any read. */
+	if (fstat(s->fd, &st) < 0)
+		return -errno;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if (req->op == KV_IO_OP_GET) {
+		if ((uint64_t)st.st_size > req->len)
+			return -EFBIG;
+		s->off = 0;
+		s->want = st.st_size;
+	} else {
+		if ((uint64_t)st.st_size < req->len)
+			return -KV_ESHORT;
+		s->off = st.st_size - req->len;
+		s->want = req->len;
+	}
+	s->whole = s->off == 0;
+	s->direct = (oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
+		    (req->op == KV_IO_OP_GET ? round_up(s->want) <= req->len :
+					       s->want % KV_IO_ALIGN == 0);
+	s->xfer = s->direct ? round_up(s->want) : s->want;
+	if (fcntl(s->fd, F_SETFL, (s->direct ? O_DIRECT : 0) | (oflags & O_NOATIME)) < 0)
+		return -errno;
+	return 0;
+}
+
+static int get_read(struct kv_io *io, struct slot *s)
+{
+	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+	uint64_t sum;
+	int ret;
+
+	if (s->whole && !(io->flags & KV_IO_NO_CHECKSUM)) {
+		ret = kv_integrity_get(s->fd, &sum);
+		if (ret == 0 && kv_xxh3(s->req->buf, s->want) != sum)
+			ret = -KV_ECHECKSUM;
+		else if (ret == -EBADMSG)
+			ret = -KV_ECHECKSUM;
+		else if (ret == -ENODATA || ret == -ENOTSUP || ret == -EOPNOTSUPP)
+			ret = 0;
+		if (ret < 0)
+			return finish(io, s, ret);
+	}
+	/* Best effort: a reader that does not own the file, or a read-only
+	 * mount, still gets its data. */
+	if (!(io->flags & KV_IO_NO_TOUCH))
+		futimens(s->fd, atime_now);
+	return finish(io, s, 0);
+}
+
+/* Begin a request: 0 if it now has an SQE in flight, 1 if it finished. */
+static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
+{
+	uint64_t size;
+	int ret;
+
+	s->req = req;
+	s->fd = s->dirfd = -1;
+	s->step = STEP_DATA;
+	s->direct = s->whole = 0;
+	s->off = 0;
+	s->want = s->xfer = s->done = 0;
+	s->tmp[0] = '\0';
+	if (!relpath_ok(req->relpath))
+		return finish(io, s, -KV_EBADPATH);
+	switch (req->op) {
+	case KV_IO_OP_HAS:
+		return finish(io, s, stat_block(io, req->relpath, &size));
+	case KV_IO_OP_PUT:
+		ret = put_open(io, s);
+		if (ret < 0)
+			return finish(io, s, ret);
+		if (!s->want)
+			return put_written(io, s);
+		break;
+	case KV_IO_OP_GET:
+	case KV_IO_OP_GET_TAIL:
+		ret = get_open(io, s);
+		if (ret < 0)
+			return finish(io, s, ret);
+		if (!s->want)
+			return get_read(io, s);
+		break;
+	default:
+		return finish(io, s, -EINVAL);
+	}
+	issue(io, s);
+	return 0;
+}
+
+/* A completion for slot s: 0 if it went back in flight, 1 if finished. */
+static int complete(struct kv_io *io, struct slot *s, int res)
+{
+	int put = s->req->op == KV_IO_OP_PUT;
+
+	if (res == -EINTR || res == -EAGAIN) {
+		issue(io, s);
+		return 0;
+	}
+	if (s->step == STEP_FSYNC)
+		return res < 0 ? finish(io, s, res) : put_commit(io, s);
+	if (s->step == STEP_DIRSYNC)
+		return finish(io, s, res < 0 ? res : 0);
+	if (res < 0)
+		return finish(io, s, res);
+	if (res == 0)	/* a write that moves nothing, or a file that shrank */
+		return finish(io, s, put ? -EIO : -KV_ESHORT);
+	s->done += res;
+	if (s->done < s->want) {
+		/* A short transfer can leave the rest unaligned: finish it
+		 * through the page cache. */
+		if (s->direct && s->done % KV_IO_ALIGN) {
+			if (fcntl(s->fd, F_SETFL, 0) < 0)
+				return finish(io, s, -errno);
+			s->direct = 0;
+			s->xfer = s->want;
+		}
+		issue(io, s);
+		return 0;
+	}
+	s->done = s->want;
+	return put ? put_written(io, s) : get_read(io, s);
+}
+
+/* Wait for at least one completion; -errno if the ring itself failed. */
+static int wait_some(struct kv_io *io)
+{
+	int r;
+
+	if (!io->have_ring)
+		return 0;
+	r = io_uring_submit_and_wait(&io->ring, 1);
+	if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+		return r;
+	return 0;
+}
+
+/* The next finished step, if any: its slot and result. */
+static int reap(struct kv_io *io, struct slot **s, int *res)
+{
+	struct io_uring_cqe *cqe;
+
+	if (!io->have_ring) {
+		if (!io->nready)
+			return 0;
+		*s = io->ready[--io->nready];
+		*res = (*s)->res;
+		return 1;
+	}
+	if (io_uring_peek_cqe(&io->ring, &cqe) != 0)
+		return 0;
+	*s = io_uring_cqe_get_data(cqe);
+	*res = cqe->res;
+	io_uring_cqe_seen(&io->ring, cqe);
+	return 1;
+}
+
+int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
+		       kv_io_done_fn done, void *arg)
+{
+	unsigned inflight = 0, nfree = io->qd, i;
+	int failed = 0, more = 1, ret = 0, res;
+	struct kv_io_req *req;
+	struct slot *s;
+
+	if (io->broken)
+		return io->broken;
+	for (;;) {
+		while (more && nfree) {
+			req = NULL;
+			ret = next(arg, &req);
+			if (ret <= 0) {
+				more = 0;
+				break;
+			}
+			s = io->free[--nfree];
+			if (start(io, s, req) == 0) {
+				inflight++;
+				continue;
+			}
+			s->req = NULL;
+			io->free[nfree++] = s;
+			failed += req->result != 0;
+			done(arg, req);
+		}
+		if (!inflight)
+			break;
+		res = wait_some(io);
+		if (res < 0) {
+			/* The ring itself failed: nothing more can complete. */
+			io->broken = res;
+			for (i = 0; i < io->qd; i++) {
+				req = io->slots[i].req;
+				if (!req)
+					continue;
+				finish(io, &io->slots[i], res);
+				io->slots[i].req = NULL;
+				done(arg, req);
+			}
+			return res;
+		}
+		while (reap(io, &s, &res)) {
+			if (complete(io, s, res) == 0)
+				continue;
+			req = s->req;
+			s->req = NULL;
+			io->free[nfree++] = s;
+			inflight--;
+			failed += req->result != 0;
+			done(arg, req);
+		}
+	}
+	return ret < 0 ? ret : failed;
+}
+
+struct array_walk {
+	struct kv_io_req *reqs;
+	size_t n, next;
+};
+
+static int array_next(void *arg, struct kv_io_req **req)
+{
+	struct array_walk *w = arg;
+
+	if (w->next == w->n)
+		return 0;
+	*req = &w->reqs[w->next++];
+	return 1;
+}
+
+static void array_done(void *arg, struct kv_io_req *req)
+{
+	(void)arg;
+	(void)req;
+}
+
+int kv_io_batch(struct kv_io *io, struct kv_io_req *reqs, size_t n)
+{
+	struct array_walk w = { reqs, n, 0 };
+
+	return kv_io_batch_stream(io, array_next, array_done, &w);
+}
+
+static int run_one(struct kv_io *io, enum kv_io_op op, const char *relpath,
+		   void *buf, size_t len, size_t *done)
+{
+	struct kv_io_req req = { .op = op, .relpath = relpath, .buf = buf, .len = len };
+	int ret = kv_io_batch(io, &req, 1);
+
+	if (ret < 0)
+		return ret;
+	if (done)
+		*done = req.done;
+	return req.result;
+}
+
+int kv_io_put(struct kv_io *io, const char *relpath, const void *buf, size_t len)
+{
+	return run_one(io, KV_IO_OP_PUT, relpath, (void *)buf, len, NULL);
+}
+
+int kv_io_get(struct kv_io *io, const char *relpath, void *buf, size_t cap,
+	      size_t *len)
+{
+	return run_one(io, KV_IO_OP_GET, relpath, buf, cap, len);
+}
+
+int kv_io_get_tail(struct kv_io *io, const char *relpath, void *buf, size_t len)
+{
+	return run_one(io, KV_IO_OP_GET_TAIL, relpath, buf, len, NULL);
+}
+
+int kv_io_size(struct kv_io *io, const char *relpath, uint64_t *size)
+{
+	return stat_block(io, relpath, size);
+}
+
+int kv_io_has(struct kv_io *io, const char *relpath)
+{
+	uint64_t size;
+
+	return stat_block(io, relpath, &size);
+}
+
+int kv_io_touch(struct kv_io *io, const char *relpath)
+{
+	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+
+	if (!relpath_ok(relpath))
+		return -KV_EBADPATH;
+	if (utimensat(io->rootfd, relpath, atime_now, 0) < 0)
+		return -errno;
+	return 0;
+}
