@@ -47,7 +47,8 @@ CUDA_HOME_REAL := $(patsubst %/bin/nvcc,%,$(NVCC))
 override CFLAGS += -DKV_HAVE_CUDA=1 -I$(CUDA_HOME_REAL)/include
 NVCCFLAGS ?= -O2
 override NVCCFLAGS += -Xcompiler -fPIC,-Wall,-Werror -Ilib/include -Ilib -DKV_HAVE_CUDA=1
-LDLIBS += -L$(CUDA_HOME_REAL)/lib64 -Wl,-rpath,$(CUDA_HOME_REAL)/lib64 -lcudart -ldl
+# nvcc's kernel launch stubs need the C++ runtime (guards, personality).
+LDLIBS += -L$(CUDA_HOME_REAL)/lib64 -Wl,-rpath,$(CUDA_HOME_REAL)/lib64 -lcudart -ldl -lstdc++
 CU_SRCS := $(wildcard lib/*.cu)
 endif
 
