@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Crash test: kill -9 kvput writers at random moments and check that no
+# torn or wrong block is ever visible, that nothing a finished put wrote is
+# lost, and that kvevict's orphan rule reclaims the temps the dead writers
+# left behind.
+#
+# Usage: tests/stress/crash.sh [ITERATIONS]      (default 1000)
+# Environment: BUILD (default build) or KV_BIN for the binaries; KEYS
+# (default 16) distinct block hashes; BLOCK_BYTES (default 262144);
+# STRESS_DIR to keep the tree somewhere given (default a fresh temp dir,
+# removed at the end).
+#
+# Every put of key K version V writes BLOCK_BYTES of 64-byte records
+# "kvcrash key=K ver=V ...", so a reader can tell a torn or mixed file from
+# a whole one without keeping every payload.  One line of results at the
+# end; exit 0 when every check held, 1 otherwise, 2 on bad set-up.
+set -u
+cd "$(dirname "$0")/../.."
+iterations=${1:-1000}
+keys=${KEYS:-16}
+block_bytes=${BLOCK_BYTES:-262144}
+bin=${KV_BIN:-$PWD/${BUILD:-build}/bin}
+PATH=$bin:$PATH
+
+for p in kvput kvget; do
+	[ -x "$bin/$p" ] || { echo "crash.sh: no $bin/$p (build first)" >&2; exit 2; }
+done
+[ $((block_bytes % 64)) -eq 0 ] || { echo "crash.sh: BLOCK_BYTES must be a multiple of 64" >&2; exit 2; }
+
+if [ -n "${STRESS_DIR:-}" ]; then
+	work=$STRESS_DIR; mkdir -p "$work"
+else
+	work=$(mktemp -d "${TMPDIR:-/tmp}/kvcrash.XXXXXX")
+	trap 'rm -rf "$work"' EXIT
+fi
+root=$work/root
+rm -rf "$root"; mkdir -p "$root"
+
+cat > "$work/config.json" <<'JSON'
+{"model_name": "stress/crash-model", "hash_block_size": 16, "gpu_blocks_per_file": 16,
+ "tp_size": 1, "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "bfloat16",
+ "kv_cache_groups": [{"block_size": 16, "layer_names": ["model.layers.0.self_attn.attn"]}],
+ "inference_engine": "vllm"}
+JSON
+
+hash_of() { printf '%08x%024x' "$1" "$1"; }
+
+# One 64-byte record (63 characters and the newline `yes` adds).
+record() { printf 'kvcrash key=%s ver=%08d %*s' "$1" "$2" $((63 - 26 - ${#1})) x; }
+
+payload() { yes "$(record "$1" "$2")" | head -c "$block_bytes"; }
+
+fails=0
+fail() { echo "crash.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# The model dir, created once by a put that is left to finish.
+payload "$(hash_of 0)" 0 | kvput --root "$root" --config "$work/config.json" "$(hash_of 0)" - ||
+	{ echo "crash.sh: the first kvput failed" >&2; exit 2; }
+model_dir=$(cd "$root" && for d in */; do d=${d%/}; case $d in *_r[0-9]*) ;; *) echo "$d" ;; esac; done)
+[ -n "$model_dir" ] || { echo "crash.sh: no model dir under $root" >&2; exit 2; }
+
+block_path() { local h=$1; echo "$root/${model_dir}_r0/${h:0:3}/${h:3:2}_g0/$h.bin"; }
+
+# Check one visible block: whole, self-consistent, of key $1, with a
+# version no older than $2; echoes the version found.
+check_block() {
+	local h=$1 min=$2 f line ver size
+	f=$(block_path "$h")
+	size=$(stat -c %s "$f") || { fail "$h: vanished"; return 1; }
+	[ "$size" -eq "$block_bytes" ] || { fail "$h: $size bytes, want $block_bytes"; return 1; }
+	IFS= read -r line < "$f"
+	ver=${line#*ver=}; ver=${ver%% *}
+	[[ $line == "kvcrash key=$h ver="* && $ver =~ ^[0-9]{8}$ ]] ||
+		{ fail "$h: foreign first record '$line'"; return 1; }
+	payload "$h" "$((10#$ver))" | cmp -s - "$f" || { fail "$h: torn or mixed content (ver $ver)"; return 1; }
+	[ "$((10#$ver))" -ge "$min" ] || { fail "$h: holds ver $ver, older than a finished put ($min)"; return 1; }
+	# kvget checks the user.kv.xxh3 checksum where the filesystem keeps it.
+	kvget --root "$root" --model-dir "$model_dir" --no-touch "$h" | cmp -s - "$f" ||
+		{ fail "$h: kvget disagrees (checksum or read error)"; return 1; }
+	echo "$((10#$ver))"
+}
+
+# A pause of a given number of microseconds without forking: a read that
+# times out on a pipe nobody writes to.
+exec {never}<> <(:)
+pause_us() { read -r -t "$(printf '0.%06d' "$1")" -u "$never" _ || true; }
+
+# Calibrate the kill window on this machine: a little longer than a put.
+t0=$(date +%s%N)
+for i in 1 2 3 4 5; do payload "$(hash_of 1)" 0 | kvput --root "$root" --model-dir "$model_dir" "$(hash_of 1)" - || exit 2; done
+put_us=$(( ($(date +%s%N) - t0) / 5000 ))
+window_us=$(( put_us * 3 / 2 + 1 ))
+[ "$window_us" -lt 1000000 ] || window_us=999999
+
+declare -a done_ver
+for ((k = 0; k < keys; k++)); do done_ver[k]=-1; done
+done_ver[0]=0 done_ver[1]=0
+
+killed=0 finished=0 checked=0 start=$(date +%s%N)
+for ((i = 1; i <= iterations; i++)); do
+	k=$((RANDOM % keys))
+	h=$(hash_of "$k")
+	payload "$h" "$i" | kvput --root "$root" --model-dir "$model_dir" "$h" - 2>/dev/null &
+	pid=$!
+	pause_us $(( (RANDOM * 32768 + RANDOM) % window_us ))
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid"; rc=$?
+	if [ "$rc" -eq 0 ]; then
+		finished=$((finished + 1)); done_ver[k]=$i
+	elif [ "$rc" -eq 137 ]; then
+		killed=$((killed + 1))
+	else
+		fail "iteration $i: kvput exited $rc"
+	fi
+	if [ -e "$(block_path "$h")" ]; then
+		check_block "$h" "${done_ver[k]}" > /dev/null && checked=$((checked + 1))
+	elif [ "${done_ver[k]}" -ge 0 ]; then
+		fail "iteration $i: $h vanished after a finished put"
+	fi
+done
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+
+# Final sweep: every visible block of every key, and the temps left behind.
+bins=0
+for ((k = 0; k < keys; k++)); do
+	h=$(hash_of "$k")
+	if [ -e "$(block_path "$h")" ]; then
+		check_block "$h" "${done_ver[k]}" > /dev/null && bins=$((bins + 1))
+	elif [ "${done_ver[k]}" -ge 0 ]; then
+		fail "$h: lost"
+	fi
+done
+foreign=$(find "$root" -type f ! -name '*.bin' ! -name '*.tmp' ! -name config.json | wc -l)
+[ "$foreign" -eq 0 ] || fail "$foreign unexpected files in the tree"
+temps=$(find "$root" -name '*.tmp' | wc -l)
+
+reclaimed=skipped
+if [ -x "$bin/kvevict" ]; then
+	# Only the orphan rule can apply: no threshold is near.
+	if kvevict --root "$root" --orphans-after 0 --max-bytes 1T > /dev/null; then
+		left=$(find "$root" -name '*.tmp' | wc -l)
+		[ "$left" -eq 0 ] || fail "kvevict --orphans-after 0 left $left temps"
+		reclaimed=$((temps - left))
+		after=$(find "$root" -name '*.bin' | wc -l)
+		[ "$after" -eq "$bins" ] || fail "kvevict removed blocks: $bins before, $after after"
+	else
+		fail "kvevict --orphans-after 0 failed"
+	fi
+fi
+if [ -x "$bin/kvls" ]; then
+	kvls --root "$root" --verify > /dev/null || fail "kvls --verify reported a problem"
+fi
+
+echo "crash: $iterations iterations in ${elapsed_ms} ms (window ${window_us} us):" \
+	"$killed killed, $finished finished, $checked checks during the run," \
+	"$bins blocks verified at the end, $temps temps left, reclaimed $reclaimed, $fails failures"
+[ "$fails" -eq 0 ]
