@@ -27,6 +27,7 @@ const char *kv_strerror(int err);
 #include <kv/layout.h>
 #include <kv/config.h>
 #include <kv/walk.h>
+#include <kv/evict.h>
 #include <kv/integrity.h>
 #include <kv/io.h>
 #include <kv/stats.h>

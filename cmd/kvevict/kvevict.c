@@ -1,0 +1,452 @@
+/* kvevict: threshold and budget LRU eviction of the shared file tier. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "../common/tool.h"
+
+static const char usage_text[] =
+	"Usage: kvevict [-r DIR] [--high PCT] [--low PCT] [--max-bytes SIZE]\n"
+	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
+	"               [--hot DUR] [--orphans-after DUR] [--dir-grace DUR]\n"
+	"               [-n] [--once | -w INTERVAL] [--wait] [-t N] [-J | --ndjson]\n"
+	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait] [-J | --ndjson]\n"
+	"\n"
+	"Delete least-recently-used KV-cache blocks (oldest atime first) until\n"
+	"filesystem use, the cache's bytes and each model quota are back under\n"
+	"their targets.  Only layout .bin blocks are deleted; orphan temp files\n"
+	"and empty bucket dirs are cleaned up.\n"
+	"\n"
+	"Options:\n"
+	"  -r, --root DIR           cache root (default $KV_ROOT)\n"
+	"      --high PCT           act when filesystem use is at or above PCT\n"
+	"      --low PCT            then free down to PCT (default: high - 15)\n"
+	"      --max-bytes SIZE     act when the cache holds more than SIZE\n"
+	"      --low-bytes SIZE     then free down to SIZE (default: 90% of max)\n"
+	"      --model-max-bytes MODEL=SIZE\n"
+	"                           per-model budget, freed down to 90%; repeatable\n"
+	"      --hot DUR            never delete blocks read or written within DUR\n"
+	"                           (default 60m; 0 disables)\n"
+	"      --orphans-after DUR  remove temp files older than DUR (default 1h)\n"
+	"      --dir-grace DUR      remove empty bucket dirs older than DUR (default 10m)\n"
+	"  -n, --dry-run            list what would go, change nothing\n"
+	"      --once               one pass, for cron (default)\n"
+	"  -w, --watch INTERVAL     stay up, check every INTERVAL\n"
+	"      --wait               wait for another kvevict's lock instead of exiting 1\n"
+	"      --stdin              delete the block paths or kvls NDJSON records on stdin\n"
+	"  -t, --threads N          walk threads (default: CPUs, at most 8)\n"
+	"  -J, --json               one JSON report\n"
+	"      --ndjson             one BlockRemoved event per deleted block\n"
+	"  -h, --help               show this help\n"
+	"  -V, --version            show the version\n"
+	"\n"
+	"Exit status: 0 done or nothing to do, 1 another kvevict holds the lock,\n"
+	"2 usage error, 3 the root could not be reached.\n";
+
+enum {
+	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
+	OPT_HOT, OPT_ORPHANS, OPT_DIR_GRACE, OPT_ONCE, OPT_WAIT, OPT_STDIN, OPT_NDJSON,
+};
+
+static const struct option longopts[] = {
+	{ "root", required_argument, NULL, 'r' },
+	{ "high", required_argument, NULL, OPT_HIGH },
+	{ "low", required_argument, NULL, OPT_LOW },
+	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
+	{ "low-bytes", required_argument, NULL, OPT_LOW_BYTES },
+	{ "model-max-bytes", required_argument, NULL, OPT_MODEL_MAX },
+	{ "hot", required_argument, NULL, OPT_HOT },
+	{ "orphans-after", required_argument, NULL, OPT_ORPHANS },
+	{ "dir-grace", required_argument, NULL, OPT_DIR_GRACE },
+	{ "dry-run", no_argument, NULL, 'n' },
+	{ "once", no_argument, NULL, OPT_ONCE },
+	{ "watch", required_argument, NULL, 'w' },
+	{ "wait", no_argument, NULL, OPT_WAIT },
+	{ "stdin", no_argument, NULL, OPT_STDIN },
+	{ "threads", required_argument, NULL, 't' },
+	{ "json", no_argument, NULL, 'J' },
+	{ "ndjson", no_argument, NULL, OPT_NDJSON },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+enum output { OUT_TEXT, OUT_JSON, OUT_NDJSON };
+
+struct state {
+	const char *root;
+	enum output out;
+	int dry_run;
+	const char *pause_fifo;
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static double parse_pct(const char *opt, const char *text)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (end != text && *end == '%')
+		end++;
+	if (end == text || *end || errno || !(v >= 0 && v <= 100))
+		tool_usage_fail("invalid %s percentage '%s' (0 to 100)", opt, text);
+	return v;
+}
+
+static void parse_quota(const char *text, struct kv_evict_quota *q)
+{
+	const char *eq = strrchr(text, '=');
+	char *model;
+
+	if (!eq || eq == text || !eq[1])
+		tool_usage_fail("invalid --model-max-bytes '%s' (MODEL=SIZE)", text);
+	model = strndup(text, (size_t)(eq - text));
+	if (!model) {
+		tool_err("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	q->model = model;
+	q->max_bytes = tool_parse_size("--model-max-bytes", eq + 1);
+	q->low_bytes = q->max_bytes / 10 * 9;
+}
+
+/* Test-only: block on a FIFO between the scan and the first unlink. */
+static void pause_before_unlink(void *arg)
+{
+	struct state *s = arg;
+	char buf[64];
+	int fd;
+
+	if (!s->pause_fifo)
+		return;
+	fd = open(s->pause_fifo, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	close(fd);
+}
+
+static void on_removed(const struct kv_evict_block *b, void *arg)
+{
+	struct state *s = arg;
+
+	if (s->out == OUT_NDJSON) {
+		tool_json_print(json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s, s:b}",
+			"event", "BlockRemoved",
+			"path", b->path,
+			"model_dir", b->ref->model_dir,
+			"rank", (json_int_t)b->ref->rank,
+			"group", (json_int_t)b->ref->group,
+			"hash", b->ref->hash,
+			"size_bytes", (json_int_t)b->size_bytes,
+			"alloc_bytes", (json_int_t)b->alloc_bytes,
+			"atime_ns", (json_int_t)b->atime_ns,
+			"tier", "fs",
+			"dry_run", s->dry_run));
+		fflush(stdout);
+	} else if (s->out == OUT_TEXT && s->dry_run) {
+		printf("%s\n", b->path);
+	}
+}
+
+static void report(const struct state *s, const struct kv_evict_report *r)
+{
+	char del[32], before[32], after[32];
+
+	if (s->out == OUT_JSON) {
+		json_t *j = json_pack("{s:s, s:b, s:b}", "root", s->root,
+				      "dry_run", s->dry_run, "target_reached", r->target_reached);
+#define SET(k) json_object_set_new(j, #k, json_integer((json_int_t)r->k))
+		SET(files_scanned); SET(bytes_scanned); SET(files_hot);
+		SET(files_deleted); SET(bytes_deleted); SET(skipped_hot);
+		SET(skipped_other); SET(orphans_removed); SET(orphan_bytes_removed);
+		SET(dirs_removed); SET(dirs_unreadable); SET(cache_bytes_before);
+		SET(cache_bytes_after); SET(bytes_needed); SET(walks);
+		SET(cutoff_atime_ns); SET(elapsed_ns);
+#undef SET
+		json_object_set_new(j, "use_before_pct", json_real(r->use_before_pct));
+		json_object_set_new(j, "use_after_pct", json_real(r->use_after_pct));
+		tool_json_print(j);
+	} else if (s->out == OUT_TEXT) {
+		kv_size_format(r->bytes_deleted, del, sizeof(del));
+		kv_size_format(r->cache_bytes_before, before, sizeof(before));
+		kv_size_format(r->cache_bytes_after, after, sizeof(after));
+		printf("kvevict: %s %llu blocks (%s), use %.1f%% -> %.1f%%, cache %s -> %s",
+		       s->dry_run ? "would delete" : "deleted",
+		       (unsigned long long)r->files_deleted, del, r->use_before_pct,
+		       r->use_after_pct, before, after);
+		if (r->skipped_hot || r->skipped_other)
+			printf(", skipped %llu hot %llu other", (unsigned long long)r->skipped_hot,
+			       (unsigned long long)r->skipped_other);
+		if (r->orphans_removed || r->dirs_removed)
+			printf(", %llu orphans %llu dirs removed",
+			       (unsigned long long)r->orphans_removed,
+			       (unsigned long long)r->dirs_removed);
+		if (!r->target_reached)
+			printf(", target not reached");
+		putchar('\n');
+	}
+	fflush(stdout);
+}
+
+/* A path from stdin, relative to the root: strip "<root>/" from an
+ * absolute one; NULL when it lies elsewhere. */
+static const char *relative_path(const char *root_real, const char *path)
+{
+	size_t n = strlen(root_real);
+
+	if (path[0] != '/')
+		return path;
+	if (!strncmp(path, root_real, n) && path[n] == '/')
+		return path + n + 1;
+	if (!strcmp(root_real, "/"))
+		return path + 1;
+	return NULL;
+}
+
+/* A line is a plain path or a JSON record with "path" (kvls --blocks). */
+static const char *line_path(char *line, json_t **rec, char *buf, size_t len)
+{
+	json_t *p;
+	json_int_t rank, group;
+	const char *model_dir, *hash;
+
+	*rec = NULL;
+	if (line[0] != '{')
+		return line;
+	*rec = json_loads(line, 0, NULL);
+	if (!*rec)
+		return NULL;
+	p = json_object_get(*rec, "path");
+	if (json_is_string(p))
+		return json_string_value(p);
+	if (json_unpack(*rec, "{s:s, s:I, s:I, s:s}", "model_dir", &model_dir, "rank", &rank,
+			"group", &group, "hash", &hash) == 0 && rank >= 0 && group >= 0 &&
+	    kv_layout_block_path(model_dir, (unsigned)rank, (unsigned)group, hash, buf, len) == 0)
+		return buf;
+	return NULL;
+}
+
+static int run_stdin(struct state *s, const struct kv_evict_opts *o)
+{
+	struct kv_evict_report r;
+	char *line = NULL, *root_real, buf[4096];
+	size_t cap = 0;
+	ssize_t n;
+	unsigned long lineno = 0;
+	int64_t t0 = kv_monotonic_ns();
+	int rootfd, rc;
+
+	memset(&r, 0, sizeof(r));
+	rootfd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	root_real = realpath(s->root, NULL);
+	if (rootfd < 0 || !root_real) {
+		tool_err("cannot open '%s': %s", s->root, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	kv_evict_fs_use(s->root, &r.use_before_pct);
+	while ((n = getline(&line, &cap, stdin)) > 0) {
+		json_t *rec;
+		const char *path, *rel;
+
+		lineno++;
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		if (n == 0)
+			continue;
+		path = line_path(line, &rec, buf, sizeof(buf));
+		rel = path ? relative_path(root_real, path) : NULL;
+		if (!rel) {
+			tool_err("line %lu: %s", lineno,
+				 path ? "path is outside the root" : "not a block path or record");
+			r.skipped_other++;
+		} else if ((rc = kv_evict_path(rootfd, rel, o, &r)) < 0) {
+			tool_err("skipping '%s': %s", rel,
+				 rc == -ELOOP ? "a symlink" : kv_strerror(rc));
+		}
+		json_decref(rec);
+	}
+	free(line);
+	free(root_real);
+	close(rootfd);
+	r.target_reached = 1;
+	kv_evict_fs_use(s->root, &r.use_after_pct);
+	r.elapsed_ns = kv_monotonic_ns() - t0;
+	report(s, &r);
+	return 0;
+}
+
+/* Sleep for ns unless a signal asks us to stop. */
+static void nap(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+
+	while (!stop_requested && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static int run_watch(struct state *s, const struct kv_evict_opts *o, uint64_t interval_ns)
+{
+	struct kv_evict_report r;
+	int64_t last_walk = 0;
+	int first = 1, rc;
+	double use;
+
+	while (!stop_requested) {
+		int walk = first || o->max_bytes || o->nquotas ||
+			   kv_monotonic_ns() - last_walk >= (int64_t)o->orphans_after_ns;
+
+		/* statvfs is cheap; the walks only happen when it says so. */
+		if (!walk && o->high_pct >= 0) {
+			rc = kv_evict_fs_use(s->root, &use);
+			if (rc < 0) {
+				tool_err("cannot read '%s': %s", s->root, kv_strerror(rc));
+				return EXIT_RUNTIME;
+			}
+			walk = use >= o->high_pct;
+		}
+		if (walk) {
+			rc = kv_evict_run(s->root, o, &r);
+			if (rc < 0) {
+				tool_err("cannot walk '%s': %s", s->root, kv_strerror(rc));
+				return EXIT_RUNTIME;
+			}
+			last_walk = kv_monotonic_ns();
+			if (first || r.files_deleted || r.orphans_removed || r.dirs_removed ||
+			    r.skipped_hot)
+				report(s, &r);
+			first = 0;
+		}
+		nap(interval_ns);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct kv_evict_quota quotas[KV_EVICT_MAX_QUOTAS];
+	struct state s = { 0 };
+	struct kv_evict_opts o = {
+		.high_pct = -1,
+		.low_pct = -1,
+		.hot_ns = 60ull * 60 * 1000000000,
+		.orphans_after_ns = 60ull * 60 * 1000000000,
+		.dir_grace_ns = 10ull * 60 * 1000000000,
+	};
+	struct kv_evict_report r;
+	const char *root_opt = NULL;
+	uint64_t watch_ns = 0;
+	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd = -1, rc;
+
+	tool_init("kvevict");
+	while ((c = getopt_long(argc, argv, "r:nw:t:JhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'r': root_opt = optarg; break;
+		case OPT_HIGH: o.high_pct = parse_pct("--high", optarg); break;
+		case OPT_LOW: o.low_pct = parse_pct("--low", optarg); break;
+		case OPT_MAX_BYTES: o.max_bytes = tool_parse_size("--max-bytes", optarg); break;
+		case OPT_LOW_BYTES:
+			o.low_bytes = tool_parse_size("--low-bytes", optarg);
+			low_bytes_set = 1;
+			break;
+		case OPT_MODEL_MAX:
+			if (o.nquotas == KV_EVICT_MAX_QUOTAS)
+				tool_usage_fail("at most %d --model-max-bytes", KV_EVICT_MAX_QUOTAS);
+			parse_quota(optarg, &quotas[o.nquotas++]);
+			break;
+		case OPT_HOT: o.hot_ns = tool_parse_duration_ns("--hot", optarg); break;
+		case OPT_ORPHANS:
+			o.orphans_after_ns = tool_parse_duration_ns("--orphans-after", optarg);
+			break;
+		case OPT_DIR_GRACE:
+			o.dir_grace_ns = tool_parse_duration_ns("--dir-grace", optarg);
+			break;
+		case 'n': o.dry_run = s.dry_run = 1; break;
+		case OPT_ONCE: once = 1; break;
+		case 'w':
+			watch_ns = tool_parse_duration_ns("--watch", optarg);
+			if (!watch_ns)
+				tool_usage_fail("--watch needs an interval above 0");
+			break;
+		case OPT_WAIT: wait = 1; break;
+		case OPT_STDIN: use_stdin = 1; break;
+		case 't': o.threads = (unsigned)tool_parse_uint("--threads", optarg, 64); break;
+		case 'J': s.out = OUT_JSON; break;
+		case OPT_NDJSON: s.out = OUT_NDJSON; break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		case 'V': tool_version();
+		default: tool_usage_fail("unknown option");
+		}
+	}
+	if (optind < argc)
+		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	s.root = tool_root(root_opt);
+	o.quotas = quotas;
+	o.removed = on_removed;
+	o.before_first_unlink = pause_before_unlink;
+	o.arg = &s;
+	s.pause_fifo = getenv("KV_EVICT_TEST_PAUSE_BEFORE_UNLINK");
+
+	if (o.low_pct >= 0 && o.high_pct < 0)
+		tool_usage_fail("--low needs --high");
+	if (o.high_pct >= 0 && o.low_pct < 0)
+		o.low_pct = o.high_pct > 15 ? o.high_pct - 15 : 0;
+	if (o.low_pct > o.high_pct)
+		tool_usage_fail("--low %g is above --high %g", o.low_pct, o.high_pct);
+	if (low_bytes_set && !o.max_bytes)
+		tool_usage_fail("--low-bytes needs --max-bytes");
+	if (!low_bytes_set)
+		o.low_bytes = o.max_bytes / 10 * 9;
+	if (o.low_bytes > o.max_bytes)
+		tool_usage_fail("--low-bytes is above --max-bytes");
+	if (once && watch_ns)
+		tool_usage_fail("--once and --watch exclude each other");
+	if (use_stdin && (o.high_pct >= 0 || o.max_bytes || o.nquotas || watch_ns))
+		tool_usage_fail("--stdin takes no thresholds, budgets or --watch");
+	if (!use_stdin && o.high_pct < 0 && !o.max_bytes && !o.nquotas)
+		tool_usage_fail("nothing to do: give --high, --max-bytes, --model-max-bytes or --stdin");
+
+	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
+	if (!o.dry_run) {
+		rc = kv_evict_lock(s.root, wait, &lockfd);
+		if (rc == -EWOULDBLOCK) {
+			tool_err("another kvevict holds the lock on '%s'", s.root);
+			return EXIT_ANSWER_NO;
+		}
+		if (rc < 0) {
+			tool_err("cannot open '%s': %s", s.root, kv_strerror(rc));
+			return EXIT_RUNTIME;
+		}
+	}
+	if (use_stdin)
+		return run_stdin(&s, &o);
+	if (watch_ns) {
+		struct sigaction sa = { .sa_handler = on_signal };
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		return run_watch(&s, &o, watch_ns);
+	}
+	rc = kv_evict_run(s.root, &o, &r);
+	if (rc < 0) {
+		tool_err("cannot walk '%s': %s", s.root, kv_strerror(rc));
+		return EXIT_RUNTIME;
+	}
+	report(&s, &r);
+	return 0;
+}

@@ -1,0 +1,109 @@
+#ifndef KV_EVICT_H
+#define KV_EVICT_H
+
+/*
+ * LRU eviction of the file tier with memory bounded independently of the
+ * number of files: a scan walk builds an atime histogram of the eviction
+ * candidates, narrower histograms over the boundary bucket refine the
+ * cut-off when needed, and a second walk deletes every candidate older
+ * than the cut-off plus exactly as many of the boundary bucket's oldest
+ * (kept in a bounded heap) as the target needs.  Each file is re-checked
+ * with fstatat() just before unlinkat(), so a block read meanwhile stays.
+ * See kvevict(8).
+ */
+
+#include <stdint.h>
+#include <kv/layout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_EVICT_LOCK_NAME	".kvevict.lock"	/* at the root */
+#define KV_EVICT_MAX_QUOTAS	64
+
+/* A per-model byte budget: model is a model dir name or a model name
+ * ('/' allowed) matching every fingerprint of it. */
+struct kv_evict_quota {
+	const char *model;
+	uint64_t max_bytes;
+	uint64_t low_bytes;
+};
+
+/* A block that was (or under dry_run would be) removed. */
+struct kv_evict_block {
+	const char *path;	/* relative to the root */
+	const struct kv_block_ref *ref;
+	uint64_t size_bytes;
+	uint64_t alloc_bytes;
+	int64_t atime_ns;
+};
+
+typedef void (*kv_evict_removed_fn)(const struct kv_evict_block *block, void *arg);
+
+struct kv_evict_opts {
+	/* Filesystem use (statvfs, as df(1) counts it): act at or above
+	 * high_pct, free down to low_pct.  high_pct < 0: off. */
+	double high_pct, low_pct;
+	/* Allocated bytes of the cache's files under the root: act above
+	 * max_bytes, free down to low_bytes.  max_bytes 0: off. */
+	uint64_t max_bytes, low_bytes;
+	const struct kv_evict_quota *quotas;
+	unsigned nquotas;
+	uint64_t hot_ns;		/* never touch a block read/written this recently */
+	uint64_t orphans_after_ns;	/* temp files older than this (mtime) go */
+	uint64_t dir_grace_ns;		/* empty bucket dirs older than this go */
+	int dry_run;
+	unsigned threads;		/* for kv_walk; 0: its default */
+	kv_evict_removed_fn removed;	/* optional, per removed block */
+	/* Optional, called once just before the first unlink of a run, after
+	 * the scan decided what goes (tests use it to race a reader). */
+	void (*before_first_unlink)(void *arg);
+	void *arg;			/* for both callbacks */
+};
+
+struct kv_evict_report {
+	uint64_t files_scanned, bytes_scanned;	/* blocks seen by the scans */
+	uint64_t files_hot;			/* blocks inside the hot window */
+	uint64_t files_deleted, bytes_deleted;	/* bytes: allocated */
+	uint64_t skipped_hot;		/* went hot between scan and unlink */
+	uint64_t skipped_other;		/* vanished, replaced, or unlink failed */
+	uint64_t orphans_removed, orphan_bytes_removed;
+	uint64_t dirs_removed;
+	uint64_t dirs_unreadable;	/* KV_WALK_ERROR entries */
+	uint64_t cache_bytes_before, cache_bytes_after;
+	double use_before_pct, use_after_pct;
+	uint64_t bytes_needed;		/* what the targets asked to free */
+	int target_reached;		/* every target met after the run */
+	unsigned walks;			/* full or model walks performed */
+	int64_t cutoff_atime_ns;	/* newest atime deleted, 0 if none */
+	int64_t elapsed_ns;
+};
+
+/* Filesystem use of path in percent, as df(1): used / (used + available
+ * to unprivileged users), used = blocks - free. */
+int kv_evict_fs_use(const char *path, double *use_pct);
+
+/* Open and flock "<root>/.kvevict.lock"; *fd holds the lock until
+ * closed.  -EWOULDBLOCK when another holds it and wait is 0. */
+int kv_evict_lock(const char *root, int wait, int *fd);
+
+/* Remove orphans and empty dirs, then evict by the thresholds, budget
+ * and quotas in opts; fills report.  -errno when the root cannot be
+ * opened or walked. */
+int kv_evict_run(const char *root, const struct kv_evict_opts *opts,
+		 struct kv_evict_report *report);
+
+/* Remove one block named by relpath (relative to the root open at
+ * rootfd) with the same safety rules as kv_evict_run: it must parse as a
+ * layout block path, every component is opened with O_NOFOLLOW on the
+ * root's filesystem, and it must be a regular file outside the hot
+ * window.  1 removed, 0 skipped (counted in report), -errno failure. */
+int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *opts,
+		  struct kv_evict_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
