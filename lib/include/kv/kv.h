@@ -30,6 +30,7 @@ const char *kv_strerror(int err);
 #include <kv/evict.h>
 #include <kv/integrity.h>
 #include <kv/io.h>
+#include <kv/offd.h>
 #include <kv/stats.h>
 #include <kv/geometry.h>
 #include <kv/dma.h>

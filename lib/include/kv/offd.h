@@ -1,0 +1,182 @@
+#ifndef KV_OFFD_H
+#define KV_OFFD_H
+
+/*
+ * kvoffd: the node-local offload daemon's wire protocol and client API.
+ *
+ * Control traffic is a stream of fixed-size frames (KV_OFFD_FRAME_BYTES,
+ * little-endian, versioned) over a Unix stream socket; block data never
+ * crosses the socket.  At connect the daemon sends a HELLO frame carrying
+ * its memfd pool (SCM_RIGHTS); the client maps it and moves data by
+ * memcpy (or DMA) into and out of the slot the daemon names.  Every
+ * request gets exactly one reply of the same type with KV_OFFD_REPLY set;
+ * a frame that does not decode closes the connection.  See kvoffd(8).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <kv/layout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_OFFD_MAGIC		0x444f564bu	/* "KVOD" little-endian */
+#define KV_OFFD_VERSION		1
+#define KV_OFFD_FRAME_BYTES	512
+#define KV_OFFD_MODEL_MAX	KV_NAME_MAX	/* model dir name, bytes */
+#define KV_OFFD_HASH_MAX	KV_HASH_MAX_LEN
+
+#define KV_OFFD_REPLY		0x80u		/* type bit: daemon -> client */
+
+enum kv_offd_type {
+	KV_OFFD_HELLO = 1,	/* daemon: pool geometry, memfd attached */
+	KV_OFFD_ALLOC,		/* key + len -> slot to write into */
+	KV_OFFD_COMMIT,		/* slot: written, make it visible */
+	KV_OFFD_ABORT,		/* slot: drop an uncommitted allocation */
+	KV_OFFD_LOOKUP,		/* key -> pinned slot + len (RAM or read-through) */
+	KV_OFFD_RELEASE,	/* slot: drop one pin */
+	KV_OFFD_HAS,		/* key -> status 0/-ENOENT, arg where found */
+	KV_OFFD_STATS,		/* -> stats body */
+	KV_OFFD_LIST,		/* arg cursor -> next block at slot >= cursor;
+				   reply arg: pins | on_disk << 32 */
+	KV_OFFD_TYPE_MAX
+};
+
+/* KV_OFFD_HAS reply arg: where the block is. */
+#define KV_OFFD_IN_RAM	1
+#define KV_OFFD_ON_DISK	2
+
+/* Daemon counters and gauges, every member a uint64_t so the struct is
+ * also the frame's stats body, in this order. */
+struct kv_offd_stats {
+	uint64_t pool_bytes;		/* memfd size */
+	uint64_t slot_bytes;
+	uint64_t slots;
+	uint64_t slots_used;		/* allocated, loading or holding a block */
+	uint64_t pool_bytes_used;	/* slots_used * slot_bytes */
+	uint64_t blocks;		/* committed blocks in RAM */
+	uint64_t block_bytes;		/* their payload bytes */
+	uint64_t dirty_blocks;		/* in RAM, not yet in the file tier */
+	uint64_t pins;			/* outstanding pins, all clients */
+	uint64_t clients;
+	uint64_t hits;			/* LOOKUPs served from RAM */
+	uint64_t misses;		/* LOOKUPs not in RAM */
+	uint64_t puts;
+	uint64_t put_bytes;
+	uint64_t gets;
+	uint64_t get_bytes;
+	uint64_t spills;		/* blocks written behind to the file tier */
+	uint64_t spill_bytes;
+	uint64_t readthroughs;		/* misses loaded from the file tier */
+	uint64_t readthrough_bytes;
+	uint64_t evictions;		/* blocks dropped from RAM */
+	uint64_t wb_queue_depth;	/* write-behind jobs queued or running */
+	uint64_t wb_queue_capacity;
+	uint64_t wb_drops;		/* writes not queued: queue full */
+	uint64_t wb_errors;		/* writes that failed */
+	uint64_t disk_blocks;		/* block files found by the start-up walk */
+	uint64_t disk_bytes;
+	uint64_t refused;		/* peers refused by credentials */
+	uint64_t protocol_errors;	/* clients closed for a bad frame */
+	uint64_t hugepages;		/* 1 if the pool is on hugetlbfs pages */
+	uint64_t uptime_ns;
+	uint64_t pid;
+};
+
+#define KV_OFFD_STATS_COUNT	(sizeof(struct kv_offd_stats) / sizeof(uint64_t))
+
+/* The stats member names in order ("pool_bytes", ...); NULL past the end. */
+const char *kv_offd_stats_name(size_t i);
+
+/* Member i of a stats struct (i < KV_OFFD_STATS_COUNT). */
+uint64_t kv_offd_stats_value(const struct kv_offd_stats *st, size_t i);
+
+/* A decoded frame.  model_dir and hash are NUL-terminated; which fields
+ * carry meaning depends on type (see kvoffd(8)); the rest are zero. */
+struct kv_offd_frame {
+	uint16_t type;		/* enum kv_offd_type, | KV_OFFD_REPLY */
+	int32_t status;		/* replies: 0 or -errno / -KV_E* */
+	uint32_t slot;
+	uint32_t rank;
+	uint32_t group;
+	uint64_t len;
+	uint64_t arg;
+	char model_dir[KV_OFFD_MODEL_MAX + 1];
+	char hash[KV_OFFD_HASH_MAX + 1];
+	struct kv_offd_stats stats;	/* STATS replies only */
+};
+
+/* Encode f into buf (KV_OFFD_FRAME_BYTES).  -KV_EPROTO if f would not
+ * decode (unknown type, bad key text, a field its type does not use). */
+int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len);
+
+/* Decode and validate any bytes: 0 and *out filled, or -KV_EPROTO (wrong
+ * size, magic, version or type, non-zero padding, key text that is not a
+ * safe name / lowercase hex, fields its type does not use). */
+int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out);
+
+/* Set a frame's key from a block ref (model_dir, rank, group, hash; the
+ * hash is lowercased).  -KV_EBADHASH / -KV_EBADPATH on bad text. */
+int kv_offd_frame_set_key(struct kv_offd_frame *f, const struct kv_block_ref *ref);
+
+/* ---- client ---- */
+
+struct kv_offd;
+
+/* Connect to the daemon at socket_path and map its pool.  -ENOENT or
+ * -ECONNREFUSED when no daemon listens there, -EACCES when it refuses
+ * this peer, -KV_EPROTO on a version mismatch. */
+int kv_offd_connect(const char *socket_path, struct kv_offd **out);
+void kv_offd_close(struct kv_offd *c);
+
+/* The largest block the pool takes (its slot size). */
+size_t kv_offd_slot_bytes(const struct kv_offd *c);
+
+/* Copy len bytes into the RAM tier under ref's key (replacing any older
+ * block there).  -EFBIG over the slot size, -ENOSPC when every slot is
+ * pinned or being written.  Errors on a lost connection: -ECONNRESET. */
+int kv_offd_put(struct kv_offd *c, const struct kv_block_ref *ref,
+		const void *buf, size_t len);
+
+/* Copy a block out (RAM, else read through from the file tier); *len gets
+ * its size.  -ENOENT when absent from both, -EFBIG when cap is short. */
+int kv_offd_get(struct kv_offd *c, const struct kv_block_ref *ref,
+		void *buf, size_t cap, size_t *len);
+
+/* 0 and *where (KV_OFFD_IN_RAM / KV_OFFD_ON_DISK) if present, -ENOENT if
+ * not.  where may be NULL. */
+int kv_offd_has(struct kv_offd *c, const struct kv_block_ref *ref, int *where);
+
+/* Zero-copy forms: alloc gives a pointer into the shared pool to fill
+ * (e.g. by DMA) before commit or abort; lookup gives a pinned pointer to
+ * read before release. */
+int kv_offd_alloc(struct kv_offd *c, const struct kv_block_ref *ref,
+		  size_t len, uint32_t *slot, void **ptr);
+int kv_offd_commit(struct kv_offd *c, uint32_t slot);
+int kv_offd_abort(struct kv_offd *c, uint32_t slot);
+int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
+		   uint32_t *slot, const void **ptr, size_t *len);
+int kv_offd_release(struct kv_offd *c, uint32_t slot);
+
+int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out);
+
+/* One RAM-tier block as kv_offd_list reports it. */
+struct kv_offd_entry {
+	struct kv_block_ref ref;	/* model_dir, rank, group, hash */
+	uint64_t size_bytes;
+	uint32_t slot;
+	uint32_t pins;
+	int on_disk;			/* written behind or read through */
+};
+
+/* Call fn for each block in the RAM tier (a consistent view per block, not
+ * a snapshot of the whole pool); a non-zero return stops and is returned. */
+int kv_offd_list(struct kv_offd *c,
+		 int (*fn)(const struct kv_offd_entry *e, void *arg), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,357 @@
+/*
+ * kvoffd client: one synchronous connection per handle (use one per
+ * thread).  The daemon's memfd pool arrives with the HELLO frame and is
+ * mapped shared, so puts and gets are plain memcpy into and out of the
+ * slot the daemon names.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <kv/errors.h>
+#include <kv/offd.h>
+
+struct kv_offd {
+	int fd;
+	unsigned char *pool;
+	size_t pool_bytes;
+	size_t slot_bytes;
+	uint32_t slots;
+};
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EPIPE ? -ECONNRESET : -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = recv(fd, p, len, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The HELLO frame with the pool's fd in SCM_RIGHTS; *pool_fd -1 if none. */
+static int recv_hello(int fd, struct kv_offd_frame *f, int *pool_fd)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	union {
+		struct cmsghdr hdr;
+		char space[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr msg = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.space, .msg_controllen = sizeof(ctl.space),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int err;
+
+	*pool_fd = -1;
+	do
+		n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -ECONNRESET;
+	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(pool_fd, CMSG_DATA(cm), sizeof(int));
+	err = recv_all(fd, buf + n, sizeof(buf) - (size_t)n);
+	if (!err)
+		err = kv_offd_frame_decode(buf, sizeof(buf), f);
+	if (!err && f->type != (KV_OFFD_HELLO | KV_OFFD_REPLY))
+		err = -KV_EPROTO;
+	if (err && *pool_fd >= 0) {
+		close(*pool_fd);
+		*pool_fd = -1;
+	}
+	return err;
+}
+
+int kv_offd_connect(const char *socket_path, struct kv_offd **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_offd_frame hello;
+	struct kv_offd *c;
+	struct stat st;
+	int fd, pool_fd = -1, err;
+
+	if (strlen(socket_path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, socket_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = -errno;
+		/* A stale socket file with no listener reads as refused. */
+		goto fail;
+	}
+	err = recv_hello(fd, &hello, &pool_fd);
+	if (err)
+		goto fail;
+	if (hello.status) {
+		err = hello.status;
+		goto fail;
+	}
+	err = -KV_EPROTO;
+	if (pool_fd < 0 || hello.slot == 0 || hello.arg == 0 ||
+	    hello.len / hello.arg != hello.slot || hello.len % hello.arg ||
+	    hello.len > SIZE_MAX || fstat(pool_fd, &st) < 0 ||
+	    (uint64_t)st.st_size < hello.len)
+		goto fail;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	c->pool = mmap(NULL, (size_t)hello.len, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       pool_fd, 0);
+	if (c->pool == MAP_FAILED) {
+		err = -errno;
+		free(c);
+		goto fail;
+	}
+	close(pool_fd);
+	c->fd = fd;
+	c->pool_bytes = (size_t)hello.len;
+	c->slot_bytes = (size_t)hello.arg;
+	c->slots = hello.slot;
+	*out = c;
+	return 0;
+fail:
+	if (pool_fd >= 0)
+		close(pool_fd);
+	close(fd);
+	return err;
+}
+
+void kv_offd_close(struct kv_offd *c)
+{
+	if (!c)
+		return;
+	munmap(c->pool, c->pool_bytes);
+	close(c->fd);
+	free(c);
+}
+
+size_t kv_offd_slot_bytes(const struct kv_offd *c)
+{
+	return c->slot_bytes;
+}
+
+/* One request, one reply of the same type.  A reply that does not decode
+ * or names a slot outside the pool is a protocol error. */
+static int request(struct kv_offd *c, const struct kv_offd_frame *req,
+		   struct kv_offd_frame *rep)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	int err;
+
+	err = kv_offd_frame_encode(req, buf, sizeof(buf));
+	if (err)
+		return err;
+	err = send_all(c->fd, buf, sizeof(buf));
+	if (!err)
+		err = recv_all(c->fd, buf, sizeof(buf));
+	if (!err)
+		err = kv_offd_frame_decode(buf, sizeof(buf), rep);
+	if (err)
+		return err;
+	if (rep->type != (req->type | KV_OFFD_REPLY) || rep->slot >= c->slots ||
+	    rep->len > c->slot_bytes)
+		return -KV_EPROTO;
+	return rep->status;
+}
+
+static int keyed(struct kv_offd_frame *f, uint16_t type, const struct kv_block_ref *ref)
+{
+	memset(f, 0, sizeof(*f));
+	f->type = type;
+	return kv_offd_frame_set_key(f, ref);
+}
+
+static int by_slot(struct kv_offd *c, uint16_t type, uint32_t slot)
+{
+	struct kv_offd_frame req = { .type = type, .slot = slot }, rep;
+
+	return request(c, &req, &rep);
+}
+
+int kv_offd_alloc(struct kv_offd *c, const struct kv_block_ref *ref,
+		  size_t len, uint32_t *slot, void **ptr)
+{
+	struct kv_offd_frame req, rep;
+	int err;
+
+	if (len > c->slot_bytes)
+		return -EFBIG;
+	err = keyed(&req, KV_OFFD_ALLOC, ref);
+	if (err)
+		return err;
+	req.len = len;
+	err = request(c, &req, &rep);
+	if (err)
+		return err;
+	*slot = rep.slot;
+	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
+	return 0;
+}
+
+int kv_offd_commit(struct kv_offd *c, uint32_t slot)
+{
+	return by_slot(c, KV_OFFD_COMMIT, slot);
+}
+
+int kv_offd_abort(struct kv_offd *c, uint32_t slot)
+{
+	return by_slot(c, KV_OFFD_ABORT, slot);
+}
+
+int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
+		   uint32_t *slot, const void **ptr, size_t *len)
+{
+	struct kv_offd_frame req, rep;
+	int err;
+
+	err = keyed(&req, KV_OFFD_LOOKUP, ref);
+	if (err)
+		return err;
+	err = request(c, &req, &rep);
+	if (err)
+		return err;
+	*slot = rep.slot;
+	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
+	*len = (size_t)rep.len;
+	return 0;
+}
+
+int kv_offd_release(struct kv_offd *c, uint32_t slot)
+{
+	return by_slot(c, KV_OFFD_RELEASE, slot);
+}
+
+int kv_offd_put(struct kv_offd *c, const struct kv_block_ref *ref,
+		const void *buf, size_t len)
+{
+	uint32_t slot;
+	void *dst;
+	int err;
+
+	err = kv_offd_alloc(c, ref, len, &slot, &dst);
+	if (err)
+		return err;
+	memcpy(dst, buf, len);
+	return kv_offd_commit(c, slot);
+}
+
+int kv_offd_get(struct kv_offd *c, const struct kv_block_ref *ref,
+		void *buf, size_t cap, size_t *len)
+{
+	const void *src;
+	uint32_t slot;
+	size_t n;
+	int err;
+
+	err = kv_offd_lookup(c, ref, &slot, &src, &n);
+	if (err)
+		return err;
+	if (n <= cap)
+		memcpy(buf, src, n);
+	err = kv_offd_release(c, slot);
+	if (err)
+		return err;
+	*len = n;
+	return n <= cap ? 0 : -EFBIG;
+}
+
+int kv_offd_has(struct kv_offd *c, const struct kv_block_ref *ref, int *where)
+{
+	struct kv_offd_frame req, rep;
+	int err;
+
+	err = keyed(&req, KV_OFFD_HAS, ref);
+	if (err)
+		return err;
+	err = request(c, &req, &rep);
+	if (err)
+		return err;
+	if (where)
+		*where = (int)rep.arg;
+	return 0;
+}
+
+int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_STATS }, rep;
+	int err;
+
+	err = request(c, &req, &rep);
+	if (err)
+		return err;
+	*out = rep.stats;
+	return 0;
+}
+
+int kv_offd_list(struct kv_offd *c,
+		 int (*fn)(const struct kv_offd_entry *e, void *arg), void *arg)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_LIST }, rep;
+	struct kv_offd_entry e;
+	int err;
+
+	for (;;) {
+		err = request(c, &req, &rep);
+		if (err == -ENOENT)
+			return 0;
+		if (err)
+			return err;
+		memset(&e, 0, sizeof(e));
+		strcpy(e.ref.model_dir, rep.model_dir);
+		strcpy(e.ref.hash, rep.hash);
+		e.ref.rank = rep.rank;
+		e.ref.group = rep.group;
+		e.size_bytes = rep.len;
+		e.slot = rep.slot;
+		e.pins = (uint32_t)rep.arg;
+		e.on_disk = (int)(rep.arg >> 32 & 1);
+		err = fn(&e, arg);
+		if (err)
+			return err;
+		req.arg = (uint64_t)rep.slot + 1;
+	}
+}
