@@ -89,7 +89,7 @@ $(BUILD)/libkv.pc: lib/libkv.pc.in Makefile
 # Programs link libkv statically so the in-tree binaries run without
 # LD_LIBRARY_PATH; the shared library is for connectors.
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard cmd/%/*.c)) $(COMMON_OBJS) $(BUILD)/libkv.a
+$(BUILD)/bin/%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard cmd/$$*/*.c)))) $(COMMON_OBJS) $(BUILD)/libkv.a
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
