@@ -359,7 +359,7 @@ static int put_written(struct kv_io *io, struct slot *s)
 static int get_open(struct kv_io *io, struct slot *s)
 {
 	struct kv_io_req *req = s->req;
-	int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+	int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK, refused_direct = 0;
 	struct stat st;
 
 	/* O_NOATIME keeps relatime from stamping what the caller asked us
@@ -373,17 +373,16 @@ static int get_open(struct kv_io *io, struct slot *s)
 		s->fd = openat(io->rootfd, req->relpath, oflags);
 		if (s->fd >= 0)
 			break;
-		if (errno == EPERM && (oflags & O_NOATIME))
+		if (errno == EPERM && (oflags & O_NOATIME)) {
 			oflags &= ~O_NOATIME;
-		else if (errno == EINVAL && (oflags & O_DIRECT) &&
-			 io->direct == DIRECT_UNKNOWN) {
-			io->direct = DIRECT_NO;
+		} else if (errno == EINVAL && (oflags & O_DIRECT)) {
+			/* The filesystem, or a non-file at the path, said no. */
 			oflags &= ~O_DIRECT;
-		} else
+			refused_direct = 1;
+		} else {
 			return -errno;
+		}
 	}
-	if (oflags & O_DIRECT)
-		io->direct = DIRECT_YES;
 	/* Opened non-blocking so a FIFO planted at a block path cannot hang
 	 * us; the flag goes before any read. */
 	if (fstat(s->fd, &st) < 0)
@@ -392,6 +391,10 @@ static int get_open(struct kv_io *io, struct slot *s)
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
+	if (oflags & O_DIRECT)
+		io->direct = DIRECT_YES;
+	else if (refused_direct && io->direct == DIRECT_UNKNOWN)
+		io->direct = DIRECT_NO;
 	if (req->op == KV_IO_OP_GET) {
 		if ((uint64_t)st.st_size > req->len)
 			return -EFBIG;
@@ -404,7 +407,7 @@ static int get_open(struct kv_io *io, struct slot *s)
 		s->want = req->len;
 	}
 	s->whole = s->off == 0;
-	s->direct = (oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
+	s->direct = s->want && (oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
 		    (req->op == KV_IO_OP_GET ? round_up(s->want) <= req->len :
 					       s->want % KV_IO_ALIGN == 0);
 	s->xfer = s->direct ? round_up(s->want) : s->want;
