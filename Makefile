@@ -120,6 +120,28 @@ check-asan:
 	KV_SANITIZED=1 $(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
 		LDFLAGS='-fsanitize=address,undefined' check
 
+# libFuzzer harnesses tests/fuzz/fuzz_<name>.c, linked with a clang
+# ASan+UBSan libkv, each run FUZZ_SECONDS from its seeds in
+# tests/fuzz/corpus/<name>/ (new inputs go under $(FUZZ_BUILD), not the tree).
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= build-fuzz
+FUZZERS      ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer
+fuzz:
+	$(MAKE) CC=clang CUDA=0 BUILD=$(FUZZ_BUILD) \
+		CFLAGS='$(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link' $(FUZZ_BUILD)/libkv.a
+	@mkdir -p $(FUZZ_BUILD)/fuzz
+	set -e; for f in $(FUZZERS); do \
+		clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Ilib/include \
+			-o $(FUZZ_BUILD)/fuzz/fuzz_$$f tests/fuzz/fuzz_$$f.c \
+			$(FUZZ_BUILD)/libkv.a $(filter-out -lcudart,$(LDLIBS)); \
+		mkdir -p $(FUZZ_BUILD)/fuzz/corpus-$$f; \
+		$(FUZZ_BUILD)/fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) \
+			-artifact_prefix=$(FUZZ_BUILD)/fuzz/$$f- \
+			$(FUZZ_BUILD)/fuzz/corpus-$$f $$(ls -d tests/fuzz/corpus/$$f 2>/dev/null); \
+	done
+
 lint-man:
 	mandoc -Tlint -Wwarning man/*.[1-8]
 
@@ -151,5 +173,5 @@ clean:
 	rm -rf build build-*
 
 .SECONDARY:
-.PHONY: all check check-asan stress lint-man install uninstall clean
+.PHONY: all check check-asan fuzz stress lint-man install uninstall clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
