@@ -765,7 +765,6 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		 struct kv_evict_report *r)
 {
 	struct ctx c = { .o = o, .r = r, .root = root };
-	char safe[KV_EVICT_MAX_QUOTAS][KV_NAME_MAX + 1];
 	struct problem g = { .global = 1 };
 	uint64_t used0, total0, used, total, quota_freed = 0, gone;
 	int64_t t0 = kv_monotonic_ns();
@@ -785,20 +784,14 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 	if (rc == 0 && !c.heap)
 		rc = -ENOMEM;
 	for (i = 0; rc == 0 && i < o->nquotas; i++) {
+		/* kv_walk maps a model name with '/' to its dirs. */
 		struct problem q = {
+			.model = o->quotas[i].model,
 			.max_bytes = o->quotas[i].max_bytes,
 			.low_bytes = o->quotas[i].low_bytes,
 		};
 
-		/* A model name with '/' names its dirs by the safe name. */
-		if (strchr(o->quotas[i].model, '/')) {
-			rc = kv_layout_safe_model(o->quotas[i].model, safe[i], sizeof(safe[i]));
-			q.model = safe[i];
-		} else {
-			q.model = o->quotas[i].model;
-		}
-		if (rc == 0)
-			rc = run_round(&c, &q);
+		rc = run_round(&c, &q);
 		quota_freed += q.freed;
 		if (q.freed < q.need)
 			reached = 0;

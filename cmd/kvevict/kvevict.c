@@ -203,19 +203,30 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 	fflush(stdout);
 }
 
-/* A path from stdin, relative to the root: strip "<root>/" from an
- * absolute one; NULL when it lies elsewhere. */
-static const char *relative_path(const char *root_real, const char *path)
+/* Strip "<prefix>/" from path; NULL when path is not under prefix. */
+static const char *under(const char *prefix, const char *path)
 {
-	size_t n = strlen(root_real);
+	size_t n = strlen(prefix);
+
+	while (n > 1 && prefix[n - 1] == '/')
+		n--;
+	if (n == 1 && prefix[0] == '/')
+		return path + 1;
+	if (!strncmp(path, prefix, n) && path[n] == '/')
+		return path + n + 1;
+	return NULL;
+}
+
+/* A path from stdin, relative to the root: an absolute one must lie
+ * under the root as given or as resolved; NULL when it does not. */
+static const char *relative_path(const char *root, const char *root_real, const char *path)
+{
+	const char *rel;
 
 	if (path[0] != '/')
 		return path;
-	if (!strncmp(path, root_real, n) && path[n] == '/')
-		return path + n + 1;
-	if (!strcmp(root_real, "/"))
-		return path + 1;
-	return NULL;
+	rel = under(root, path);
+	return rel ? rel : under(root_real, path);
 }
 
 /* A line is a plain path or a JSON record with "path" (kvls --blocks). */
@@ -269,7 +280,7 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 		if (n == 0)
 			continue;
 		path = line_path(line, &rec, buf, sizeof(buf));
-		rel = path ? relative_path(root_real, path) : NULL;
+		rel = path ? relative_path(s->root, root_real, path) : NULL;
 		if (!rel) {
 			tool_err("line %lu: %s", lineno,
 				 path ? "path is outside the root" : "not a block path or record");
