@@ -1,0 +1,119 @@
+/*
+ * kvbench internals shared by its files: the options, one run's results,
+ * and the pieces that turn them into tables, JSON, SVG and a verdict.
+ */
+#ifndef KVBENCH_H
+#define KVBENCH_H
+
+#include <stdint.h>
+#include <jansson.h>
+#include <kv/kv.h>
+
+#define KVBENCH_JSON_VERSION	1
+
+enum engine { ENGINE_URING, ENGINE_PSYNC };
+enum fsync_policy { FSYNC_NONE, FSYNC_FILE, FSYNC_DIR };
+enum phase { PH_WRITE, PH_READ, PH_LOOKUP, PH_MIXED, PH_COUNT };
+enum direct_mode { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
+
+/* What one latency histogram measures; data transfer is kept apart
+ * from the metadata calls around it. */
+enum lat {
+	LAT_READ,	/* read(2)/io_uring read of the whole block */
+	LAT_WRITE,	/* write of the whole block */
+	LAT_OPEN,	/* openat, with create for writes */
+	LAT_CLOSE,
+	LAT_FSYNC,	/* fsync of the file */
+	LAT_DIRSYNC,	/* fsync of its directory */
+	LAT_RENAME,	/* temp -> target */
+	LAT_TOUCH,	/* atime stamp on a read hit, as llm-d readers do */
+	LAT_LOOKUP,	/* presence check (fstatat) */
+	LAT_FILE,	/* a whole block operation, open to close/rename */
+	LAT_COUNT
+};
+
+extern const char *const phase_names[PH_COUNT];
+extern const char *const lat_names[LAT_COUNT];
+
+struct bench_opts {
+	const char *dir;
+	enum engine engine;
+	unsigned threads;
+	unsigned qd;
+	uint64_t size_bytes;
+	uint64_t duration_ns;		/* 0: one pass over --size */
+	uint64_t block_bytes;
+	enum direct_mode direct;
+	int atomic;
+	enum fsync_policy fsync;
+	unsigned phases;		/* bit per enum phase, run in that order */
+	unsigned mix_read_pct;
+	uint64_t lookups;
+	int drop_caches;
+	int registered_buffers;
+	int sqpoll;
+	uint64_t seed;
+	int keep;
+	int json, ndjson;
+	const char *plot;
+};
+
+struct phase_result {
+	int ran;
+	uint64_t elapsed_ns;
+	uint64_t ops;			/* block reads + writes, or lookups */
+	uint64_t bytes;
+	uint64_t reads, writes;
+	uint64_t hits, misses;		/* lookup phase */
+	const char *cache_drop;		/* read phases: how the cache was made cold */
+	struct kv_hist *lat[LAT_COUNT];
+};
+
+/* One second (or the last, shorter, interval) of a phase. */
+struct sample {
+	enum phase phase;
+	uint64_t t_ns;			/* end of the interval, since the phase began */
+	uint64_t interval_ns;
+	uint64_t ops;
+	uint64_t bytes;
+};
+
+struct bench {
+	struct bench_opts o;
+	struct kv_geometry geo;
+	int have_geo;
+	int direct;			/* O_DIRECT in use */
+	uint64_t files;
+	char model_dir[KV_NAME_MAX + 1];
+	int64_t started_ns;
+	struct phase_result res[PH_COUNT];
+	struct sample *samples;
+	size_t nsamples, samples_cap;
+	char err[512];			/* first failure, for the caller to print */
+};
+
+/* Run the selected phases under o.dir; 0, or -errno with b->err set. */
+int bench_run(struct bench *b);
+void bench_free(struct bench *b);
+
+/* The environment of a run in dir: kernel, CPU, NUMA, filesystem, device, GPU. */
+json_t *env_json(const char *dir);
+/* "ext4 on /dev/vda" style summary for the table header. */
+void env_fs_summary(const char *dir, char *buf, size_t len);
+
+/* Percentiles of a histogram as a JSON object with _ns keys. */
+json_t *hist_json(const struct kv_hist *h);
+json_t *geometry_json(const struct kv_geometry *g);
+json_t *phase_json(const struct bench *b, enum phase ph);
+json_t *sample_json(const struct sample *s);
+json_t *report_json(const struct bench *b);
+void report_table(const struct bench *b);
+void print_geometry(const struct kv_geometry *g, const char *source);
+
+/* Write the latency CDFs and throughput over time as SVG; -errno. */
+int plot_svg(const char *path, const struct bench *b);
+
+/* "12.3us"-style latency text. */
+void format_ns(uint64_t ns, char *buf, size_t len);
+
+#endif

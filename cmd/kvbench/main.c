@@ -1,0 +1,508 @@
+/*
+ * kvbench: qualify storage for KV-cache offload.  Subcommands: run (the
+ * default) drives block files in the cache layout; geometry prints what
+ * a model's config implies; verdict weighs loading against recomputing;
+ * dma measures host<->GPU copies.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../common/tool.h"
+#include "dma.h"
+#include "kvbench.h"
+#include "verdict.h"
+
+enum cmd { CMD_RUN = 1, CMD_GEOMETRY = 2, CMD_VERDICT = 4 };
+static const char *const cmd_names[] = { [CMD_RUN] = "run", [CMD_GEOMETRY] = "geometry",
+					 [CMD_VERDICT] = "verdict" };
+
+enum {
+	OPT_HF = 256, OPT_TP, OPT_TPF, OPT_GBT, OPT_DTYPE, OPT_BLOCK, OPT_DIR,
+	OPT_PHASES, OPT_ENGINE, OPT_THREADS, OPT_QD, OPT_SIZE, OPT_DURATION,
+	OPT_DIRECT, OPT_BUFFERED, OPT_ATOMIC, OPT_INPLACE, OPT_FSYNC, OPT_MIX,
+	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
+	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
+	OPT_READBW, OPT_LATENCY, OPT_FROMRUN,
+};
+
+static const struct option longopts[] = {
+	{ "hf-config", required_argument, NULL, OPT_HF },
+	{ "tp", required_argument, NULL, OPT_TP },
+	{ "tokens-per-file", required_argument, NULL, OPT_TPF },
+	{ "gpu-block-tokens", required_argument, NULL, OPT_GBT },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "block-size", required_argument, NULL, OPT_BLOCK },
+	{ "dir", required_argument, NULL, OPT_DIR },
+	{ "phases", required_argument, NULL, OPT_PHASES },
+	{ "engine", required_argument, NULL, OPT_ENGINE },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "qd", required_argument, NULL, OPT_QD },
+	{ "size", required_argument, NULL, OPT_SIZE },
+	{ "duration", required_argument, NULL, OPT_DURATION },
+	{ "direct", no_argument, NULL, OPT_DIRECT },
+	{ "buffered", no_argument, NULL, OPT_BUFFERED },
+	{ "atomic", no_argument, NULL, OPT_ATOMIC },
+	{ "in-place", no_argument, NULL, OPT_INPLACE },
+	{ "fsync", required_argument, NULL, OPT_FSYNC },
+	{ "mix", required_argument, NULL, OPT_MIX },
+	{ "lookups", required_argument, NULL, OPT_LOOKUPS },
+	{ "drop-caches", no_argument, NULL, OPT_DROP },
+	{ "registered-buffers", no_argument, NULL, OPT_REGBUF },
+	{ "sqpoll", no_argument, NULL, OPT_SQPOLL },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "keep", no_argument, NULL, OPT_KEEP },
+	{ "plot", required_argument, NULL, OPT_PLOT },
+	{ "prefill-tokens-per-s", required_argument, NULL, OPT_PREFILL },
+	{ "params", required_argument, NULL, OPT_PARAMS },
+	{ "gpu-tflops", required_argument, NULL, OPT_TFLOPS },
+	{ "mfu", required_argument, NULL, OPT_MFU },
+	{ "read-bandwidth", required_argument, NULL, OPT_READBW },
+	{ "latency", required_argument, NULL, OPT_LATENCY },
+	{ "from-run", required_argument, NULL, OPT_FROMRUN },
+	{ "json", no_argument, NULL, 'J' },
+	{ "ndjson", no_argument, NULL, OPT_NDJSON },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Which subcommands take an option. */
+static unsigned applies(int opt)
+{
+	switch (opt) {
+	case OPT_HF: case OPT_TP: case OPT_TPF: case OPT_GBT: case OPT_DTYPE:
+	case OPT_BLOCK: case 'J':
+		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT;
+	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU:
+	case OPT_READBW: case OPT_LATENCY: case OPT_FROMRUN:
+		return CMD_VERDICT;
+	default:
+		return CMD_RUN;
+	}
+}
+
+static void usage(void)
+{
+	printf("Usage: kvbench [run] --dir DIR [OPTIONS]\n"
+	       "       kvbench geometry (--hf-config FILE | --block-size SIZE) [OPTIONS]\n"
+	       "       kvbench verdict [OPTIONS]\n"
+	       "       kvbench dma [OPTIONS]\n"
+	       "\n"
+	       "Qualify storage for KV-cache offload: block files in the vLLM/llm-d\n"
+	       "layout, sized from a model, timed per phase; and whether loading a\n"
+	       "prefix beats recomputing it.  'kvbench dma --help' covers dma.\n"
+	       "\n"
+	       "Geometry (run, geometry, verdict):\n"
+	       "      --hf-config FILE      Hugging Face config.json of the model\n"
+	       "      --tp N                tensor-parallel ranks (default 1)\n"
+	       "      --tokens-per-file N   tokens per block file (default 256)\n"
+	       "      --gpu-block-tokens N  tokens per GPU block (default 16)\n"
+	       "      --dtype TYPE          KV dtype: bfloat16, float16, float32, fp8\n"
+	       "      --block-size SIZE     bytes per file, instead of the model's (run\n"
+	       "                            default without --hf-config: 2M)\n"
+	       "Run:\n"
+	       "      --dir DIR             scratch directory to work in (required)\n"
+	       "      --phases LIST         write,read,lookup,mixed or all (default all)\n"
+	       "      --engine ENGINE       uring (default) or psync\n"
+	       "      --threads N           worker threads (default 4)\n"
+	       "      --qd N                I/Os in flight per thread, uring (default 8)\n"
+	       "      --size SIZE           working set (default 1G)\n"
+	       "      --duration DUR        run each phase this long (default: one pass)\n"
+	       "      --direct              O_DIRECT, or fail (default: when accepted)\n"
+	       "      --buffered            through the page cache\n"
+	       "      --atomic              write a temp, rename over the file (default)\n"
+	       "      --in-place            write the file itself\n"
+	       "      --fsync POLICY        none (default), file, or dir (file and dir)\n"
+	       "      --mix PCT             reads in the mixed phase, percent (default 70)\n"
+	       "      --lookups N           presence checks in the lookup phase (default 100000)\n"
+	       "      --drop-caches         cold reads via /proc/sys/vm/drop_caches\n"
+	       "      --registered-buffers  register buffers with io_uring\n"
+	       "      --sqpoll              io_uring kernel submission thread\n"
+	       "      --seed N              block hashes and mix choices (default 1)\n"
+	       "      --keep                leave the files in DIR\n"
+	       "      --plot FILE           latency CDF and throughput over time, SVG\n"
+	       "      --ndjson              one record per second, then one per phase\n"
+	       "Verdict:\n"
+	       "      --prefill-tokens-per-s N  measured prefill rate of the instance\n"
+	       "      --params N            model (active) parameters, e.g. 8B, to estimate it\n"
+	       "      --gpu-tflops N        peak dense TFLOP/s of one GPU (with --params)\n"
+	       "      --mfu F               model FLOP utilisation (default 0.4)\n"
+	       "      --read-bandwidth SIZE storage read bytes/s per GPU, e.g. 2G\n"
+	       "      --latency DUR         fixed cost per request (default 0)\n"
+	       "      --from-run FILE       take bandwidth, latency, geometry from a -J run\n"
+	       "Dma (details in 'kvbench dma --help'):\n"
+	       "  -d, --device N            CUDA device index (default 0)\n"
+	       "  -l, --layers N            layers of the per-layer fragment layout\n"
+	       "  -t, --total SIZE          bytes moved per measurement\n"
+	       "  -r, --repeat N            runs per measurement, best kept\n"
+	       "      --lanes N             CUDA streams per worker\n"
+	       "      --min-block SIZE      smallest block (default 16K)\n"
+	       "      --max-block SIZE      largest block (default 64M)\n"
+	       "\n"
+	       "  -J, --json                one JSON document\n"
+	       "  -h, --help                this help\n"
+	       "  -V, --version             version\n"
+	       "\n"
+	       "Exit status: 0 ok, 1 dma without a GPU, 2 usage or unusable\n"
+	       "options, 3 runtime failure (including an unreadable or invalid\n"
+	       "--hf-config).\n");
+	exit(0);
+}
+
+static double parse_real(const char *opt, const char *text, double min, double max,
+			 int scaled)
+{
+	char *end;
+	double v, mul = 1;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (scaled && end != text && *end && !end[1]) {
+		switch (*end) {
+		case 'k': case 'K': mul = 1e3; end++; break;
+		case 'M': mul = 1e6; end++; break;
+		case 'B': case 'G': mul = 1e9; end++; break;
+		case 'T': mul = 1e12; end++; break;
+		}
+	}
+	v *= mul;
+	if (end == text || *end || errno || !isfinite(v) || v < min || v > max)
+		tool_usage_fail("invalid %s value '%s'", opt, text);
+	return v;
+}
+
+static unsigned parse_phases(const char *text)
+{
+	char buf[256], *tok, *save;
+	unsigned mask = 0, p;
+
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "all")) {
+			mask |= (1u << PH_COUNT) - 1;
+			continue;
+		}
+		for (p = 0; p < PH_COUNT; p++)
+			if (!strcmp(tok, phase_names[p]))
+				break;
+		if (p == PH_COUNT)
+			tool_usage_fail("invalid --phases value '%s' (write, read, lookup, mixed, all)",
+					tok);
+		mask |= 1u << p;
+	}
+	if (!mask)
+		tool_usage_fail("invalid --phases value '%s'", text);
+	return mask;
+}
+
+struct geo_args {
+	const char *hf;
+	unsigned tp, tpf, gbt;
+	const char *dtype;
+	uint64_t block;
+};
+
+/* Geometry from the options; exits 2 on inconsistent options, 3 when
+ * the config file cannot be read or is not a usable model config. */
+static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
+{
+	int r;
+
+	memset(g, 0, sizeof(*g));
+	if (!a->hf)
+		return 0;
+	r = kv_geometry_load_hf(AT_FDCWD, a->hf, g);
+	if (r == -KV_EBADCONFIG) {
+		tool_err("'%s' is not a usable model config: %s", a->hf, kv_geometry_error());
+		exit(EXIT_RUNTIME);
+	}
+	if (r < 0) {
+		tool_err("cannot read '%s': %s", a->hf, kv_strerror(r));
+		exit(EXIT_RUNTIME);
+	}
+	if (a->dtype && kv_dtype_parse(a->dtype, g->dtype, &g->dtype_bytes) < 0)
+		tool_usage_fail("invalid --dtype value '%s' (bfloat16, float16, float32, fp8)",
+				a->dtype);
+	g->tp = a->tp;
+	g->tokens_per_file = a->tpf;
+	g->gpu_block_tokens = a->gbt;
+	r = kv_geometry_derive(g);
+	if (r == -EINVAL && !g->dtype_bytes) {
+		tool_err("'%s' has no torch_dtype: give --dtype", a->hf);
+		exit(EXIT_USAGE);
+	}
+	if (r < 0)
+		tool_usage_fail("%s", kv_geometry_error());
+	return 1;
+}
+
+/* Bandwidth, latency and (absent other geometry) bytes per token from a
+ * `kvbench -J` document. */
+static void from_run(const char *path, struct verdict *v, int have_bw, int have_lat,
+		     int have_geo)
+{
+	json_error_t jerr;
+	json_t *doc = json_load_file(path, 0, &jerr), *ph, *read = NULL, *lookup = NULL;
+	size_t i;
+
+	if (!doc) {
+		tool_err("cannot read '%s': %s", path, jerr.text);
+		exit(EXIT_RUNTIME);
+	}
+	json_array_foreach(json_object_get(doc, "phases"), i, ph) {
+		const char *name = json_string_value(json_object_get(ph, "phase"));
+
+		if (name && !strcmp(name, "read"))
+			read = ph;
+		if (name && !strcmp(name, "lookup"))
+			lookup = ph;
+	}
+	if (!have_bw) {
+		if (!read) {
+			tool_err("'%s' has no read phase to take a bandwidth from", path);
+			exit(EXIT_RUNTIME);
+		}
+		v->read_Bps = (double)json_integer_value(json_object_get(read, "throughput_Bps"));
+	}
+	if (!have_lat) {
+		/* What a request pays before data flows: the prefix lookup
+		 * and the open of the first file. */
+		json_t *lat = json_object_get(read, "latency");
+
+		v->latency_ns = (uint64_t)json_integer_value(
+			json_object_get(json_object_get(lat, "open"), "p50_ns"));
+		if (lookup)
+			v->latency_ns += (uint64_t)json_integer_value(json_object_get(
+				json_object_get(json_object_get(lookup, "latency"), "lookup"),
+				"p50_ns"));
+	}
+	if (!have_geo)
+		v->bytes_per_token = (uint64_t)json_integer_value(
+			json_object_get(json_object_get(doc, "geometry"), "bytes_per_token"));
+	json_decref(doc);
+}
+
+int main(int argc, char **argv)
+{
+	struct geo_args ga = { 0 };
+	struct bench b = { 0 };
+	struct verdict v = { 0 };
+	enum cmd cmd = CMD_RUN;
+	const char *from = NULL;
+	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
+	int seen_tflops = 0;
+
+	tool_init("kvbench");
+	if (argc > 1 && argv[1][0] != '-') {
+		if (!strcmp(argv[1], "dma"))
+			return kvbench_dma_main(argc - 1, argv + 1);
+		for (c = CMD_RUN; c <= CMD_VERDICT; c <<= 1)
+			if (!strcmp(argv[1], cmd_names[c]))
+				break;
+		if (c > CMD_VERDICT)
+			tool_usage_fail("unknown command '%s' (run, geometry, verdict, dma)", argv[1]);
+		cmd = (enum cmd)c;
+		argv[1] = argv[0];
+		argc--;
+		argv++;
+	}
+	b.o.engine = ENGINE_URING;
+	b.o.threads = 4;
+	b.o.qd = 8;
+	b.o.size_bytes = 1ULL << 30;
+	b.o.direct = DIRECT_AUTO;
+	b.o.atomic = 1;
+	b.o.phases = (1u << PH_COUNT) - 1;
+	b.o.mix_read_pct = 70;
+	b.o.lookups = 100000;
+	b.o.seed = 1;
+	v.mfu = 0.4;
+	while ((c = getopt_long(argc, argv, "JhV", longopts, NULL)) != -1) {
+		if (c == 'h')
+			usage();
+		if (c == 'V')
+			tool_version();
+		if (c == '?')
+			tool_usage_fail("bad option");
+		if (!(applies(c) & cmd)) {
+			const struct option *o = longopts;
+
+			while (o->name && o->val != c)
+				o++;
+			tool_usage_fail("--%s does not apply to '%s'", o->name, cmd_names[cmd]);
+		}
+		switch (c) {
+		case OPT_HF: ga.hf = optarg; break;
+		case OPT_TP: ga.tp = (unsigned)tool_parse_uint("--tp", optarg, 4096); break;
+		case OPT_TPF: ga.tpf = (unsigned)tool_parse_uint("--tokens-per-file", optarg, 1 << 24); break;
+		case OPT_GBT: ga.gbt = (unsigned)tool_parse_uint("--gpu-block-tokens", optarg, 1 << 24); break;
+		case OPT_DTYPE: ga.dtype = optarg; break;
+		case OPT_BLOCK: ga.block = tool_parse_size("--block-size", optarg); break;
+		case OPT_DIR: b.o.dir = optarg; break;
+		case OPT_PHASES: b.o.phases = parse_phases(optarg); break;
+		case OPT_ENGINE:
+			if (!strcmp(optarg, "uring"))
+				b.o.engine = ENGINE_URING;
+			else if (!strcmp(optarg, "psync"))
+				b.o.engine = ENGINE_PSYNC;
+			else
+				tool_usage_fail("invalid --engine value '%s' (uring, psync)", optarg);
+			break;
+		case OPT_THREADS: b.o.threads = (unsigned)tool_parse_uint("--threads", optarg, 1024); break;
+		case OPT_QD: b.o.qd = (unsigned)tool_parse_uint("--qd", optarg, 4096); break;
+		case OPT_SIZE: b.o.size_bytes = tool_parse_size("--size", optarg); break;
+		case OPT_DURATION: b.o.duration_ns = tool_parse_duration_ns("--duration", optarg); break;
+		case OPT_DIRECT: b.o.direct = DIRECT_ON; break;
+		case OPT_BUFFERED: b.o.direct = DIRECT_OFF; break;
+		case OPT_ATOMIC: b.o.atomic = 1; break;
+		case OPT_INPLACE: b.o.atomic = 0; break;
+		case OPT_FSYNC:
+			if (!strcmp(optarg, "none"))
+				b.o.fsync = FSYNC_NONE;
+			else if (!strcmp(optarg, "file"))
+				b.o.fsync = FSYNC_FILE;
+			else if (!strcmp(optarg, "dir"))
+				b.o.fsync = FSYNC_DIR;
+			else
+				tool_usage_fail("invalid --fsync value '%s' (none, file, dir)", optarg);
+			break;
+		case OPT_MIX: b.o.mix_read_pct = (unsigned)tool_parse_uint("--mix", optarg, 100); break;
+		case OPT_LOOKUPS: b.o.lookups = tool_parse_uint("--lookups", optarg, UINT64_MAX); break;
+		case OPT_DROP: b.o.drop_caches = 1; break;
+		case OPT_REGBUF: b.o.registered_buffers = 1; break;
+		case OPT_SQPOLL: b.o.sqpoll = 1; break;
+		case OPT_SEED: b.o.seed = tool_parse_uint("--seed", optarg, UINT64_MAX); break;
+		case OPT_KEEP: b.o.keep = 1; break;
+		case OPT_PLOT: b.o.plot = optarg; break;
+		case 'J': b.o.json = 1; break;
+		case OPT_NDJSON: b.o.ndjson = 1; break;
+		case OPT_PREFILL:
+			v.prefill_tps = parse_real("--prefill-tokens-per-s", optarg, 1e-9, 1e15, 1);
+			have_prefill = 1;
+			break;
+		case OPT_PARAMS: v.params = parse_real("--params", optarg, 1, 1e16, 1); break;
+		case OPT_TFLOPS:
+			v.gpu_tflops = parse_real("--gpu-tflops", optarg, 1e-6, 1e9, 0);
+			seen_tflops = 1;
+			break;
+		case OPT_MFU: v.mfu = parse_real("--mfu", optarg, 1e-6, 1, 0); break;
+		case OPT_READBW:
+			v.read_Bps = (double)tool_parse_size("--read-bandwidth", optarg);
+			if (v.read_Bps <= 0)
+				tool_usage_fail("invalid --read-bandwidth value '%s'", optarg);
+			have_bw = 1;
+			break;
+		case OPT_LATENCY:
+			v.latency_ns = tool_parse_duration_ns("--latency", optarg);
+			have_lat = 1;
+			break;
+		case OPT_FROMRUN: from = optarg; break;
+		}
+	}
+	if (optind < argc)
+		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (b.o.json && b.o.ndjson)
+		tool_usage_fail("-J and --ndjson exclude each other");
+
+	have_geo = load_geometry(&ga, &b.geo);
+	if (!have_geo && (ga.tp || ga.dtype) && !(cmd == CMD_VERDICT && ga.block))
+		tool_usage_fail("--tp and --dtype need --hf-config");
+
+	if (cmd == CMD_GEOMETRY) {
+		if (!have_geo && !ga.block)
+			tool_usage_fail("geometry needs --hf-config or --block-size");
+		if (!have_geo) {
+			/* A bare block size: the file is all there is to say. */
+			if (b.o.json) {
+				json_t *j = json_object();
+
+				json_object_set_new(j, "version", json_integer(KVBENCH_JSON_VERSION));
+				json_object_set_new(j, "file_bytes", json_integer((json_int_t)ga.block));
+				tool_json_print(j);
+			} else {
+				printf("per file:      %llu bytes\n", (unsigned long long)ga.block);
+			}
+			return 0;
+		}
+		if (ga.block)
+			b.geo.bytes_per_file = ga.block;
+		if (b.o.json) {
+			json_t *j = geometry_json(&b.geo);
+
+			json_object_set_new(j, "version", json_integer(KVBENCH_JSON_VERSION));
+			tool_json_print(j);
+		} else {
+			print_geometry(&b.geo, ga.hf);
+		}
+		return 0;
+	}
+
+	if (cmd == CMD_VERDICT) {
+		unsigned tpf = ga.tpf ? ga.tpf : 256;
+
+		if (have_prefill && v.params > 0)
+			tool_usage_fail("give --prefill-tokens-per-s or --params, not both");
+		if (v.params > 0 && !seen_tflops)
+			tool_usage_fail("--params needs --gpu-tflops");
+		if (!have_prefill && !(v.params > 0))
+			tool_usage_fail("verdict needs --prefill-tokens-per-s or --params with --gpu-tflops");
+		if (have_geo)
+			v.bytes_per_token = b.geo.bytes_per_token;
+		else if (ga.block)
+			v.bytes_per_token = (ga.block + tpf - 1) / tpf;
+		if (from)
+			from_run(from, &v, have_bw, have_lat, have_geo || ga.block);
+		if (!v.bytes_per_token)
+			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
+		if (!(v.read_Bps > 0))
+			tool_usage_fail("verdict needs --read-bandwidth or --from-run");
+		v.tp = have_geo ? b.geo.tp : (ga.tp ? ga.tp : 1);
+		if (v.params > 0)
+			verdict_estimate(&v);
+		return verdict_print(&v, b.o.json);
+	}
+
+	if (!b.o.dir)
+		tool_usage_fail("run needs --dir (a scratch directory)");
+	if (b.o.engine != ENGINE_URING && (b.o.registered_buffers || b.o.sqpoll))
+		tool_usage_fail("--registered-buffers and --sqpoll need --engine uring");
+	if (!b.o.threads || !b.o.qd)
+		tool_usage_fail("--threads and --qd must be at least 1");
+	if (b.o.size_bytes == 0)
+		tool_usage_fail("--size must be more than 0");
+	b.have_geo = have_geo;
+	b.o.block_bytes = ga.block ? ga.block : have_geo ? b.geo.bytes_per_file : 2ULL << 20;
+	if (b.o.block_bytes > UINT32_MAX / 2)
+		tool_usage_fail("block of %llu bytes is too large for one I/O",
+				(unsigned long long)b.o.block_bytes);
+	if (b.have_geo && !b.o.json && !b.o.ndjson) {
+		print_geometry(&b.geo, ga.hf);
+		putchar('\n');
+	}
+	r = bench_run(&b);
+	if (r < 0) {
+		tool_err("%s", b.err);
+		bench_free(&b);
+		return EXIT_RUNTIME;
+	}
+	if (b.o.json) {
+		tool_json_print(report_json(&b));
+	} else if (b.o.ndjson) {
+		for (unsigned ph = 0; ph < PH_COUNT; ph++)
+			if (b.res[ph].ran)
+				tool_json_print(phase_json(&b, ph));
+	} else {
+		report_table(&b);
+	}
+	if (b.o.plot && (r = plot_svg(b.o.plot, &b)) < 0) {
+		tool_err("cannot write '%s': %s", b.o.plot, kv_strerror(r));
+		bench_free(&b);
+		return EXIT_RUNTIME;
+	}
+	bench_free(&b);
+	return 0;
+}

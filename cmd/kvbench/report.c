@@ -1,0 +1,270 @@
+/* A run's results as a human table or one JSON document. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include "../common/tool.h"
+#include "kvbench.h"
+
+static const char *const engine_names[] = { "uring", "psync" };
+static const char *const fsync_names[] = { "none", "file", "dir" };
+
+void format_ns(uint64_t ns, char *buf, size_t len)
+{
+	if (ns < 1000)
+		snprintf(buf, len, "%lluns", (unsigned long long)ns);
+	else if (ns < 1000000)
+		snprintf(buf, len, "%.1fus", (double)ns / 1e3);
+	else if (ns < 1000000000)
+		snprintf(buf, len, "%.2fms", (double)ns / 1e6);
+	else
+		snprintf(buf, len, "%.2fs", (double)ns / 1e9);
+}
+
+json_t *hist_json(const struct kv_hist *h)
+{
+	json_t *j = json_object();
+
+	json_object_set_new(j, "count", json_integer((json_int_t)h->count));
+	json_object_set_new(j, "min_ns", json_integer(h->count ? (json_int_t)h->min : 0));
+	json_object_set_new(j, "mean_ns", json_integer((json_int_t)kv_hist_mean(h)));
+	json_object_set_new(j, "p50_ns", json_integer((json_int_t)kv_hist_percentile(h, 50)));
+	json_object_set_new(j, "p90_ns", json_integer((json_int_t)kv_hist_percentile(h, 90)));
+	json_object_set_new(j, "p99_ns", json_integer((json_int_t)kv_hist_percentile(h, 99)));
+	json_object_set_new(j, "p999_ns", json_integer((json_int_t)kv_hist_percentile(h, 99.9)));
+	json_object_set_new(j, "max_ns", json_integer((json_int_t)h->max));
+	return j;
+}
+
+json_t *geometry_json(const struct kv_geometry *g)
+{
+	json_t *j = json_object();
+
+	json_object_set_new(j, "model_type", json_string(g->model_type));
+	json_object_set_new(j, "layers", json_integer(g->layers));
+	json_object_set_new(j, "attention_heads", json_integer(g->attention_heads));
+	json_object_set_new(j, "kv_heads", json_integer(g->kv_heads));
+	json_object_set_new(j, "kv_heads_per_rank", json_integer(g->kv_heads_per_rank));
+	json_object_set_new(j, "head_dim", json_integer(g->head_dim));
+	json_object_set_new(j, "mla", json_boolean(g->mla));
+	json_object_set_new(j, "kv_lora_rank", json_integer(g->kv_lora_rank));
+	json_object_set_new(j, "qk_rope_head_dim", json_integer(g->qk_rope_head_dim));
+	json_object_set_new(j, "sliding_window_tokens", json_integer(g->sliding_window));
+	json_object_set_new(j, "sliding_layers", json_integer(g->sliding_layers));
+	json_object_set_new(j, "dtype", json_string(g->dtype));
+	json_object_set_new(j, "dtype_bytes", json_integer(g->dtype_bytes));
+	json_object_set_new(j, "tp", json_integer(g->tp));
+	json_object_set_new(j, "gpu_block_tokens", json_integer(g->gpu_block_tokens));
+	json_object_set_new(j, "tokens_per_file", json_integer(g->tokens_per_file));
+	json_object_set_new(j, "bytes_per_token", json_integer((json_int_t)g->bytes_per_token));
+	json_object_set_new(j, "gpu_block_bytes", json_integer((json_int_t)g->bytes_per_gpu_block));
+	json_object_set_new(j, "file_bytes", json_integer((json_int_t)g->bytes_per_file));
+	return j;
+}
+
+void print_geometry(const struct kv_geometry *g, const char *source)
+{
+	char a[16], b[16], c[16];
+
+	printf("model: %s%s%s, %u layers, dtype %s (%u bytes)\n",
+	       g->model_type[0] ? g->model_type : "unnamed", source ? " from " : "",
+	       source ? source : "", g->layers, g->dtype, g->dtype_bytes);
+	if (g->mla) {
+		printf("attention: MLA, latent %u + rope %u per layer, not split by tp %u\n",
+		       g->kv_lora_rank, g->qk_rope_head_dim, g->tp);
+		printf("bytes/token = layers * (kv_lora_rank + qk_rope_head_dim) * dtype\n"
+		       "            = %u * (%u + %u) * %u = %llu\n",
+		       g->layers, g->kv_lora_rank, g->qk_rope_head_dim, g->dtype_bytes,
+		       (unsigned long long)g->bytes_per_token);
+	} else {
+		printf("attention: %u KV heads x head_dim %u, tp %u: %u KV heads per rank%s\n",
+		       g->kv_heads, g->head_dim, g->tp, g->kv_heads_per_rank,
+		       g->tp > g->kv_heads ? " (replicated)" : "");
+		printf("bytes/token = 2 (K,V) * layers * kv_heads/rank * head_dim * dtype\n"
+		       "            = 2 * %u * %u * %u * %u = %llu\n",
+		       g->layers, g->kv_heads_per_rank, g->head_dim, g->dtype_bytes,
+		       (unsigned long long)g->bytes_per_token);
+	}
+	if (g->sliding_layers)
+		printf("sliding window: %u tokens on %u of %u layers (stored in full here)\n",
+		       g->sliding_window, g->sliding_layers, g->layers);
+	kv_size_format(g->bytes_per_token, a, sizeof(a));
+	kv_size_format(g->bytes_per_gpu_block, b, sizeof(b));
+	kv_size_format(g->bytes_per_file, c, sizeof(c));
+	printf("per token:     %llu bytes (%s)\n", (unsigned long long)g->bytes_per_token, a);
+	printf("per GPU block: %llu bytes (%s) = %u tokens\n",
+	       (unsigned long long)g->bytes_per_gpu_block, b, g->gpu_block_tokens);
+	printf("per file:      %llu bytes (%s) = %u tokens = %u GPU blocks\n",
+	       (unsigned long long)g->bytes_per_file, c, g->tokens_per_file,
+	       g->tokens_per_file / g->gpu_block_tokens);
+}
+
+json_t *sample_json(const struct sample *s)
+{
+	json_t *j = json_object();
+	double secs = (double)s->interval_ns / 1e9;
+
+	json_object_set_new(j, "type", json_string("sample"));
+	json_object_set_new(j, "phase", json_string(phase_names[s->phase]));
+	json_object_set_new(j, "t_ns", json_integer((json_int_t)s->t_ns));
+	json_object_set_new(j, "interval_ns", json_integer((json_int_t)s->interval_ns));
+	json_object_set_new(j, "ops", json_integer((json_int_t)s->ops));
+	json_object_set_new(j, "bytes", json_integer((json_int_t)s->bytes));
+	json_object_set_new(j, "throughput_Bps",
+			    json_integer(secs > 0 ? (json_int_t)((double)s->bytes / secs) : 0));
+	json_object_set_new(j, "iops", json_real(secs > 0 ? (double)s->ops / secs : 0));
+	return j;
+}
+
+json_t *phase_json(const struct bench *b, enum phase ph)
+{
+	const struct phase_result *r = &b->res[ph];
+	double secs = (double)r->elapsed_ns / 1e9;
+	json_t *j = json_object(), *lat = json_object();
+	unsigned l;
+
+	json_object_set_new(j, "type", json_string("phase"));
+	json_object_set_new(j, "phase", json_string(phase_names[ph]));
+	json_object_set_new(j, "elapsed_ns", json_integer((json_int_t)r->elapsed_ns));
+	json_object_set_new(j, "ops", json_integer((json_int_t)r->ops));
+	json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
+	json_object_set_new(j, "reads", json_integer((json_int_t)r->reads));
+	json_object_set_new(j, "writes", json_integer((json_int_t)r->writes));
+	if (ph == PH_LOOKUP) {
+		json_object_set_new(j, "hits", json_integer((json_int_t)r->hits));
+		json_object_set_new(j, "misses", json_integer((json_int_t)r->misses));
+	}
+	json_object_set_new(j, "throughput_Bps",
+			    json_integer(secs > 0 ? (json_int_t)((double)r->bytes / secs) : 0));
+	json_object_set_new(j, "iops", json_real(secs > 0 ? (double)r->ops / secs : 0));
+	json_object_set_new(j, "cache_drop", r->cache_drop ? json_string(r->cache_drop)
+							   : json_null());
+	for (l = 0; l < LAT_COUNT; l++)
+		if (r->lat[l] && r->lat[l]->count)
+			json_object_set_new(lat, lat_names[l], hist_json(r->lat[l]));
+	json_object_set_new(j, "latency", lat);
+	return j;
+}
+
+static json_t *config_json(const struct bench *b)
+{
+	const struct bench_opts *o = &b->o;
+	json_t *j = json_object(), *ph = json_array();
+	unsigned i;
+
+	json_object_set_new(j, "dir", json_string(o->dir));
+	json_object_set_new(j, "model_dir", json_string(b->model_dir));
+	json_object_set_new(j, "engine", json_string(engine_names[o->engine]));
+	json_object_set_new(j, "threads", json_integer(o->threads));
+	json_object_set_new(j, "queue_depth", json_integer(o->engine == ENGINE_URING ? o->qd : 1));
+	json_object_set_new(j, "size_bytes", json_integer((json_int_t)o->size_bytes));
+	json_object_set_new(j, "duration_ns", json_integer((json_int_t)o->duration_ns));
+	json_object_set_new(j, "block_bytes", json_integer((json_int_t)o->block_bytes));
+	json_object_set_new(j, "files", json_integer((json_int_t)b->files));
+	json_object_set_new(j, "direct", json_boolean(b->direct));
+	json_object_set_new(j, "atomic", json_boolean(o->atomic));
+	json_object_set_new(j, "fsync", json_string(fsync_names[o->fsync]));
+	json_object_set_new(j, "mix_read_pct", json_integer(o->mix_read_pct));
+	json_object_set_new(j, "lookups", json_integer((json_int_t)o->lookups));
+	json_object_set_new(j, "drop_caches", json_boolean(o->drop_caches));
+	json_object_set_new(j, "registered_buffers", json_boolean(o->registered_buffers));
+	json_object_set_new(j, "sqpoll", json_boolean(o->sqpoll));
+	json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
+	for (i = 0; i < PH_COUNT; i++)
+		if (o->phases & (1u << i))
+			json_array_append_new(ph, json_string(phase_names[i]));
+	json_object_set_new(j, "phases", ph);
+	return j;
+}
+
+json_t *report_json(const struct bench *b)
+{
+	json_t *j = json_object(), *phases = json_array();
+	char ts[40];
+	unsigned ph;
+
+	kv_time_format(b->started_ns, ts, sizeof(ts));
+	json_object_set_new(j, "version", json_integer(KVBENCH_JSON_VERSION));
+	json_object_set_new(j, "kvtools_version", json_string(kv_version()));
+	json_object_set_new(j, "started", json_string(ts));
+	json_object_set_new(j, "config", config_json(b));
+	json_object_set_new(j, "geometry", b->have_geo ? geometry_json(&b->geo) : json_null());
+	json_object_set_new(j, "environment", env_json(b->o.dir));
+	for (ph = 0; ph < PH_COUNT; ph++)
+		if (b->res[ph].ran)
+			json_array_append_new(phases, phase_json(b, ph));
+	json_object_set_new(j, "phases", phases);
+	return j;
+}
+
+static void table_row(const char *phase, const char *what, const struct kv_hist *h,
+		      const char *rate, const char *iops)
+{
+	char p[5][16];
+
+	format_ns(kv_hist_percentile(h, 50), p[0], sizeof(p[0]));
+	format_ns(kv_hist_percentile(h, 90), p[1], sizeof(p[1]));
+	format_ns(kv_hist_percentile(h, 99), p[2], sizeof(p[2]));
+	format_ns(kv_hist_percentile(h, 99.9), p[3], sizeof(p[3]));
+	format_ns(h->max, p[4], sizeof(p[4]));
+	printf("%-7s %-8s %9llu %11s %9s %9s %9s %9s %9s %9s\n", phase, what,
+	       (unsigned long long)h->count, rate, iops, p[0], p[1], p[2], p[3], p[4]);
+}
+
+void report_table(const struct bench *b)
+{
+	const struct bench_opts *o = &b->o;
+	char fs[PATH_MAX + 200], blk[16], rate[24], iops[24];
+	unsigned ph, l;
+
+	env_fs_summary(o->dir, fs, sizeof(fs));
+	kv_size_format(o->block_bytes, blk, sizeof(blk));
+	printf("dir %s: %s\n", o->dir, fs);
+	printf("engine %s, %u threads x qd %u, %s, %s, fsync %s, %llu files of %s\n\n",
+	       engine_names[o->engine], o->threads, o->engine == ENGINE_URING ? o->qd : 1,
+	       b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
+	       fsync_names[o->fsync], (unsigned long long)b->files, blk);
+	printf("%-7s %-8s %9s %11s %9s %9s %9s %9s %9s %9s\n", "phase", "op", "count",
+	       "throughput", "IOPS", "p50", "p90", "p99", "p99.9", "max");
+	for (ph = 0; ph < PH_COUNT; ph++) {
+		const struct phase_result *r = &b->res[ph];
+		double secs = (double)r->elapsed_ns / 1e9;
+		const char *name = phase_names[ph];
+
+		if (!r->ran)
+			continue;
+		if (secs > 0) {
+			kv_size_format((uint64_t)((double)r->bytes / secs), rate, sizeof(rate));
+			strcat(rate, "/s");
+			snprintf(iops, sizeof(iops), "%.0f", (double)r->ops / secs);
+		} else {
+			strcpy(rate, "-");
+			strcpy(iops, "-");
+		}
+		if (ph == PH_LOOKUP)
+			strcpy(rate, "-");
+		/* The data (or lookup) rows carry the rates; the metadata
+		 * calls around them follow. */
+		for (l = 0; l < LAT_COUNT; l++) {
+			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP;
+
+			if (!r->lat[l] || !r->lat[l]->count || !data)
+				continue;
+			table_row(name, lat_names[l], r->lat[l], rate, iops);
+			name = "";
+			strcpy(rate, "");
+			strcpy(iops, "");
+		}
+		for (l = 0; l < LAT_COUNT; l++) {
+			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP;
+
+			if (!r->lat[l] || !r->lat[l]->count || data)
+				continue;
+			table_row(name, lat_names[l], r->lat[l], "", "");
+		}
+		if (ph == PH_LOOKUP)
+			printf("%-7s hits %llu, misses %llu\n", "",
+			       (unsigned long long)r->hits, (unsigned long long)r->misses);
+		if (r->cache_drop)
+			printf("%-7s cold cache: %s\n", "", r->cache_drop);
+	}
+}

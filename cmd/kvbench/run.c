@@ -1,0 +1,909 @@
+/*
+ * The phases of a storage run: worker threads move whole block files in
+ * the cache layout through io_uring (QD deep per thread) or pread/pwrite,
+ * timing open, data, fsync, close and rename apart, while the main thread
+ * samples throughput once a second.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <liburing.h>
+#include "../common/tool.h"
+#include "kvbench.h"
+
+const char *const phase_names[PH_COUNT] = { "write", "read", "lookup", "mixed" };
+const char *const lat_names[LAT_COUNT] = {
+	"read", "write", "open", "close", "fsync", "dirsync", "rename", "touch",
+	"lookup", "file",
+};
+
+#define HASH_HEX	16
+#define SAMPLE_NS	1000000000ULL
+
+struct slot {
+	int fd;
+	int is_write;
+	uint64_t file;
+	uint64_t done;			/* bytes moved so far */
+	int64_t t_file, t_data;
+	char tmp[PATH_MAX];
+};
+
+struct worker {
+	struct bench *b;
+	struct shared *sh;
+	unsigned id;
+	pthread_t tid;
+	struct io_uring ring;
+	int have_ring;
+	struct slot *slots;
+	void **bufs;
+	uint64_t rng;
+	struct kv_hist *lat[LAT_COUNT];
+	uint64_t reads, writes, hits, misses;
+	_Atomic uint64_t live_ops, live_bytes;
+};
+
+/* State every worker of a phase reads. */
+struct shared {
+	enum phase phase;
+	int rootfd;
+	char **paths;			/* relative paths of the working set */
+	char **missing;			/* paths of absent keys, same buckets */
+	_Atomic uint64_t cursor;	/* next operation number */
+	uint64_t total_ops;		/* size mode: stop after this many */
+	int64_t deadline_ns;		/* duration mode: stop at this time */
+	atomic_int stop;
+	_Atomic unsigned running;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int err;			/* first failure */
+	char errmsg[512];
+};
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void set_err(struct shared *sh, int err, const char *fmt, const char *path)
+{
+	pthread_mutex_lock(&sh->lock);
+	if (!sh->err) {
+		sh->err = err;
+		snprintf(sh->errmsg, sizeof(sh->errmsg), fmt, path, kv_strerror(err));
+	}
+	pthread_mutex_unlock(&sh->lock);
+	atomic_store(&sh->stop, 1);
+}
+
+/* The next operation: which file, and whether it writes.  0 when the
+ * phase is over. */
+static int next_op(struct worker *w, uint64_t *file, int *is_write, uint64_t *k)
+{
+	struct shared *sh = w->sh;
+	struct bench *b = w->b;
+	uint64_t n;
+
+	if (atomic_load(&sh->stop))
+		return 0;
+	n = atomic_fetch_add(&sh->cursor, 1);
+	if (sh->deadline_ns ? kv_monotonic_ns() >= sh->deadline_ns : n >= sh->total_ops)
+		return 0;
+	*k = n;
+	switch (sh->phase) {
+	case PH_MIXED:
+		*file = splitmix(&w->rng) % b->files;
+		*is_write = splitmix(&w->rng) % 100 >= b->o.mix_read_pct;
+		break;
+	case PH_WRITE:
+		*file = n % b->files;
+		*is_write = 1;
+		break;
+	default:
+		*file = n % b->files;
+		*is_write = 0;
+		break;
+	}
+	return 1;
+}
+
+static void record(struct worker *w, enum lat l, int64_t from, int64_t to)
+{
+	kv_hist_record(w->lat[l], (uint64_t)(to - from));
+}
+
+/* Open the file an operation works on; the data transfer follows. */
+static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_write)
+{
+	struct shared *sh = w->sh;
+	const char *path = sh->paths[file];
+	int flags = O_CLOEXEC | (w->b->direct ? O_DIRECT : 0);
+	int64_t t0;
+	int r;
+
+	s->file = file;
+	s->is_write = is_write;
+	s->done = 0;
+	s->tmp[0] = '\0';
+	if (is_write) {
+		flags |= O_WRONLY | O_CREAT | O_TRUNC;
+		if (w->b->o.atomic) {
+			r = kv_layout_temp_name(path, s->tmp, sizeof(s->tmp));
+			if (r < 0) {
+				set_err(sh, r, "cannot name a temp for '%s': %s", path);
+				return r;
+			}
+			path = s->tmp;
+		}
+	} else {
+		flags |= O_RDONLY;
+	}
+	t0 = kv_monotonic_ns();
+	s->fd = openat(sh->rootfd, path, flags, 0644);
+	s->t_data = kv_monotonic_ns();
+	if (s->fd < 0) {
+		r = -errno;
+		set_err(sh, r, "cannot open '%s': %s", path);
+		return r;
+	}
+	s->t_file = t0;
+	record(w, LAT_OPEN, t0, s->t_data);
+	return 0;
+}
+
+/* After the data: fsync, close, rename into place, dir fsync, atime. */
+static int finish_op(struct worker *w, struct slot *s)
+{
+	struct shared *sh = w->sh;
+	struct bench *b = w->b;
+	const char *path = sh->paths[s->file];
+	int64_t t = kv_monotonic_ns(), t2;
+	int r = 0, dfd;
+	char dir[PATH_MAX], *slash;
+
+	record(w, s->is_write ? LAT_WRITE : LAT_READ, s->t_data, t);
+	if (s->is_write && b->o.fsync != FSYNC_NONE) {
+		if (fsync(s->fd) < 0 && !r) {
+			r = -errno;
+			set_err(sh, r, "cannot fsync '%s': %s", path);
+		}
+		t2 = kv_monotonic_ns();
+		record(w, LAT_FSYNC, t, t2);
+		t = t2;
+	}
+	close(s->fd);
+	s->fd = -1;
+	t2 = kv_monotonic_ns();
+	record(w, LAT_CLOSE, t, t2);
+	t = t2;
+	if (s->is_write && s->tmp[0]) {
+		if (!r && renameat(sh->rootfd, s->tmp, sh->rootfd, path) < 0) {
+			r = -errno;
+			set_err(sh, r, "cannot rename into '%s': %s", path);
+		}
+		if (r)
+			unlinkat(sh->rootfd, s->tmp, 0);
+		t2 = kv_monotonic_ns();
+		record(w, LAT_RENAME, t, t2);
+		t = t2;
+	}
+	if (!r && s->is_write && b->o.fsync == FSYNC_DIR) {
+		snprintf(dir, sizeof(dir), "%s", path);
+		slash = strrchr(dir, '/');
+		*slash = '\0';
+		dfd = openat(sh->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd < 0 || fsync(dfd) < 0) {
+			r = -errno;
+			set_err(sh, r, "cannot fsync the directory of '%s': %s", path);
+		}
+		if (dfd >= 0)
+			close(dfd);
+		t2 = kv_monotonic_ns();
+		record(w, LAT_DIRSYNC, t, t2);
+		t = t2;
+	}
+	if (!r && !s->is_write) {
+		struct timespec ts[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
+
+		if (utimensat(sh->rootfd, path, ts, 0) < 0) {
+			r = -errno;
+			set_err(sh, r, "cannot stamp atime on '%s': %s", path);
+		}
+		t2 = kv_monotonic_ns();
+		record(w, LAT_TOUCH, t, t2);
+		t = t2;
+	}
+	if (r)
+		return r;
+	record(w, LAT_FILE, s->t_file, t);
+	if (s->is_write)
+		w->writes++;
+	else
+		w->reads++;
+	atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->live_bytes, b->o.block_bytes, memory_order_relaxed);
+	return 0;
+}
+
+static void abort_op(struct worker *w, struct slot *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	if (s->tmp[0])
+		unlinkat(w->sh->rootfd, s->tmp, 0);
+	s->tmp[0] = '\0';
+}
+
+static void run_psync(struct worker *w)
+{
+	struct slot *s = &w->slots[0];
+	uint64_t len = w->b->o.block_bytes, file, k;
+	int is_write;
+	ssize_t n;
+
+	while (next_op(w, &file, &is_write, &k)) {
+		if (begin_op(w, s, file, is_write) < 0)
+			return;
+		while (s->done < len) {
+			if (is_write)
+				n = pwrite(s->fd, (char *)w->bufs[0] + s->done,
+					   len - s->done, (off_t)s->done);
+			else
+				n = pread(s->fd, (char *)w->bufs[0] + s->done,
+					  len - s->done, (off_t)s->done);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				set_err(w->sh, n < 0 ? -errno : -KV_ESHORT,
+					is_write ? "cannot write '%s': %s" : "cannot read '%s': %s",
+					w->sh->paths[file]);
+				abort_op(w, s);
+				return;
+			}
+			s->done += (uint64_t)n;
+		}
+		if (finish_op(w, s) < 0)
+			return;
+	}
+}
+
+static void prep_io(struct worker *w, unsigned i)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+	struct slot *s = &w->slots[i];
+	uint64_t left = w->b->o.block_bytes - s->done;
+	char *buf = (char *)w->bufs[i] + s->done;
+
+	/* The ring has qd entries and at most qd slots are in flight. */
+	if (w->b->o.registered_buffers) {
+		if (s->is_write)
+			io_uring_prep_write_fixed(sqe, s->fd, buf, (unsigned)left, s->done, (int)i);
+		else
+			io_uring_prep_read_fixed(sqe, s->fd, buf, (unsigned)left, s->done, (int)i);
+	} else {
+		if (s->is_write)
+			io_uring_prep_write(sqe, s->fd, buf, (unsigned)left, s->done);
+		else
+			io_uring_prep_read(sqe, s->fd, buf, (unsigned)left, s->done);
+	}
+	io_uring_sqe_set_data64(sqe, i);
+}
+
+static void run_uring(struct worker *w)
+{
+	unsigned qd = w->b->o.qd, inflight = 0, nfree = qd, i, head, seen;
+	unsigned *freelist = malloc(qd * sizeof(*freelist));
+	struct io_uring_cqe *cqe;
+	uint64_t file, k;
+	int is_write, r, draining = 0;
+
+	if (!freelist) {
+		set_err(w->sh, -ENOMEM, "cannot allocate %s: %s", "slots");
+		return;
+	}
+	for (i = 0; i < qd; i++)
+		freelist[i] = qd - 1 - i;
+	for (;;) {
+		while (!draining && nfree && next_op(w, &file, &is_write, &k)) {
+			i = freelist[--nfree];
+			if (begin_op(w, &w->slots[i], file, is_write) < 0) {
+				freelist[nfree++] = i;
+				draining = 1;
+				break;
+			}
+			prep_io(w, i);
+			inflight++;
+		}
+		if (!inflight)
+			break;
+		r = io_uring_submit_and_wait(&w->ring, 1);
+		if (r < 0 && r != -EINTR) {
+			set_err(w->sh, r, "io_uring submit failed%s: %s", "");
+			/* In-flight requests still complete; wait for them below. */
+			draining = 1;
+			if (io_uring_wait_cqe(&w->ring, &cqe) < 0)
+				break;
+		}
+		seen = 0;
+		io_uring_for_each_cqe(&w->ring, head, cqe) {
+			struct slot *s;
+
+			seen++;
+			i = (unsigned)io_uring_cqe_get_data64(cqe);
+			s = &w->slots[i];
+			if (cqe->res <= 0) {
+				set_err(w->sh, cqe->res < 0 ? cqe->res : -KV_ESHORT,
+					s->is_write ? "cannot write '%s': %s" : "cannot read '%s': %s",
+					w->sh->paths[s->file]);
+				abort_op(w, s);
+				draining = 1;
+			} else if ((s->done += (uint64_t)cqe->res) < w->b->o.block_bytes) {
+				/* A short transfer: ask for the rest. */
+				prep_io(w, i);
+				continue;
+			} else if (finish_op(w, s) < 0) {
+				draining = 1;
+			}
+			freelist[nfree++] = i;
+			inflight--;
+		}
+		io_uring_cq_advance(&w->ring, seen);
+		if (atomic_load(&w->sh->stop))
+			draining = 1;
+	}
+	free(freelist);
+}
+
+static void run_lookup(struct worker *w)
+{
+	struct shared *sh = w->sh;
+	struct stat st;
+	uint64_t file, k;
+	int is_write;
+	int64_t t0, t1;
+	int r;
+
+	while (next_op(w, &file, &is_write, &k)) {
+		/* Alternate keys that are there with keys that are not. */
+		int want = !(k & 1);
+		const char *path = want ? sh->paths[(k / 2) % w->b->files]
+					: sh->missing[(k / 2) % w->b->files];
+
+		t0 = kv_monotonic_ns();
+		r = fstatat(sh->rootfd, path, &st, 0);
+		t1 = kv_monotonic_ns();
+		if (r < 0 && errno != ENOENT) {
+			set_err(sh, -errno, "cannot stat '%s': %s", path);
+			return;
+		}
+		record(w, LAT_LOOKUP, t0, t1);
+		if (r == 0)
+			w->hits++;
+		else
+			w->misses++;
+		atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+
+	if (sh->phase == PH_LOOKUP)
+		run_lookup(w);
+	else if (w->b->o.engine == ENGINE_URING)
+		run_uring(w);
+	else
+		run_psync(w);
+	pthread_mutex_lock(&sh->lock);
+	atomic_fetch_sub(&sh->running, 1);
+	pthread_cond_signal(&sh->cond);
+	pthread_mutex_unlock(&sh->lock);
+	return NULL;
+}
+
+static int worker_setup(struct bench *b, struct worker *w)
+{
+	unsigned n = b->o.engine == ENGINE_URING ? b->o.qd : 1, i;
+	struct io_uring_params p = { 0 };
+	struct iovec *iov;
+	int r;
+
+	for (i = 0; i < LAT_COUNT; i++)
+		if ((r = kv_hist_new(&w->lat[i])) < 0)
+			return r;
+	w->slots = calloc(n, sizeof(*w->slots));
+	w->bufs = calloc(n, sizeof(*w->bufs));
+	if (!w->slots || !w->bufs)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		w->slots[i].fd = -1;
+		if ((r = posix_memalign(&w->bufs[i], KV_IO_ALIGN, b->o.block_bytes)))
+			return -r;
+		/* Incompressible, distinct per buffer. */
+		for (uint64_t j = 0; j + 8 <= b->o.block_bytes; j += 8) {
+			uint64_t v = splitmix(&w->rng);
+
+			memcpy((char *)w->bufs[i] + j, &v, 8);
+		}
+	}
+	if (b->o.engine != ENGINE_URING)
+		return 0;
+	if (b->o.sqpoll) {
+		p.flags |= IORING_SETUP_SQPOLL;
+		p.sq_thread_idle = 100;
+	}
+	r = io_uring_queue_init_params(n, &w->ring, &p);
+	if (r < 0)
+		return r;
+	w->have_ring = 1;
+	if (b->o.registered_buffers) {
+		iov = calloc(n, sizeof(*iov));
+		if (!iov)
+			return -ENOMEM;
+		for (i = 0; i < n; i++) {
+			iov[i].iov_base = w->bufs[i];
+			iov[i].iov_len = b->o.block_bytes;
+		}
+		r = io_uring_register_buffers(&w->ring, iov, n);
+		free(iov);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static void worker_free(struct bench *b, struct worker *w)
+{
+	unsigned n = b->o.engine == ENGINE_URING ? b->o.qd : 1, i;
+
+	if (w->have_ring)
+		io_uring_queue_exit(&w->ring);
+	for (i = 0; w->bufs && i < n; i++)
+		free(w->bufs[i]);
+	free(w->bufs);
+	free(w->slots);
+	for (i = 0; i < LAT_COUNT; i++)
+		kv_hist_free(w->lat[i]);
+}
+
+static int add_sample(struct bench *b, struct sample s)
+{
+	if (b->nsamples == b->samples_cap) {
+		size_t cap = b->samples_cap ? b->samples_cap * 2 : 64;
+		struct sample *n = realloc(b->samples, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		b->samples = n;
+		b->samples_cap = cap;
+	}
+	b->samples[b->nsamples++] = s;
+	return 0;
+}
+
+static void progress(enum phase ph, uint64_t t_ns,
+		     uint64_t ops, uint64_t bytes, uint64_t interval_ns,
+		     uint64_t d_bytes, uint64_t d_ops)
+{
+	char tb[16], rate[16];
+	double secs = (double)interval_ns / 1e9;
+
+	kv_size_format(bytes, tb, sizeof(tb));
+	kv_size_format(secs > 0 ? (uint64_t)((double)d_bytes / secs) : 0, rate, sizeof(rate));
+	fprintf(stderr, "\r\033[K%s: %.0f s, %llu ops, %s, %s/s, %.0f ops/s",
+		phase_names[ph], (double)t_ns / 1e9, (unsigned long long)ops, tb, rate,
+		secs > 0 ? (double)d_ops / secs : 0.0);
+}
+
+/* Sample the workers' counters once a second until they are all done. */
+static int sample_loop(struct bench *b, struct shared *sh, struct worker *ws,
+		       int64_t start)
+{
+	int tty = isatty(STDERR_FILENO) && !b->o.ndjson;
+	uint64_t last_ops = 0, last_bytes = 0, last_t = 0;
+	int64_t next = start + (int64_t)SAMPLE_NS;
+	int done = 0, r;
+
+	while (!done) {
+		struct timespec ts;
+		uint64_t ops = 0, bytes = 0, t;
+		unsigned i;
+
+		ts.tv_sec = 0;
+		ts.tv_nsec = 0;
+		pthread_mutex_lock(&sh->lock);
+		while (atomic_load(&sh->running) && kv_monotonic_ns() < next) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&sh->cond, &sh->lock, &ts);
+		}
+		done = !atomic_load(&sh->running);
+		pthread_mutex_unlock(&sh->lock);
+		t = (uint64_t)(kv_monotonic_ns() - start);
+		for (i = 0; i < b->o.threads; i++) {
+			ops += atomic_load(&ws[i].live_ops);
+			bytes += atomic_load(&ws[i].live_bytes);
+		}
+		if (t > last_t) {
+			struct sample s = { sh->phase, t, t - last_t, ops - last_ops,
+					    bytes - last_bytes };
+
+			if ((r = add_sample(b, s)) < 0)
+				return r;
+			if (b->o.ndjson) {
+				tool_json_print(sample_json(&s));
+				fflush(stdout);
+			}
+			if (tty)
+				progress(sh->phase, t, ops, bytes, t - last_t,
+					 bytes - last_bytes, ops - last_ops);
+		}
+		last_ops = ops;
+		last_bytes = bytes;
+		last_t = t;
+		next += (int64_t)SAMPLE_NS;
+	}
+	if (tty)
+		fputs("\r\033[K", stderr);
+	return 0;
+}
+
+/* Make the working set cold for a buffered read: write back, then drop
+ * its pages (every file, or the whole page cache with --drop-caches). */
+static const char *make_cold(struct bench *b, struct shared *sh)
+{
+	uint64_t i;
+	int fd;
+
+	if (b->direct)
+		return "direct";
+	syncfs(sh->rootfd);
+	if (b->o.drop_caches) {
+		fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+		if (fd >= 0 && write(fd, "1\n", 2) == 2) {
+			close(fd);
+			return "drop_caches";
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	for (i = 0; i < b->files; i++) {
+		fd = openat(sh->rootfd, sh->paths[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	return "fadvise";
+}
+
+static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
+{
+	struct phase_result *res = &b->res[ph];
+	struct worker *ws;
+	unsigned i, l, started = 0;
+	int64_t start;
+	int r = 0;
+
+	if (ph == PH_READ || ph == PH_MIXED)
+		res->cache_drop = make_cold(b, sh);
+	ws = calloc(b->o.threads, sizeof(*ws));
+	if (!ws)
+		return -ENOMEM;
+	for (i = 0; i < b->o.threads && r == 0; i++) {
+		ws[i].b = b;
+		ws[i].sh = sh;
+		ws[i].id = i;
+		ws[i].rng = b->o.seed * 1000003 + i + ph * 7919;
+		r = worker_setup(b, &ws[i]);
+	}
+	if (r < 0) {
+		snprintf(b->err, sizeof(b->err), "cannot set up workers: %s%s", kv_strerror(r),
+			 r == -ENOMEM && b->o.registered_buffers ?
+			 " (registered buffers are locked memory)" : "");
+		goto out;
+	}
+	sh->phase = ph;
+	atomic_store(&sh->cursor, 0);
+	atomic_store(&sh->stop, 0);
+	sh->total_ops = ph == PH_LOOKUP ? b->o.lookups : b->files;
+	start = kv_monotonic_ns();
+	sh->deadline_ns = b->o.duration_ns ? start + (int64_t)b->o.duration_ns : 0;
+	atomic_store(&sh->running, b->o.threads);
+	for (i = 0; i < b->o.threads; i++) {
+		r = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
+		if (r < 0) {
+			set_err(sh, r, "cannot start a thread%s: %s", "");
+			atomic_fetch_sub(&sh->running, b->o.threads - i);
+			break;
+		}
+		started++;
+	}
+	r = sample_loop(b, sh, ws, start);
+	for (i = 0; i < started; i++)
+		pthread_join(ws[i].tid, NULL);
+	res->elapsed_ns = (uint64_t)(kv_monotonic_ns() - start);
+	res->ran = 1;
+	for (l = 0; l < LAT_COUNT; l++) {
+		if (!res->lat[l] && (r = kv_hist_new(&res->lat[l])) < 0)
+			break;
+		for (i = 0; i < b->o.threads; i++)
+			kv_hist_merge(res->lat[l], ws[i].lat[l]);
+	}
+	for (i = 0; i < b->o.threads; i++) {
+		res->reads += ws[i].reads;
+		res->writes += ws[i].writes;
+		res->hits += ws[i].hits;
+		res->misses += ws[i].misses;
+		res->ops += atomic_load(&ws[i].live_ops);
+		res->bytes += atomic_load(&ws[i].live_bytes);
+	}
+	if (sh->err) {
+		r = sh->err;
+		snprintf(b->err, sizeof(b->err), "%s", sh->errmsg);
+	}
+out:
+	for (i = 0; i < b->o.threads; i++)
+		worker_free(b, &ws[i]);
+	free(ws);
+	return r;
+}
+
+/* The model dir a run writes into, named and fingerprinted as a vLLM
+ * fleet's would be, so lookups walk the same depth of directories. */
+static int make_model_dir(struct bench *b, int rootfd)
+{
+	unsigned tokens = b->have_geo ? b->geo.tokens_per_file : 256;
+	unsigned gpu = b->have_geo ? b->geo.gpu_block_tokens : 16;
+	char text[1024];
+	struct kv_config *cfg;
+	int r;
+
+	snprintf(text, sizeof(text),
+		 "{\"model_name\": \"kvbench/%s-%llu\", \"hash_block_size\": %u,"
+		 " \"gpu_blocks_per_file\": %u, \"tp_size\": %u, \"pp_size\": 1,"
+		 " \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"%s\","
+		 " \"kv_cache_groups\": [{\"block_size\": %u, \"layer_names\": []}],"
+		 " \"inference_engine\": \"kvbench\"}",
+		 b->have_geo && b->geo.model_type[0] ? b->geo.model_type : "block",
+		 (unsigned long long)b->o.block_bytes, gpu, tokens / gpu,
+		 b->have_geo ? b->geo.tp : 1, b->have_geo ? b->geo.dtype : "bfloat16", gpu);
+	r = kv_config_parse(text, strlen(text), &cfg);
+	if (r < 0)
+		return r;
+	r = kv_config_ensure_model_dir(rootfd, cfg, b->model_dir, sizeof(b->model_dir));
+	kv_config_free(cfg);
+	return r;
+}
+
+static int mkdirs_for(int rootfd, const char *relpath)
+{
+	char p[PATH_MAX], *s;
+
+	snprintf(p, sizeof(p), "%s", relpath);
+	for (s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (mkdirat(rootfd, p, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+static int make_paths(struct bench *b, struct shared *sh)
+{
+	uint64_t i, seed = b->o.seed;
+	char hash[HASH_HEX + 1], path[PATH_MAX];
+	int r;
+
+	sh->paths = calloc(b->files, sizeof(char *));
+	sh->missing = calloc(b->files, sizeof(char *));
+	if (!sh->paths || !sh->missing)
+		return -ENOMEM;
+	for (i = 0; i < b->files; i++) {
+		uint64_t h = splitmix(&seed);
+
+		snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
+		r = kv_layout_block_path(b->model_dir, 0, 0, hash, path, sizeof(path));
+		if (r < 0)
+			return r;
+		if ((r = mkdirs_for(sh->rootfd, path)) < 0)
+			return r;
+		if (!(sh->paths[i] = strdup(path)))
+			return -ENOMEM;
+		/* An absent key in the same bucket: only the name differs. */
+		snprintf(hash + 5, sizeof(hash) - 5, "%011llx",
+			 (unsigned long long)(~h & 0xfffffffffffULL));
+		r = kv_layout_block_path(b->model_dir, 0, 0, hash, path, sizeof(path));
+		if (r < 0)
+			return r;
+		if (!(sh->missing[i] = strdup(path)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* O_DIRECT is used when asked for or, by default, when the filesystem
+ * takes it; tmpfs and some FUSE mounts refuse it at open. */
+static int probe_direct(struct bench *b, int rootfd)
+{
+	char name[64];
+	int fd;
+
+	if (b->o.direct == DIRECT_OFF)
+		return 0;
+	snprintf(name, sizeof(name), ".kvbench-direct-%d.tmp", (int)getpid());
+	fd = openat(rootfd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		close(fd);
+		unlinkat(rootfd, name, 0);
+		if (b->o.block_bytes % KV_IO_ALIGN) {
+			if (b->o.direct == DIRECT_ON) {
+				snprintf(b->err, sizeof(b->err),
+					 "O_DIRECT needs a block size that is a multiple of %d bytes",
+					 KV_IO_ALIGN);
+				return -EINVAL;
+			}
+			return 0;
+		}
+		return 1;
+	}
+	if (errno == EINVAL && b->o.direct == DIRECT_AUTO)
+		return 0;
+	snprintf(b->err, sizeof(b->err), "cannot use O_DIRECT in '%s': %s%s", b->o.dir,
+		 strerror(errno), errno == EINVAL ? " (try --buffered)" : "");
+	return -errno;
+}
+
+static void cleanup(struct bench *b, struct shared *sh)
+{
+	char p[PATH_MAX], *s;
+	uint64_t i;
+
+	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++)
+		unlinkat(sh->rootfd, sh->paths[i], 0);
+	/* Bucket dirs, rank dir, then the model dir: rmdir leaves any that
+	 * hold something that is not ours. */
+	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++) {
+		snprintf(p, sizeof(p), "%s", sh->paths[i]);
+		while ((s = strrchr(p, '/'))) {
+			*s = '\0';
+			if (unlinkat(sh->rootfd, p, AT_REMOVEDIR) < 0)
+				break;
+		}
+	}
+	if (b->model_dir[0]) {
+		snprintf(p, sizeof(p), "%s/%s", b->model_dir, KV_CONFIG_NAME);
+		unlinkat(sh->rootfd, p, 0);
+		unlinkat(sh->rootfd, b->model_dir, AT_REMOVEDIR);
+	}
+}
+
+/* Reads need the working set in place: write, untimed, any block file a
+ * write phase did not (none ran, or its --duration ended first). */
+static int populate(struct bench *b, struct shared *sh)
+{
+	struct stat st;
+	uint64_t i, done;
+	const char *bad = NULL;
+	ssize_t n;
+	void *buf;
+	int fd, r = 0;
+
+	buf = calloc(1, b->o.block_bytes);
+	if (!buf)
+		return -ENOMEM;
+	for (i = 0; i < b->files && r == 0; i++) {
+		if (fstatat(sh->rootfd, sh->paths[i], &st, 0) == 0 &&
+		    (uint64_t)st.st_size == b->o.block_bytes)
+			continue;
+		bad = sh->paths[i];
+		fd = openat(sh->rootfd, bad, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			r = -errno;
+			break;
+		}
+		for (done = 0; done < b->o.block_bytes; done += (uint64_t)n) {
+			n = pwrite(fd, (char *)buf + done, b->o.block_bytes - done, (off_t)done);
+			if (n < 0 && errno == EINTR) {
+				n = 0;
+				continue;
+			}
+			if (n <= 0) {
+				r = n < 0 ? -errno : -EIO;
+				break;
+			}
+		}
+		close(fd);
+	}
+	free(buf);
+	if (r < 0)
+		snprintf(b->err, sizeof(b->err), "cannot write '%s': %s", bad,
+			 kv_strerror(r));
+	return r;
+}
+
+int bench_run(struct bench *b)
+{
+	struct shared sh = { .rootfd = -1 };
+	enum phase ph;
+	int r;
+
+	pthread_mutex_init(&sh.lock, NULL);
+	pthread_cond_init(&sh.cond, NULL);
+	b->started_ns = kv_now_ns();
+	b->files = (b->o.size_bytes + b->o.block_bytes - 1) / b->o.block_bytes;
+	if (!b->files)
+		b->files = 1;
+	sh.rootfd = open(b->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sh.rootfd < 0) {
+		r = -errno;
+		snprintf(b->err, sizeof(b->err), "cannot open '%s': %s", b->o.dir, strerror(errno));
+		goto out;
+	}
+	if ((r = probe_direct(b, sh.rootfd)) < 0)
+		goto out;
+	b->direct = r;
+	if ((r = make_model_dir(b, sh.rootfd)) < 0) {
+		snprintf(b->err, sizeof(b->err), "cannot create a model dir in '%s': %s",
+			 b->o.dir, kv_strerror(r));
+		goto out;
+	}
+	if ((r = make_paths(b, &sh)) < 0) {
+		snprintf(b->err, sizeof(b->err), "cannot lay out files in '%s': %s",
+			 b->o.dir, kv_strerror(r));
+		goto out;
+	}
+	for (ph = 0; ph < PH_COUNT; ph++) {
+		if (!(b->o.phases & (1u << ph)))
+			continue;
+		if (ph != PH_WRITE && (r = populate(b, &sh)) < 0)
+			goto out;
+		if ((r = run_phase(b, &sh, ph)) < 0)
+			goto out;
+	}
+	r = 0;
+out:
+	if (sh.rootfd >= 0) {
+		if (!b->o.keep)
+			cleanup(b, &sh);
+		close(sh.rootfd);
+	}
+	for (uint64_t i = 0; i < b->files && sh.paths; i++)
+		free(sh.paths[i]);
+	for (uint64_t i = 0; i < b->files && sh.missing; i++)
+		free(sh.missing[i]);
+	free(sh.paths);
+	free(sh.missing);
+	pthread_mutex_destroy(&sh.lock);
+	pthread_cond_destroy(&sh.cond);
+	return r;
+}
+
+void bench_free(struct bench *b)
+{
+	for (int ph = 0; ph < PH_COUNT; ph++)
+		for (int l = 0; l < LAT_COUNT; l++)
+			kv_hist_free(b->res[ph].lat[l]);
+	free(b->samples);
+}
