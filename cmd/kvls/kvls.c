@@ -1,0 +1,911 @@
+/*
+ * kvls: list the model dirs and blocks of a cache root, or check it.
+ *
+ * One walk of the root (kv_walk) feeds every mode.  Block records are
+ * formatted by hand straight into stdio's buffer: jansson per record
+ * would cost more than the walk itself on a large tree.  The model table
+ * is small and goes through jansson.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "../common/tool.h"
+
+#define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
+#define PROGRESS_EVERY_NS	250000000LL
+#define RECORD_MAX		16384
+#define ORPHANS_AFTER_NS	(3600ULL * 1000000000ULL)
+
+/* Why a walk callback stopped the walk (kv_walk passes it back). */
+enum { STOP_WRITE = 1, STOP_NOMEM };
+
+enum mode { MODE_MODELS, MODE_BLOCKS, MODE_CHECK };
+enum out { OUT_TABLE, OUT_JSON, OUT_NDJSON };
+
+struct model {
+	char model_dir[KV_NAME_MAX + 1];
+	char fingerprint[KV_FINGERPRINT_LEN + 1];
+	char *name;		/* model_name from config.json */
+	char *dtype;
+	int64_t tp;
+	int has_config;
+	int has_dir;		/* some entry seen inside the model dir */
+	unsigned *ranks;	/* distinct, sorted */
+	size_t nranks;
+	uint64_t files, size_bytes, alloc_bytes;
+	int64_t oldest_ns, newest_ns;
+};
+
+struct ls {
+	enum mode mode;
+	enum out out;
+	int verify;
+	int64_t now_ns;
+	int has_older, has_newer;
+	int64_t older_cut_ns, newer_cut_ns;
+	uint64_t orphans_after_ns;
+
+	struct model *models;
+	size_t nmodels, cap;
+	size_t last;		/* index of the last model looked up */
+
+	int opened;		/* the -J document's opening is out */
+	uint64_t records;	/* block or problem records written */
+	uint64_t blocks, problems, temps_in_flight;
+	uint64_t verified, mismatched, unchecked;
+	int no_xattrs;
+
+	int progress;
+	uint64_t seen;
+	int64_t start_ns, next_progress_ns;
+	int progress_shown;
+
+	int write_errno;
+};
+
+static void usage(void)
+{
+	printf("Usage: kvls [-J | --ndjson] [--blocks] [--root DIR] [--model MODEL] [--rank N]\n"
+	       "            [--older-than DUR] [--newer-than DUR] [--threads N]\n"
+	       "       kvls --check | --verify [-J | --ndjson] [--root DIR] [--model MODEL]\n"
+	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
+	       "            [--orphans-after DUR] [--threads N]\n"
+	       "       kvls -h | -V\n"
+	       "\n"
+	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
+	       "\n"
+	       "  -b, --blocks            one record per block instead of a model table\n"
+	       "  -c, --check             report fingerprint mismatches, rank dirs without\n"
+	       "                          a model dir, orphaned temps, foreign files and\n"
+	       "                          unreadable dirs; exit 1 if any\n"
+	       "      --verify            check each block's xxh3 checksum; exit 1 on a\n"
+	       "                          mismatch (combines with --check)\n"
+	       "  -J, --json              one JSON document\n"
+	       "      --ndjson            one JSON record per line\n"
+	       "  -r, --root DIR          the cache root (default $KV_ROOT)\n"
+	       "  -m, --model MODEL       only this model dir, or every fingerprint of a model\n"
+	       "      --rank N            only rank N\n"
+	       "      --older-than DUR    only blocks last read more than DUR ago (7d, 90m)\n"
+	       "      --newer-than DUR    only blocks read within DUR\n"
+	       "      --orphans-after DUR temp files older than DUR are orphans (default 1h)\n"
+	       "  -t, --threads N         walk with N threads (default: CPUs, at most 8)\n"
+	       "  -h, --help              show this help and exit\n"
+	       "  -V, --version           show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 listed / clean, 1 nothing matched / problems found,\n"
+	       "2 usage error, 3 the root could not be read.\n");
+	exit(0);
+}
+
+/* --- output ---------------------------------------------------------- */
+
+static int out_write(struct ls *ls, const char *buf, size_t len)
+{
+	if (ls->write_errno)
+		return STOP_WRITE;
+	if (fwrite_unlocked(buf, 1, len, stdout) != len) {
+		ls->write_errno = errno ? errno : EIO;
+		return STOP_WRITE;
+	}
+	return 0;
+}
+
+/* The head of a -J document, written before its first record so that a
+ * root that cannot be opened leaves stdout empty. */
+static int out_open(struct ls *ls)
+{
+	static const char *const heads[] = {
+		[MODE_BLOCKS] = "{\"blocks\":[",
+		[MODE_CHECK] = "{\"problems\":[",
+	};
+
+	if (ls->opened || ls->out != OUT_JSON || ls->mode == MODE_MODELS)
+		return 0;
+	ls->opened = 1;
+	return out_write(ls, heads[ls->mode], strlen(heads[ls->mode]));
+}
+
+/* A lost stdout ends the program: quietly for a closed pipe, which is
+ * what `kvls | head` does, with a message for anything else. */
+static void out_fail(const struct ls *ls)
+{
+	if (ls->write_errno == EPIPE)
+		_exit(EXIT_RUNTIME);
+	tool_err("write error: %s", strerror(ls->write_errno));
+	_exit(EXIT_RUNTIME);
+}
+
+static char *put_lit(char *p, const char *s)
+{
+	size_t n = strlen(s);
+
+	memcpy(p, s, n);
+	return p + n;
+}
+
+static char *put_u64(char *p, uint64_t v)
+{
+	char tmp[20];
+	int n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
+static char *put_i64(char *p, int64_t v)
+{
+	if (v < 0) {
+		*p++ = '-';
+		return put_u64(p, (uint64_t)0 - (uint64_t)v);
+	}
+	return put_u64(p, (uint64_t)v);
+}
+
+/* Decode one UTF-8 sequence at s; its length, or 0 if invalid. */
+static int utf8_decode(const unsigned char *s, uint32_t *cp)
+{
+	int n;
+	uint32_t c;
+
+	if (s[0] < 0xc2)
+		return 0;
+	if (s[0] < 0xe0) {
+		n = 2;
+		c = s[0] & 0x1f;
+	} else if (s[0] < 0xf0) {
+		n = 3;
+		c = s[0] & 0x0f;
+	} else if (s[0] < 0xf5) {
+		n = 4;
+		c = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	for (int i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (s[i] & 0x3f);
+	}
+	if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
+	    (n == 4 && (c < 0x10000 || c > 0x10ffff)))
+		return 0;
+	*cp = c;
+	return n;
+}
+
+static char *put_u_escape(char *p, uint32_t cp)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	*p++ = '\\';
+	*p++ = 'u';
+	for (int shift = 12; shift >= 0; shift -= 4)
+		*p++ = hex[(cp >> shift) & 0xf];
+	return p;
+}
+
+/*
+ * A JSON string as jansson writes it with JSON_ENSURE_ASCII, so hand-made
+ * and jansson-made records agree byte for byte.  File names need not be
+ * UTF-8; an invalid byte becomes U+FFFD.  Needs 6 * strlen(s) + 2 bytes.
+ */
+static char *put_json_str(char *p, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	*p++ = '"';
+	while (*s) {
+		uint32_t cp;
+		int n;
+
+		if (*s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') {
+			*p++ = (char)*s++;
+			continue;
+		}
+		switch (*s) {
+		case '"': p = put_lit(p, "\\\""); s++; continue;
+		case '\\': p = put_lit(p, "\\\\"); s++; continue;
+		case '\b': p = put_lit(p, "\\b"); s++; continue;
+		case '\f': p = put_lit(p, "\\f"); s++; continue;
+		case '\n': p = put_lit(p, "\\n"); s++; continue;
+		case '\r': p = put_lit(p, "\\r"); s++; continue;
+		case '\t': p = put_lit(p, "\\t"); s++; continue;
+		}
+		if (*s < 0x20) {
+			p = put_u_escape(p, *s++);
+			continue;
+		}
+		n = utf8_decode(s, &cp);
+		if (!n) {
+			p = put_u_escape(p, 0xfffd);
+			s++;
+			continue;
+		}
+		s += n;
+		if (cp >= 0x10000) {
+			cp -= 0x10000;
+			p = put_u_escape(p, 0xd800 | (cp >> 10));
+			p = put_u_escape(p, 0xdc00 | (cp & 0x3ff));
+		} else {
+			p = put_u_escape(p, cp);
+		}
+	}
+	*p++ = '"';
+	return p;
+}
+
+/* Separator before a record: none for the first, ',' inside a -J array. */
+static int out_record(struct ls *ls, const char *rec, size_t len)
+{
+	if (out_open(ls) || (ls->out == OUT_JSON && ls->records && out_write(ls, ",", 1)))
+		return STOP_WRITE;
+	ls->records++;
+	return out_write(ls, rec, len);
+}
+
+/* --- progress -------------------------------------------------------- */
+
+static void progress_tick(struct ls *ls)
+{
+	int64_t now;
+
+	if (!ls->progress || (++ls->seen & 1023))
+		return;
+	now = kv_monotonic_ns();
+	if (now < ls->next_progress_ns)
+		return;
+	ls->next_progress_ns = now + PROGRESS_EVERY_NS;
+	fprintf(stderr, "\r%s: %" PRIu64 " files scanned", tool_name, ls->seen);
+	ls->progress_shown = 1;
+}
+
+static void progress_done(struct ls *ls)
+{
+	if (ls->progress_shown)
+		fputs("\r\033[K", stderr);
+}
+
+/* --- models ---------------------------------------------------------- */
+
+static struct model *model_get(struct ls *ls, const struct kv_block_ref *ref)
+{
+	struct model *m;
+
+	if (ls->nmodels && !strcmp(ls->models[ls->last].model_dir, ref->model_dir))
+		return &ls->models[ls->last];
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		if (!strcmp(ls->models[i].model_dir, ref->model_dir)) {
+			ls->last = i;
+			return &ls->models[i];
+		}
+	}
+	if (ls->nmodels == ls->cap) {
+		size_t cap = ls->cap ? ls->cap * 2 : 16;
+		struct model *mm = realloc(ls->models, cap * sizeof(*mm));
+
+		if (!mm)
+			return NULL;
+		ls->models = mm;
+		ls->cap = cap;
+	}
+	m = &ls->models[ls->nmodels];
+	memset(m, 0, sizeof(*m));
+	snprintf(m->model_dir, sizeof(m->model_dir), "%s", ref->model_dir);
+	snprintf(m->fingerprint, sizeof(m->fingerprint), "%s", ref->fingerprint);
+	m->tp = -1;
+	m->oldest_ns = INT64_MAX;
+	m->newest_ns = INT64_MIN;
+	ls->last = ls->nmodels++;
+	return m;
+}
+
+static int model_add_rank(struct model *m, unsigned rank)
+{
+	size_t i = 0;
+	unsigned *r;
+
+	while (i < m->nranks && m->ranks[i] < rank)
+		i++;
+	if (i < m->nranks && m->ranks[i] == rank)
+		return 0;
+	r = realloc(m->ranks, (m->nranks + 1) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	memmove(r + i + 1, r + i, (m->nranks - i) * sizeof(*r));
+	r[i] = rank;
+	m->ranks = r;
+	m->nranks++;
+	return 0;
+}
+
+/* The model part of a model dir name: "<safe_model>" without "_<d12>". */
+static void safe_model_of(const struct model *m, char *buf, size_t len)
+{
+	size_t n = strlen(m->model_dir);
+
+	n = n > KV_FINGERPRINT_LEN + 1 ? n - KV_FINGERPRINT_LEN - 1 : n;
+	snprintf(buf, len, "%.*s", (int)n, m->model_dir);
+}
+
+static int cmp_model(const void *a, const void *b)
+{
+	return strcmp(((const struct model *)a)->model_dir,
+		      ((const struct model *)b)->model_dir);
+}
+
+static void models_free(struct ls *ls)
+{
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		free(ls->models[i].name);
+		free(ls->models[i].dtype);
+		free(ls->models[i].ranks);
+	}
+	free(ls->models);
+}
+
+/* Whether a model has anything to show under the filters in force. */
+static int model_listed(const struct ls *ls, const struct model *m)
+{
+	return m->files || (!ls->has_older && !ls->has_newer);
+}
+
+static json_t *model_json(const struct model *m)
+{
+	char safe[KV_NAME_MAX + 1];
+	json_t *ranks = json_array();
+
+	for (size_t i = 0; i < m->nranks; i++)
+		json_array_append_new(ranks, json_integer(m->ranks[i]));
+	safe_model_of(m, safe, sizeof(safe));
+	return json_pack("{s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o}",
+			 "model", m->name ? m->name : safe,
+			 "model_dir", m->model_dir,
+			 "fingerprint", m->fingerprint,
+			 "config", m->has_config,
+			 "dtype", m->dtype ? json_string(m->dtype) : json_null(),
+			 "tp", m->tp >= 0 ? json_integer(m->tp) : json_null(),
+			 "ranks", ranks,
+			 "files", (json_int_t)m->files,
+			 "size_bytes", (json_int_t)m->size_bytes,
+			 "alloc_bytes", (json_int_t)m->alloc_bytes,
+			 "oldest_atime_ns", m->files ? json_integer(m->oldest_ns) : json_null(),
+			 "newest_atime_ns", m->files ? json_integer(m->newest_ns) : json_null());
+}
+
+static void models_table(struct ls *ls)
+{
+	int wmodel = 5, wdtype = 5;
+	char safe[KV_NAME_MAX + 1];
+
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		const struct model *m = &ls->models[i];
+		int n;
+
+		if (!model_listed(ls, m))
+			continue;
+		safe_model_of(m, safe, sizeof(safe));
+		n = (int)strlen(m->name ? m->name : safe);
+		wmodel = n > wmodel ? n : wmodel;
+		n = m->dtype ? (int)strlen(m->dtype) : 1;
+		wdtype = n > wdtype ? n : wdtype;
+	}
+	printf("%-*s  %-12s  %-*s  %3s  %5s  %8s  %6s  %-20s  %s\n", wmodel, "MODEL",
+	       "FINGERPRINT", wdtype, "DTYPE", "TP", "RANKS", "FILES", "SIZE",
+	       "OLDEST", "NEWEST");
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		const struct model *m = &ls->models[i];
+		char size[16], oldest[32] = "-", newest[32] = "-", tp[24] = "-";
+
+		if (!model_listed(ls, m))
+			continue;
+		safe_model_of(m, safe, sizeof(safe));
+		kv_size_format(m->size_bytes, size, sizeof(size));
+		if (m->files) {
+			kv_time_format(m->oldest_ns, oldest, sizeof(oldest));
+			kv_time_format(m->newest_ns, newest, sizeof(newest));
+		}
+		if (m->tp >= 0)
+			snprintf(tp, sizeof(tp), "%" PRId64, m->tp);
+		printf("%-*s  %-12s  %-*s  %3s  %5zu  %8" PRIu64 "  %6s  %-20s  %s\n",
+		       wmodel, m->name ? m->name : safe, m->fingerprint, wdtype,
+		       m->dtype ? m->dtype : "-", tp, m->nranks, m->files, size,
+		       oldest, newest);
+	}
+}
+
+static size_t models_print(struct ls *ls)
+{
+	json_t *all = json_array();
+	size_t listed = 0;
+
+	qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
+	for (size_t i = 0; i < ls->nmodels; i++)
+		listed += model_listed(ls, &ls->models[i]) ? 1 : 0;
+	if (ls->out == OUT_TABLE) {
+		if (listed)
+			models_table(ls);
+		json_decref(all);
+		return listed;
+	}
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		if (!model_listed(ls, &ls->models[i]))
+			continue;
+		if (ls->out == OUT_NDJSON)
+			tool_json_print(model_json(&ls->models[i]));
+		else
+			json_array_append_new(all, model_json(&ls->models[i]));
+	}
+	if (ls->out == OUT_JSON)
+		tool_json_print(json_pack("{s:o}", "models", all));
+	else
+		json_decref(all);
+	return listed;
+}
+
+/* --- per-entry work -------------------------------------------------- */
+
+static int block_matches(const struct ls *ls, const struct kv_walk_entry *e)
+{
+	if (ls->has_older && e->atime_ns >= ls->older_cut_ns)
+		return 0;
+	if (ls->has_newer && e->atime_ns < ls->newer_cut_ns)
+		return 0;
+	return 1;
+}
+
+static int block_record(struct ls *ls, const struct kv_walk_entry *e)
+{
+	char rec[RECORD_MAX], *p = rec;
+
+	if (ls->out == OUT_TABLE) {
+		char at[32], mt[32], size[16], alloc[16];
+		int n;
+
+		kv_time_format(e->atime_ns, at, sizeof(at));
+		kv_time_format(e->mtime_ns, mt, sizeof(mt));
+		kv_size_format(e->size_bytes, size, sizeof(size));
+		kv_size_format(e->alloc_bytes, alloc, sizeof(alloc));
+		if (!ls->records) {
+			n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4s  %5s  %s\n",
+				     "ATIME", "MTIME", "SIZE", "ALLOC", "RANK",
+				     "GROUP", "PATH");
+			if (out_write(ls, rec, (size_t)n))
+				return STOP_WRITE;
+		}
+		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
+			     at, mt, size, alloc, e->ref.rank, e->ref.group, e->path);
+		ls->records++;
+		return out_write(ls, rec, (size_t)n);
+	}
+	p = put_lit(p, "{\"alloc_bytes\":");
+	p = put_u64(p, e->alloc_bytes);
+	p = put_lit(p, ",\"atime_ns\":");
+	p = put_i64(p, e->atime_ns);
+	p = put_lit(p, ",\"group\":");
+	p = put_u64(p, e->ref.group);
+	p = put_lit(p, ",\"hash\":");
+	p = put_json_str(p, e->ref.hash);
+	p = put_lit(p, ",\"model_dir\":");
+	p = put_json_str(p, e->ref.model_dir);
+	p = put_lit(p, ",\"mtime_ns\":");
+	p = put_i64(p, e->mtime_ns);
+	p = put_lit(p, ",\"path\":");
+	p = put_json_str(p, e->path);
+	p = put_lit(p, ",\"rank\":");
+	p = put_u64(p, e->ref.rank);
+	p = put_lit(p, ",\"size_bytes\":");
+	p = put_u64(p, e->size_bytes);
+	*p++ = '}';
+	if (ls->out == OUT_NDJSON)
+		*p++ = '\n';
+	return out_record(ls, rec, (size_t)(p - rec));
+}
+
+static int problem(struct ls *ls, const char *kind, const char *path,
+		   const char *detail)
+{
+	char rec[RECORD_MAX], *p = rec;
+
+	ls->problems++;
+	/* Escaping may grow text sixfold: drop a detail that would not fit. */
+	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > RECORD_MAX)
+		detail = "";
+	if (ls->out == OUT_TABLE) {
+		int n = snprintf(rec, sizeof(rec), "%-12s  %s%s%s\n", kind, path,
+				 *detail ? "  " : "", detail);
+
+		ls->records++;
+		return out_write(ls, rec, (size_t)n < sizeof(rec) ? (size_t)n : sizeof(rec) - 1);
+	}
+	p = put_lit(p, "{\"detail\":");
+	p = put_json_str(p, detail);
+	p = put_lit(p, ",\"path\":");
+	p = put_json_str(p, path);
+	p = put_lit(p, ",\"problem\":");
+	p = put_json_str(p, kind);
+	*p++ = '}';
+	if (ls->out == OUT_NDJSON)
+		*p++ = '\n';
+	return out_record(ls, rec, (size_t)(p - rec));
+}
+
+static const char *type_name(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return "file with a name outside the layout";
+	case S_IFDIR: return "directory outside the layout, not descended";
+	case S_IFLNK: return "symlink, not followed";
+	case 0: return "symlink or mount point, not followed";
+	default: return "special file";
+	}
+}
+
+static int on_config(struct ls *ls, const struct kv_walk_entry *e)
+{
+	struct kv_config *cfg;
+	struct model *m = model_get(ls, &e->ref);
+	char want[KV_NAME_MAX + 1], detail[KV_NAME_MAX + 64];
+	const char *s;
+	int rc;
+
+	if (!m)
+		return STOP_NOMEM;
+	m->has_dir = 1;
+	rc = kv_config_load(e->dirfd, e->name, &cfg);
+	if (rc < 0) {
+		if (ls->mode == MODE_CHECK)
+			return problem(ls, "bad-config", e->path,
+				       rc == -KV_EBADCONFIG && *kv_config_error() ?
+				       kv_config_error() : kv_strerror(rc));
+		tool_err("cannot read '%s': %s", e->path, kv_strerror(rc));
+		return 0;
+	}
+	m->has_config = 1;
+	if ((s = kv_config_string(cfg, "model_name")) && !m->name)
+		m->name = strdup(s);
+	if ((s = kv_config_string(cfg, "dtype")) && !m->dtype)
+		m->dtype = strdup(s);
+	kv_config_int(cfg, "tp_size", &m->tp);
+	rc = 0;
+	if (ls->mode == MODE_CHECK && kv_config_model_dir(cfg, want, sizeof(want)) == 0 &&
+	    strcmp(want, e->ref.model_dir)) {
+		snprintf(detail, sizeof(detail), "config.json belongs in '%s'", want);
+		rc = problem(ls, "fingerprint", e->ref.model_dir, detail);
+	}
+	kv_config_free(cfg);
+	return rc;
+}
+
+/* Open a block for reading without disturbing its atime where we may. */
+static int open_noatime(const struct kv_walk_entry *e)
+{
+	int fd = openat(e->dirfd, e->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+
+	if (fd < 0 && errno == EPERM)
+		fd = openat(e->dirfd, e->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
+{
+	int fd = open_noatime(e), rc;
+
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return problem(ls, "unreadable", e->path, kv_strerror(fd));
+	rc = kv_integrity_verify_fd(fd);
+	close(fd);
+	switch (rc) {
+	case 0:
+		ls->verified++;
+		return 0;
+	case -ENODATA:
+		ls->unchecked++;
+		return 0;
+	case -ENOTSUP:
+		ls->unchecked++;
+		ls->no_xattrs = 1;
+		return 0;
+	case -KV_ECHECKSUM:
+		ls->mismatched++;
+		return problem(ls, "checksum", e->path,
+			       "payload does not match user.kv.xxh3");
+	default:
+		return problem(ls, "unreadable", e->path, kv_strerror(rc));
+	}
+}
+
+static int on_block(struct ls *ls, const struct kv_walk_entry *e)
+{
+	struct model *m;
+
+	if (!block_matches(ls, e))
+		return 0;
+	ls->blocks++;
+	if (ls->mode == MODE_BLOCKS)
+		return block_record(ls, e);
+	if (ls->mode == MODE_CHECK)
+		return ls->verify ? verify_block(ls, e) : 0;
+	m = model_get(ls, &e->ref);
+	if (!m)
+		return STOP_NOMEM;
+	m->files++;
+	m->size_bytes += e->size_bytes;
+	m->alloc_bytes += e->alloc_bytes;
+	if (e->atime_ns < m->oldest_ns)
+		m->oldest_ns = e->atime_ns;
+	if (e->atime_ns > m->newest_ns)
+		m->newest_ns = e->atime_ns;
+	return 0;
+}
+
+static int on_entry(const struct kv_walk_entry *e, void *arg)
+{
+	struct ls *ls = arg;
+	struct model *m;
+	char detail[128];
+	int rc = 0;
+
+	progress_tick(ls);
+	/* Note every model and rank dir, for the table and for rank dirs
+	 * whose model dir is missing. */
+	if (e->ref.model_dir[0] && e->kind != KV_WALK_BLOCK) {
+		if (!(m = model_get(ls, &e->ref)))
+			return STOP_NOMEM;
+		if (e->has_rank)
+			rc = model_add_rank(m, e->ref.rank);
+		else
+			m->has_dir = 1;
+		if (rc)
+			return STOP_NOMEM;
+	}
+	switch (e->kind) {
+	case KV_WALK_BLOCK:
+		if (ls->mode != MODE_BLOCKS) {
+			m = model_get(ls, &e->ref);
+			if (!m || model_add_rank(m, e->ref.rank) < 0)
+				return STOP_NOMEM;
+		}
+		return on_block(ls, e);
+	case KV_WALK_CONFIG:
+		return ls->mode == MODE_BLOCKS ? 0 : on_config(ls, e);
+	case KV_WALK_TEMP:
+		if (ls->mode != MODE_CHECK)
+			return 0;
+		if (e->mtime_ns > ls->now_ns - (int64_t)ls->orphans_after_ns) {
+			ls->temps_in_flight++;
+			return 0;
+		}
+		snprintf(detail, sizeof(detail), "temp file untouched for %" PRId64 "s",
+			 (int64_t)((ls->now_ns - e->mtime_ns) / 1000000000LL));
+		return problem(ls, "orphan-temp", e->path, detail);
+	case KV_WALK_FOREIGN:
+		return ls->mode == MODE_CHECK ?
+		       problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
+	case KV_WALK_ERROR:
+		if (ls->mode == MODE_CHECK)
+			return problem(ls, "unreadable", e->path, kv_strerror(e->err));
+		tool_err("cannot read '%s': %s", e->path, kv_strerror(e->err));
+		return 0;
+	case KV_WALK_DIR:
+		return 0;
+	}
+	return 0;
+}
+
+/* Rank dirs whose model dir has no config.json, found once the walk is
+ * done. */
+static int check_models(struct ls *ls)
+{
+	char path[KV_NAME_MAX + 32];
+
+	qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		const struct model *m = &ls->models[i];
+
+		if (m->has_config)
+			continue;
+		if (m->has_dir && problem(ls, "no-config", m->model_dir,
+					  "model dir without config.json"))
+			return STOP_WRITE;
+		for (size_t r = 0; r < m->nranks; r++) {
+			snprintf(path, sizeof(path), "%s_r%u", m->model_dir, m->ranks[r]);
+			if (problem(ls, "orphan-rank", path,
+				    "rank dir without a model dir holding config.json"))
+				return STOP_WRITE;
+		}
+	}
+	return 0;
+}
+
+static void check_summary(struct ls *ls)
+{
+	json_t *sum;
+
+	if (ls->verify && ls->no_xattrs)
+		tool_err("note: the filesystem has no user xattrs; checksums cannot be verified");
+	if (ls->out == OUT_NDJSON)
+		return;
+	if (ls->out == OUT_TABLE) {
+		if (!ls->verify) {
+			printf("%" PRIu64 " problem%s\n", ls->problems,
+			       ls->problems == 1 ? "" : "s");
+			return;
+		}
+		printf("%" PRIu64 " problem%s; %" PRIu64 " blocks: %" PRIu64
+		       " verified, %" PRIu64 " mismatched, %" PRIu64 " without checksum%s\n",
+		       ls->problems, ls->problems == 1 ? "" : "s", ls->blocks,
+		       ls->verified, ls->mismatched, ls->unchecked,
+		       ls->no_xattrs ? " (no user xattrs on this filesystem)" : "");
+		return;
+	}
+	sum = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)ls->blocks,
+			"problems", (json_int_t)ls->problems,
+			"temps_in_flight", (json_int_t)ls->temps_in_flight);
+	if (ls->verify) {
+		json_object_set_new(sum, "verified", json_integer((json_int_t)ls->verified));
+		json_object_set_new(sum, "mismatched", json_integer((json_int_t)ls->mismatched));
+		json_object_set_new(sum, "unchecked", json_integer((json_int_t)ls->unchecked));
+		json_object_set_new(sum, "xattrs", json_boolean(!ls->no_xattrs));
+	}
+	out_open(ls);
+	fputs("],\"summary\":", stdout);
+	json_dumpf(sum, stdout, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+	fputs("}\n", stdout);
+	json_decref(sum);
+}
+
+int main(int argc, char **argv)
+{
+	enum {
+		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
+		OPT_ORPHANS,
+	};
+	static const struct option longopts[] = {
+		{ "blocks", no_argument, NULL, 'b' },
+		{ "check", no_argument, NULL, 'c' },
+		{ "verify", no_argument, NULL, OPT_VERIFY },
+		{ "json", no_argument, NULL, 'J' },
+		{ "ndjson", no_argument, NULL, OPT_NDJSON },
+		{ "root", required_argument, NULL, 'r' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "older-than", required_argument, NULL, OPT_OLDER },
+		{ "newer-than", required_argument, NULL, OPT_NEWER },
+		{ "orphans-after", required_argument, NULL, OPT_ORPHANS },
+		{ "threads", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct kv_walk_opts wopts = { .rank = -1 };
+	struct ls ls = { .mode = MODE_MODELS, .orphans_after_ns = ORPHANS_AFTER_NS };
+	const char *root_opt = NULL, *root;
+	int blocks = 0, check = 0, c, rc;
+	uint64_t older = 0, newer = 0;
+
+	tool_init("kvls");
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "bcJr:m:t:hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'b': blocks = 1; break;
+		case 'c': check = 1; break;
+		case OPT_VERIFY: ls.verify = 1; break;
+		case 'J': ls.out = OUT_JSON; break;
+		case OPT_NDJSON: ls.out = OUT_NDJSON; break;
+		case 'r': root_opt = optarg; break;
+		case 'm':
+			if (!*optarg)
+				tool_usage_fail("invalid --model value ''");
+			wopts.model = optarg;
+			break;
+		case OPT_RANK:
+			wopts.rank = (int)tool_parse_uint("--rank", optarg, INT32_MAX);
+			break;
+		case OPT_OLDER:
+			older = tool_parse_duration_ns("--older-than", optarg);
+			ls.has_older = 1;
+			break;
+		case OPT_NEWER:
+			newer = tool_parse_duration_ns("--newer-than", optarg);
+			ls.has_newer = 1;
+			break;
+		case OPT_ORPHANS:
+			ls.orphans_after_ns = tool_parse_duration_ns("--orphans-after", optarg);
+			break;
+		case 't':
+			wopts.threads = (unsigned)tool_parse_uint("--threads", optarg, 64);
+			break;
+		case 'h': usage(); break;
+		case 'V': tool_version(); break;
+		default:
+			tool_usage_fail("invalid option or missing argument: '%s'",
+					argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (blocks && (check || ls.verify))
+		tool_usage_fail("--blocks lists; --check and --verify check: pick one");
+	root = tool_root(root_opt);
+	if (check || ls.verify)
+		ls.mode = MODE_CHECK;
+	else if (blocks)
+		ls.mode = MODE_BLOCKS;
+
+	ls.now_ns = kv_now_ns();
+	ls.older_cut_ns = ls.now_ns - (int64_t)(older > (uint64_t)INT64_MAX ? INT64_MAX : older);
+	ls.newer_cut_ns = ls.now_ns - (int64_t)(newer > (uint64_t)INT64_MAX ? INT64_MAX : newer);
+	ls.progress = isatty(STDERR_FILENO);
+	ls.start_ns = kv_monotonic_ns();
+	ls.next_progress_ns = ls.start_ns + PROGRESS_AFTER_NS;
+	if (!isatty(STDOUT_FILENO))
+		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
+
+	rc = kv_walk(root, &wopts, on_entry, &ls);
+	progress_done(&ls);
+	if (rc == STOP_WRITE)
+		out_fail(&ls);
+	if (rc) {
+		if (rc < 0)
+			tool_err("cannot open '%s': %s", root, kv_strerror(rc));
+		else
+			tool_err("%s", strerror(ENOMEM));
+		models_free(&ls);
+		return EXIT_RUNTIME;
+	}
+
+	switch (ls.mode) {
+	case MODE_MODELS:
+		rc = models_print(&ls) ? 0 : EXIT_ANSWER_NO;
+		break;
+	case MODE_BLOCKS:
+		if (ls.out == OUT_JSON && !out_open(&ls))
+			fputs("]}\n", stdout);
+		rc = ls.records ? 0 : EXIT_ANSWER_NO;
+		break;
+	case MODE_CHECK:
+		if (check && check_models(&ls))
+			out_fail(&ls);
+		check_summary(&ls);
+		rc = ls.problems ? EXIT_ANSWER_NO : 0;
+		break;
+	}
+	if (ls.write_errno)
+		out_fail(&ls);
+	models_free(&ls);
+	return rc;
+}

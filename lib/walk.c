@@ -1,0 +1,763 @@
+/*
+ * A bounded-memory, parallel traversal of a cache root.
+ *
+ * The caller's thread reads the root and each rank dir and hands the top
+ * buckets (<hhh>) to a small bounded queue; worker threads walk a
+ * bucket's <hh>_g<group> dirs and their files.  Everything is opened
+ * relative to an open directory fd, with symlinks and mount crossings
+ * refused by the kernel (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV),
+ * so a tree that changes under us cannot lead the walk outside the root.
+ * Memory is a few getdents buffers per thread plus the queue, whatever
+ * the size of the tree.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <linux/openat2.h>
+#include <kv/walk.h>
+
+#ifndef STATX_ATTR_MOUNT_ROOT
+#define STATX_ATTR_MOUNT_ROOT	0x00002000
+#endif
+
+#define WALK_MAX_THREADS	8
+#define WALK_QUEUE_LEN		64
+#define WALK_DIRBUF_BYTES	(64 * 1024)
+#define WALK_PATH_MAX		(4 * (KV_NAME_MAX + 1))
+#define WALK_STATX_MASK		(STATX_TYPE | STATX_MODE | STATX_NLINK | \
+				 STATX_INO | STATX_SIZE | STATX_BLOCKS | \
+				 STATX_ATIME | STATX_MTIME)
+/* A stat'ed entry that lives on another filesystem (a mount over it). */
+#define WALK_DT_OTHER_FS	0x100
+
+/* Levels of getdents buffers: root, rank or model dir, <hhh>, <hh>_g<g>. */
+enum { LVL_ROOT, LVL_RANK, LVL_TOP, LVL_LEAF, LVL_COUNT };
+
+/* A rank dir stays open while any of its buckets is queued or walked. */
+struct rankdir {
+	int fd;
+	atomic_int refs;
+	struct kv_block_ref ref;
+	char name[KV_NAME_MAX + 1];
+};
+
+struct item {
+	struct rankdir *rd;
+	char name[4];		/* <hhh> */
+};
+
+struct walk {
+	int rootfd;
+	dev_t rootdev;
+	unsigned flags;
+	const char *model;
+	char safe_model[KV_NAME_MAX + 1];
+	int rank;
+	kv_walk_fn fn;
+	void *arg;
+
+	pthread_mutex_t cb_lock;
+	atomic_int stop;	/* the callback's non-zero return */
+
+	pthread_mutex_t q_lock;
+	pthread_cond_t q_ready;
+	struct item q[WALK_QUEUE_LEN];
+	unsigned q_head, q_count;
+	int q_closed;
+	int threaded;
+};
+
+/* Per-thread state: a getdents buffer per level it may hold open. */
+struct worker {
+	struct walk *w;
+	char *buf[LVL_COUNT];
+	char path[WALK_PATH_MAX];
+};
+
+/* Whether openat2 works here; cleared on first ENOSYS (old kernel,
+ * seccomp filter) and the slower openat + fstat used instead. */
+static atomic_int have_openat2 = 1;
+
+struct dirit {
+	int fd;
+	char *buf;
+	long pos, len;
+};
+
+static void dirit_init(struct dirit *it, int fd, char *buf)
+{
+	it->fd = fd;
+	it->buf = buf;
+	it->pos = it->len = 0;
+}
+
+/* The next entry other than "." and "..": 1, 0 at the end, or -errno. */
+static int dirit_next(struct dirit *it, struct dirent64 **out)
+{
+	for (;;) {
+		struct dirent64 *d;
+
+		if (it->pos >= it->len) {
+			ssize_t n = getdents64(it->fd, it->buf, WALK_DIRBUF_BYTES);
+
+			if (n < 0)
+				return -errno;
+			if (n == 0)
+				return 0;
+			it->len = n;
+			it->pos = 0;
+		}
+		d = (struct dirent64 *)(it->buf + it->pos);
+		it->pos += d->d_reclen;
+		if (d->d_name[0] == '.' && (!d->d_name[1] ||
+		    (d->d_name[1] == '.' && !d->d_name[2])))
+			continue;
+		*out = d;
+		return 1;
+	}
+}
+
+/*
+ * Open a subdirectory without following a symlink or crossing a mount:
+ * -ELOOP for a symlink, -EXDEV for a mount point, -ENOTDIR if it is no
+ * longer a directory.
+ */
+static int open_subdir(const struct walk *w, int dirfd, const char *name)
+{
+	struct stat st;
+	int fd, err;
+
+	if (atomic_load_explicit(&have_openat2, memory_order_relaxed)) {
+		struct open_how how = {
+			.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+			.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
+				   RESOLVE_NO_MAGICLINKS,
+		};
+
+		fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
+		if (fd >= 0)
+			return fd;
+		if (errno != ENOSYS)
+			return -errno;
+		atomic_store(&have_openat2, 0);
+	}
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	if (st.st_dev != w->rootdev) {
+		close(fd);
+		return -EXDEV;
+	}
+	return fd;
+}
+
+static void fill_statx(struct kv_walk_entry *e, const struct statx *stx)
+{
+	e->size_bytes = stx->stx_size;
+	e->alloc_bytes = stx->stx_blocks * 512;
+	e->atime_ns = stx->stx_atime.tv_sec * 1000000000LL + stx->stx_atime.tv_nsec;
+	e->mtime_ns = stx->stx_mtime.tv_sec * 1000000000LL + stx->stx_mtime.tv_nsec;
+	e->ino = stx->stx_ino;
+	e->nlink = stx->stx_nlink;
+	e->mode = stx->stx_mode;
+}
+
+/*
+ * Stat an entry, never following a symlink, and return its DT_* type
+ * (WALK_DT_OTHER_FS for something mounted over it) or -errno.  With
+ * KV_WALK_NO_STAT only an unknown d_type costs a stat.
+ */
+static int stat_entry(const struct walk *w, int dirfd, const struct dirent64 *d,
+		      struct kv_walk_entry *e)
+{
+	struct statx stx;
+	int names_only = w->flags & KV_WALK_NO_STAT;
+
+	if (names_only && d->d_type != DT_UNKNOWN)
+		return d->d_type;
+	if (statx(dirfd, d->d_name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT,
+		  names_only ? STATX_TYPE : WALK_STATX_MASK, &stx) < 0)
+		return -errno;
+	if (names_only)
+		e->mode = stx.stx_mode & S_IFMT;
+	else
+		fill_statx(e, &stx);
+	if ((stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) ||
+	    makedev(stx.stx_dev_major, stx.stx_dev_minor) != w->rootdev)
+		return WALK_DT_OTHER_FS;
+	return IFTODT(stx.stx_mode);
+}
+
+static int emit(struct walk *w, const struct kv_walk_entry *e)
+{
+	int rc = atomic_load_explicit(&w->stop, memory_order_relaxed);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&w->cb_lock);
+	rc = atomic_load_explicit(&w->stop, memory_order_relaxed);
+	if (!rc) {
+		rc = w->fn(e, w->arg);
+		if (rc)
+			atomic_store(&w->stop, rc);
+	}
+	pthread_mutex_unlock(&w->cb_lock);
+	return rc;
+}
+
+/* Append name to the path at len ("name" at the root, "/name" below):
+ * the new length, or -ENAMETOOLONG. */
+static int path_push(struct worker *wk, size_t len, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (len + 1 + n + 1 > sizeof(wk->path))
+		return -ENAMETOOLONG;
+	if (len)
+		wk->path[len++] = '/';
+	memcpy(wk->path + len, name, n + 1);
+	return (int)(len + n);
+}
+
+/* Report the entry at wk->path (its name at name_off) with the dir part
+ * of ref; st carries what a stat already filled in. */
+static int emit_at(struct worker *wk, enum kv_walk_kind kind, int dirfd,
+		   size_t name_off, const struct kv_block_ref *ref,
+		   int has_rank, int err, const struct kv_walk_entry *st)
+{
+	struct kv_walk_entry e;
+
+	if (st)
+		e = *st;
+	else
+		memset(&e, 0, sizeof(e));
+	e.kind = kind;
+	e.path = wk->path;
+	e.name = wk->path + name_off;
+	e.dirfd = dirfd;
+	memset(&e.ref, 0, sizeof(e.ref));
+	if (ref) {
+		memcpy(e.ref.model_dir, ref->model_dir, sizeof(e.ref.model_dir));
+		memcpy(e.ref.fingerprint, ref->fingerprint, sizeof(e.ref.fingerprint));
+		e.ref.rank = ref->rank;
+	}
+	e.has_rank = has_rank;
+	e.err = err;
+	return emit(wk->w, &e);
+}
+
+/* A dir that could not be opened: a symlink or mount point raced in is
+ * foreign, one that vanished is skipped, anything else is unreadable. */
+static int emit_open_failure(struct worker *wk, int dirfd, size_t name_off,
+			     const struct kv_block_ref *ref, int has_rank, int err)
+{
+	if (err == -ENOENT)
+		return 0;
+	if (err == -ELOOP || err == -EXDEV || err == -ENOTDIR)
+		return emit_at(wk, KV_WALK_FOREIGN, dirfd, name_off, ref,
+			       has_rank, 0, NULL);
+	return emit_at(wk, KV_WALK_ERROR, dirfd, name_off, ref, has_rank, err,
+		       NULL);
+}
+
+/*
+ * Stat the entry at wk->path into e for classification.  Returns its type,
+ * or 0 when it is done with: vanished, or reported as an error (*rc gets
+ * the callback's answer).
+ */
+static int classify(struct worker *wk, int dirfd, const struct dirent64 *d,
+		    size_t name_off, const struct kv_block_ref *ref,
+		    int has_rank, struct kv_walk_entry *e, int *rc)
+{
+	int type;
+
+	memset(e, 0, sizeof(*e));
+	type = stat_entry(wk->w, dirfd, d, e);
+	*rc = 0;
+	if (type == -ENOENT)
+		return 0;
+	if (type < 0) {
+		*rc = emit_at(wk, KV_WALK_ERROR, dirfd, name_off, ref, has_rank,
+			      type, NULL);
+		return 0;
+	}
+	return type;
+}
+
+static int is_lower_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* "<hhh>" */
+static int is_top_bucket(const char *name)
+{
+	return strlen(name) == 3 && is_lower_hex(name, 3);
+}
+
+/* "<hh>_g<group>" */
+static int is_group_bucket(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n < 5 || !is_lower_hex(name, 2) || name[2] != '_' || name[3] != 'g')
+		return 0;
+	for (size_t i = 4; i < n; i++)
+		if (name[i] < '0' || name[i] > '9')
+			return 0;
+	return 1;
+}
+
+/* Post-order report of a bucket dir, stat'ed through its own fd. */
+static int emit_dir(struct worker *wk, int parentfd, int fd, size_t name_off,
+		    const struct kv_block_ref *ref)
+{
+	struct kv_walk_entry e;
+	struct statx stx;
+
+	memset(&e, 0, sizeof(e));
+	e.mode = S_IFDIR;
+	if (!(wk->w->flags & KV_WALK_NO_STAT) &&
+	    statx(fd, "", AT_EMPTY_PATH, WALK_STATX_MASK, &stx) == 0)
+		fill_statx(&e, &stx);
+	return emit_at(wk, KV_WALK_DIR, parentfd, name_off, ref, 1, 0, &e);
+}
+
+/* A <hh>_g<group> dir at wk->path (len long, its name at name_off):
+ * blocks, temps, and anything else as foreign. */
+static int walk_leaf(struct worker *wk, int parentfd, size_t len,
+		     size_t name_off, const struct rankdir *rd)
+{
+	struct dirit it;
+	struct dirent64 *d;
+	int fd, rc = 0, n;
+
+	fd = open_subdir(wk->w, parentfd, wk->path + name_off);
+	if (fd < 0)
+		return emit_open_failure(wk, parentfd, name_off, &rd->ref, 1, fd);
+	dirit_init(&it, fd, wk->buf[LVL_LEAF]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		struct kv_walk_entry e;
+		int plen = path_push(wk, len, d->d_name), type;
+		size_t off = len + 1;
+
+		if (plen < 0)
+			continue;
+		type = classify(wk, fd, d, off, &rd->ref, 1, &e, &rc);
+		if (type == DT_REG) {
+			size_t nl = (size_t)plen - off;
+
+			if (nl > 4 && !memcmp(d->d_name + nl - 4, KV_BLOCK_SUFFIX, 4) &&
+			    kv_layout_block_parse(wk->path, &e.ref) == 0) {
+				e.kind = KV_WALK_BLOCK;
+				e.path = wk->path;
+				e.name = wk->path + off;
+				e.dirfd = fd;
+				e.has_rank = 1;
+				rc = emit(wk->w, &e);
+			} else {
+				rc = emit_at(wk, kv_layout_is_temp(d->d_name) ?
+					     KV_WALK_TEMP : KV_WALK_FOREIGN,
+					     fd, off, &rd->ref, 1, 0, &e);
+			}
+		} else if (type) {
+			rc = emit_at(wk, KV_WALK_FOREIGN, fd, off, &rd->ref, 1, 0, &e);
+		}
+		wk->path[len] = '\0';
+	}
+	if (!rc && n < 0)
+		rc = emit_at(wk, KV_WALK_ERROR, parentfd, name_off, &rd->ref, 1,
+			     n, NULL);
+	if (!rc && (wk->w->flags & KV_WALK_DIRS))
+		rc = emit_dir(wk, parentfd, fd, name_off, &rd->ref);
+	close(fd);
+	return rc;
+}
+
+/* One queued <hhh> bucket of a rank dir. */
+static int walk_bucket(struct worker *wk, const struct item *item)
+{
+	const struct rankdir *rd = item->rd;
+	struct dirit it;
+	struct dirent64 *d;
+	int fd, rc = 0, n, len;
+	size_t name_off = strlen(rd->name) + 1;
+
+	path_push(wk, 0, rd->name);
+	len = path_push(wk, name_off - 1, item->name);
+	fd = open_subdir(wk->w, rd->fd, item->name);
+	if (fd < 0)
+		return emit_open_failure(wk, rd->fd, name_off, &rd->ref, 1, fd);
+	dirit_init(&it, fd, wk->buf[LVL_TOP]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		struct kv_walk_entry e;
+		int plen = path_push(wk, (size_t)len, d->d_name), type = d->d_type;
+
+		if (plen < 0)
+			continue;
+		if (type != DT_DIR || !is_group_bucket(d->d_name))
+			type = classify(wk, fd, d, (size_t)len + 1, &rd->ref, 1,
+					&e, &rc);
+		if (type == DT_DIR && is_group_bucket(d->d_name))
+			rc = walk_leaf(wk, fd, (size_t)plen, (size_t)len + 1, rd);
+		else if (type)
+			rc = emit_at(wk, KV_WALK_FOREIGN, fd, (size_t)len + 1,
+				     &rd->ref, 1, 0, &e);
+		wk->path[len] = '\0';
+	}
+	if (!rc && n < 0)
+		rc = emit_at(wk, KV_WALK_ERROR, rd->fd, name_off, &rd->ref, 1,
+			     n, NULL);
+	if (!rc && (wk->w->flags & KV_WALK_DIRS))
+		rc = emit_dir(wk, rd->fd, fd, name_off, &rd->ref);
+	close(fd);
+	return rc;
+}
+
+static void rankdir_put(struct rankdir *rd)
+{
+	if (atomic_fetch_sub(&rd->refs, 1) == 1) {
+		close(rd->fd);
+		free(rd);
+	}
+}
+
+static void run_item(struct worker *wk, const struct item *item)
+{
+	if (!atomic_load_explicit(&wk->w->stop, memory_order_relaxed))
+		walk_bucket(wk, item);
+	rankdir_put(item->rd);
+}
+
+/* Take the oldest queued item; the queue lock is held. */
+static struct item queue_pop_locked(struct walk *w)
+{
+	struct item item = w->q[w->q_head];
+
+	w->q_head = (w->q_head + 1) % WALK_QUEUE_LEN;
+	w->q_count--;
+	return item;
+}
+
+static void *worker_main(void *p)
+{
+	struct worker *wk = p;
+	struct walk *w = wk->w;
+
+	for (;;) {
+		struct item item;
+
+		pthread_mutex_lock(&w->q_lock);
+		while (!w->q_count && !w->q_closed)
+			pthread_cond_wait(&w->q_ready, &w->q_lock);
+		if (!w->q_count) {
+			pthread_mutex_unlock(&w->q_lock);
+			return NULL;
+		}
+		item = queue_pop_locked(w);
+		pthread_mutex_unlock(&w->q_lock);
+		run_item(wk, &item);
+	}
+}
+
+/* Queue a bucket.  When the queue is full the producer walks the oldest
+ * one itself, which is what bounds memory without idling a core. */
+static void queue_push(struct worker *self, struct rankdir *rd, const char *name)
+{
+	struct walk *w = self->w;
+	struct item item = { .rd = rd };
+
+	memcpy(item.name, name, sizeof(item.name));
+	atomic_fetch_add(&rd->refs, 1);
+	if (!w->threaded) {
+		run_item(self, &item);
+		return;
+	}
+	pthread_mutex_lock(&w->q_lock);
+	while (w->q_count == WALK_QUEUE_LEN) {
+		struct item mine = queue_pop_locked(w);
+
+		pthread_mutex_unlock(&w->q_lock);
+		run_item(self, &mine);
+		pthread_mutex_lock(&w->q_lock);
+	}
+	w->q[(w->q_head + w->q_count) % WALK_QUEUE_LEN] = item;
+	w->q_count++;
+	pthread_cond_signal(&w->q_ready);
+	pthread_mutex_unlock(&w->q_lock);
+}
+
+/* No more items: wake the workers and help them drain the queue. */
+static void queue_close(struct worker *self)
+{
+	struct walk *w = self->w;
+
+	pthread_mutex_lock(&w->q_lock);
+	w->q_closed = 1;
+	pthread_cond_broadcast(&w->q_ready);
+	while (w->q_count) {
+		struct item mine = queue_pop_locked(w);
+
+		pthread_mutex_unlock(&w->q_lock);
+		run_item(self, &mine);
+		pthread_mutex_lock(&w->q_lock);
+	}
+	pthread_mutex_unlock(&w->q_lock);
+}
+
+static int model_matches(const struct walk *w, const char *model_dir)
+{
+	size_t n, m;
+
+	if (!w->model || !strcmp(model_dir, w->model))
+		return 1;
+	/* A safe model name matches every fingerprint of that model. */
+	n = strlen(model_dir);
+	m = strlen(w->safe_model);
+	return m && n == m + 1 + KV_FINGERPRINT_LEN &&
+	       !strncmp(model_dir, w->safe_model, m) && model_dir[m] == '_';
+}
+
+/* A rank dir: queue its <hhh> buckets, report anything else as foreign. */
+static int walk_rank(struct worker *wk, const char *name,
+		     const struct kv_block_ref *ref)
+{
+	struct walk *w = wk->w;
+	struct rankdir *rd;
+	struct dirit it;
+	struct dirent64 *d;
+	int fd, rc = 0, n;
+	size_t len = strlen(name);
+
+	fd = open_subdir(w, w->rootfd, name);
+	if (fd < 0)
+		return emit_open_failure(wk, w->rootfd, 0, ref, 1, fd);
+	rd = malloc(sizeof(*rd));
+	if (!rd) {
+		close(fd);
+		return emit_at(wk, KV_WALK_ERROR, w->rootfd, 0, ref, 1, -ENOMEM,
+			       NULL);
+	}
+	rd->fd = fd;
+	atomic_init(&rd->refs, 1);
+	rd->ref = *ref;
+	memcpy(rd->name, name, len + 1);
+	dirit_init(&it, fd, wk->buf[LVL_RANK]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		struct kv_walk_entry e;
+		int type = d->d_type;
+
+		rc = atomic_load_explicit(&w->stop, memory_order_relaxed);
+		if (rc)
+			break;
+		/* A bucket this thread walked itself reused the path. */
+		path_push(wk, 0, name);
+		if (path_push(wk, len, d->d_name) < 0)
+			continue;
+		if (type != DT_DIR || !is_top_bucket(d->d_name))
+			type = classify(wk, fd, d, len + 1, ref, 1, &e, &rc);
+		if (type == DT_DIR && is_top_bucket(d->d_name))
+			queue_push(wk, rd, d->d_name);
+		else if (type)
+			rc = emit_at(wk, KV_WALK_FOREIGN, fd, len + 1, ref, 1, 0, &e);
+	}
+	if (!rc && n < 0) {
+		path_push(wk, 0, name);
+		rc = emit_at(wk, KV_WALK_ERROR, w->rootfd, 0, ref, 1, n, NULL);
+	}
+	rankdir_put(rd);
+	return rc;
+}
+
+/* A model dir: its config.json, temps of a config being written, and
+ * anything else as foreign; nothing below it is descended. */
+static int walk_model(struct worker *wk, const char *name,
+		      const struct kv_block_ref *ref)
+{
+	struct dirit it;
+	struct dirent64 *d;
+	int fd, rc = 0, n;
+	size_t len = strlen(name);
+
+	fd = open_subdir(wk->w, wk->w->rootfd, name);
+	if (fd < 0)
+		return emit_open_failure(wk, wk->w->rootfd, 0, ref, 0, fd);
+	dirit_init(&it, fd, wk->buf[LVL_RANK]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		struct kv_walk_entry e;
+		enum kv_walk_kind kind = KV_WALK_FOREIGN;
+		int type;
+
+		if (path_push(wk, len, d->d_name) < 0)
+			continue;
+		type = classify(wk, fd, d, len + 1, ref, 0, &e, &rc);
+		if (type == DT_REG && !strcmp(d->d_name, KV_CONFIG_NAME))
+			kind = KV_WALK_CONFIG;
+		else if (type == DT_REG && kv_layout_is_temp(d->d_name))
+			kind = KV_WALK_TEMP;
+		if (type)
+			rc = emit_at(wk, kind, fd, len + 1, ref, 0, 0, &e);
+		wk->path[len] = '\0';
+	}
+	if (!rc && n < 0)
+		rc = emit_at(wk, KV_WALK_ERROR, wk->w->rootfd, 0, ref, 0, n, NULL);
+	close(fd);
+	return rc;
+}
+
+enum root_kind { ROOT_OTHER, ROOT_RANK, ROOT_MODEL };
+
+static int walk_root(struct worker *wk)
+{
+	struct walk *w = wk->w;
+	struct dirit it;
+	struct dirent64 *d;
+	int rc = 0, n, filtered = w->model || w->rank >= 0;
+
+	dirit_init(&it, w->rootfd, wk->buf[LVL_ROOT]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		enum root_kind kind = ROOT_OTHER;
+		struct kv_block_ref ref;
+		struct kv_walk_entry e;
+		int type = d->d_type;
+
+		memset(&ref, 0, sizeof(ref));
+		if (kv_layout_rank_dir_parse(d->d_name, &ref) == 0)
+			kind = ROOT_RANK;
+		else if (kv_layout_model_dir_parse(d->d_name, &ref) == 0)
+			kind = ROOT_MODEL;
+		/* Filters skip whole dirs, and everything outside any model. */
+		if (filtered && (kind == ROOT_OTHER || !model_matches(w, ref.model_dir) ||
+				 (kind == ROOT_RANK && ref.rank != (unsigned)w->rank &&
+				  w->rank >= 0)))
+			continue;
+		if (path_push(wk, 0, d->d_name) < 0)
+			continue;
+		if (type != DT_DIR || kind == ROOT_OTHER)
+			type = classify(wk, w->rootfd, d, 0, NULL, 0, &e, &rc);
+		if (type == DT_DIR && kind == ROOT_RANK)
+			rc = walk_rank(wk, d->d_name, &ref);
+		else if (type == DT_DIR && kind == ROOT_MODEL)
+			rc = walk_model(wk, d->d_name, &ref);
+		else if (type)
+			rc = emit_at(wk, KV_WALK_FOREIGN, w->rootfd, 0, NULL, 0, 0, &e);
+	}
+	if (!rc && n < 0) {
+		path_push(wk, 0, ".");
+		rc = emit_at(wk, KV_WALK_ERROR, w->rootfd, 0, NULL, 0, n, NULL);
+	}
+	return rc;
+}
+
+static int worker_init(struct worker *wk, struct walk *w, int first_level)
+{
+	memset(wk, 0, sizeof(*wk));
+	wk->w = w;
+	for (int i = first_level; i < LVL_COUNT; i++)
+		if (!(wk->buf[i] = malloc(WALK_DIRBUF_BYTES)))
+			return -ENOMEM;
+	return 0;
+}
+
+static void worker_fini(struct worker *wk)
+{
+	for (int i = 0; i < LVL_COUNT; i++)
+		free(wk->buf[i]);
+}
+
+static unsigned thread_count(const struct kv_walk_opts *opts)
+{
+	long cpus;
+
+	if (opts && opts->threads)
+		return opts->threads > WALK_MAX_THREADS ? WALK_MAX_THREADS : opts->threads;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus < 1)
+		return 1;
+	return cpus > WALK_MAX_THREADS ? WALK_MAX_THREADS : (unsigned)cpus;
+}
+
+int kv_walk(const char *root, const struct kv_walk_opts *opts,
+	    kv_walk_fn fn, void *arg)
+{
+	struct worker self, workers[WALK_MAX_THREADS];
+	pthread_t tids[WALK_MAX_THREADS];
+	unsigned nthreads = thread_count(opts), started = 0;
+	struct walk *w;
+	struct stat st;
+	int rc;
+
+	if (!root || !fn)
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	/* The root itself may be a symlink an operator chose; nothing below
+	 * it is followed. */
+	w->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (w->rootfd < 0 || fstat(w->rootfd, &st) < 0) {
+		rc = -errno;
+		if (w->rootfd >= 0)
+			close(w->rootfd);
+		free(w);
+		return rc;
+	}
+	w->rootdev = st.st_dev;
+	w->flags = opts ? opts->flags : 0;
+	w->rank = opts ? opts->rank : -1;
+	w->model = opts ? opts->model : NULL;
+	if (w->model && kv_layout_safe_model(w->model, w->safe_model,
+					     sizeof(w->safe_model)) < 0)
+		w->safe_model[0] = '\0';
+	w->fn = fn;
+	w->arg = arg;
+	pthread_mutex_init(&w->cb_lock, NULL);
+	pthread_mutex_init(&w->q_lock, NULL);
+	pthread_cond_init(&w->q_ready, NULL);
+
+	rc = worker_init(&self, w, LVL_ROOT);
+	while (!rc && started + 1 < nthreads) {
+		struct worker *wk = &workers[started];
+
+		if (worker_init(wk, w, LVL_TOP) < 0 ||
+		    pthread_create(&tids[started], NULL, worker_main, wk)) {
+			worker_fini(wk);
+			break;
+		}
+		started++;
+	}
+	w->threaded = started > 0;
+	if (!rc)
+		rc = walk_root(&self);
+	queue_close(&self);
+	for (unsigned i = 0; i < started; i++) {
+		pthread_join(tids[i], NULL);
+		worker_fini(&workers[i]);
+	}
+	worker_fini(&self);
+	if (!rc)
+		rc = atomic_load(&w->stop);
+	close(w->rootfd);
+	pthread_cond_destroy(&w->q_ready);
+	pthread_mutex_destroy(&w->q_lock);
+	pthread_mutex_destroy(&w->cb_lock);
+	free(w);
+	return rc;
+}
