@@ -35,5 +35,6 @@ const char *kv_strerror(int err);
 #include <kv/geometry.h>
 #include <kv/dma.h>
 #include <kv/numa.h>
+#include <kv/tier.h>
 
 #endif

@@ -1,0 +1,141 @@
+/*
+ * The tier interface: argument checks, chaining (spill, read-through,
+ * promotion, write-through) and counters, over the implementations in
+ * tier_mem.c, tier_file.c and tier_gpu.c.
+ */
+#include <errno.h>
+#include <string.h>
+#include "tier_impl.h"
+
+void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops)
+{
+	memset(t, 0, sizeof(*t));
+	t->ops = ops;
+}
+
+static int bad_key(const char *key)
+{
+	return !key || !*key;
+}
+
+int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
+		      size_t len)
+{
+	int r;
+
+	if (t->lower && (t->flags & KV_TIER_SPILL)) {
+		r = kv_tier_put(t->lower, key, buf, len);
+		if (r < 0)
+			return r;
+		atomic_fetch_add(&t->spills, 1);
+	}
+	atomic_fetch_add(&t->evictions, 1);
+	return 0;
+}
+
+int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
+		size_t len)
+{
+	int r;
+
+	if (bad_key(key) || (!buf && len))
+		return -EINVAL;
+	r = t->ops->put(t, key, buf, len);
+	if (r < 0)
+		return r;
+	atomic_fetch_add(&t->puts, 1);
+	if (t->lower && (t->flags & KV_TIER_WRITE_THROUGH))
+		return kv_tier_put(t->lower, key, buf, len);
+	return 0;
+}
+
+int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
+		size_t *len)
+{
+	int r;
+
+	if (bad_key(key) || (!buf && cap) || !len)
+		return -EINVAL;
+	r = t->ops->get(t, key, buf, cap, len);
+	if (r != -ENOENT) {
+		if (r == 0)
+			atomic_fetch_add(&t->hits, 1);
+		return r;
+	}
+	atomic_fetch_add(&t->misses, 1);
+	if (!t->lower)
+		return r;
+	r = kv_tier_get(t->lower, key, buf, cap, len);
+	/* A block that cannot be promoted (too big, a failed spill) is
+	 * still a good answer from below. */
+	if (r == 0 && (t->flags & KV_TIER_PROMOTE) &&
+	    t->ops->put(t, key, buf, *len) == 0)
+		atomic_fetch_add(&t->promotions, 1);
+	return r;
+}
+
+int kv_tier_has(struct kv_tier *t, const char *key)
+{
+	int r;
+
+	if (bad_key(key))
+		return -EINVAL;
+	r = t->ops->has(t, key);
+	if (r == -ENOENT && t->lower)
+		r = kv_tier_has(t->lower, key);
+	return r;
+}
+
+int kv_tier_del(struct kv_tier *t, const char *key)
+{
+	int r, rl;
+
+	if (bad_key(key))
+		return -EINVAL;
+	r = t->ops->del(t, key);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	if (!t->lower)
+		return r;
+	rl = kv_tier_del(t->lower, key);
+	if (rl < 0 && rl != -ENOENT)
+		return rl;
+	return r == 0 || rl == 0 ? 0 : -ENOENT;
+}
+
+int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st)
+{
+	int r;
+
+	memset(st, 0, sizeof(*st));
+	r = t->ops->stat(t, st);
+	if (r < 0)
+		return r;
+	st->hits = atomic_load(&t->hits);
+	st->misses = atomic_load(&t->misses);
+	st->puts = atomic_load(&t->puts);
+	st->evictions = atomic_load(&t->evictions);
+	st->spills = atomic_load(&t->spills);
+	st->promotions = atomic_load(&t->promotions);
+	return 0;
+}
+
+int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
+		  unsigned flags)
+{
+	if (!upper || (flags & ~(KV_TIER_SPILL | KV_TIER_PROMOTE |
+				 KV_TIER_WRITE_THROUGH)))
+		return -EINVAL;
+	for (struct kv_tier *l = lower; l; l = l->lower)
+		if (l == upper)
+			return -ELOOP;
+	upper->lower = lower;
+	upper->flags = lower ? flags : 0;
+	return 0;
+}
+
+void kv_tier_close(struct kv_tier *t)
+{
+	if (t)
+		t->ops->close(t);
+}

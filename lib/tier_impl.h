@@ -1,0 +1,50 @@
+/*
+ * What a tier implements and what lib/tier.c does for all of them
+ * (chaining, counters).  kvi_* names stay out of libkv.so's exports.
+ */
+#ifndef KV_TIER_IMPL_H
+#define KV_TIER_IMPL_H
+
+#include <stdatomic.h>
+#include <kv/tier.h>
+
+struct kv_tier_ops {
+	int (*put)(struct kv_tier *t, const char *key, const void *buf,
+		   size_t len);
+	int (*get)(struct kv_tier *t, const char *key, void *buf, size_t cap,
+		   size_t *len);
+	int (*has)(struct kv_tier *t, const char *key);
+	int (*del)(struct kv_tier *t, const char *key);
+	/* Fill kind, blocks, used_bytes, capacity_bytes. */
+	int (*stat)(struct kv_tier *t, struct kv_tier_stat *st);
+	void (*close)(struct kv_tier *t);
+};
+
+struct kv_tier {
+	const struct kv_tier_ops *ops;
+	struct kv_tier *lower;
+	unsigned flags;		/* KV_TIER_* toward lower */
+	atomic_uint_least64_t hits, misses, puts, evictions, spills, promotions;
+};
+
+void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops);
+
+/* An implementation about to drop a block for room: spill it below if
+ * the chain asks for it.  0 when the block may go. */
+int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
+		      size_t len);
+
+/* Equal-slot store with a hash table and LRU, in host memory or (dev
+ * set) in device memory moved with kv_dma_copy; tier_mem and tier_gpu. */
+struct kvi_slots_opts {
+	const char *kind;
+	size_t slot_bytes;
+	unsigned slots;
+	struct kv_dma *dma;	/* pin host slots for it, or own dev slots */
+	int device_memory;	/* slots in dma's device memory */
+	void *mem;		/* host slots carved from here */
+};
+
+int kvi_tier_slots_open(const struct kvi_slots_opts *o, struct kv_tier **out);
+
+#endif

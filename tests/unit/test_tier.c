@@ -1,0 +1,245 @@
+/* Tiers alone and chained: mem -> file -> mem round trips with spill,
+ * promotion and write-through, LRU order, and failures that lose
+ * nothing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <kv/kv.h>
+#include <kv/tier.h>
+
+#define BLOCK	20000
+#define NBLOCKS	12
+
+static int failures;
+
+#define CHECK(cond, ...) do {						\
+	if (!(cond)) {							\
+		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
+		fprintf(stderr, __VA_ARGS__);				\
+		fputc('\n', stderr);					\
+		failures++;						\
+		return -1;						\
+	}								\
+} while (0)
+
+static char keys[NBLOCKS][256];
+static unsigned char data[NBLOCKS][BLOCK];
+
+static void make_blocks(void)
+{
+	unsigned long long x = (unsigned long long)kv_now_ns() | 1;
+
+	for (int i = 0; i < NBLOCKS; i++) {
+		char hash[17];
+
+		snprintf(hash, sizeof(hash), "%016llx", 0x1234abcd00ull + (unsigned)i * 7919);
+		kv_layout_block_path("org_model_0123456789ab", 0, 0, hash, keys[i],
+				     sizeof(keys[i]));
+		for (int k = 0; k < BLOCK; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			data[i][k] = (unsigned char)x;
+		}
+	}
+}
+
+/* Block i must come back whole and unchanged. */
+static int expect(struct kv_tier *t, int i, size_t len)
+{
+	static unsigned char buf[BLOCK + 100];
+	size_t got = 0;
+	int r;
+
+	memset(buf, 0xA5, sizeof(buf));
+	r = kv_tier_get(t, keys[i], buf, sizeof(buf), &got);
+	CHECK(r == 0, "get block %d: %s", i, kv_strerror(r));
+	CHECK(got == len, "block %d: %zu bytes, want %zu", i, got, len);
+	CHECK(memcmp(buf, data[i], len) == 0, "block %d differs", i);
+	return 0;
+}
+
+static int check_mem_alone(void)
+{
+	struct kv_tier_mem_opts o = { .slot_bytes = BLOCK, .slots = 3 };
+	struct kv_tier_stat st;
+	struct kv_tier *t;
+	unsigned char small[8];
+	size_t len;
+
+	CHECK(kv_tier_mem_open(&o, &t) == 0, "mem open");
+	CHECK(kv_tier_get(t, keys[0], small, sizeof(small), &len) == -ENOENT, "empty get");
+	CHECK(kv_tier_has(t, keys[0]) == -ENOENT, "empty has");
+	for (int i = 0; i < 3; i++)
+		CHECK(kv_tier_put(t, keys[i], data[i], BLOCK) == 0, "put %d", i);
+	CHECK(expect(t, 0, BLOCK) == 0, "get 0");
+	/* 0 was used last, so 1 is the least recently used and goes. */
+	CHECK(kv_tier_put(t, keys[3], data[3], BLOCK) == 0, "put 3");
+	CHECK(kv_tier_has(t, keys[1]) == -ENOENT, "LRU victim kept");
+	CHECK(kv_tier_has(t, keys[0]) == 0 && kv_tier_has(t, keys[2]) == 0 &&
+	      kv_tier_has(t, keys[3]) == 0, "wrong victim");
+	/* Overwrite in place with a shorter block. */
+	CHECK(kv_tier_put(t, keys[0], data[0], 100) == 0, "overwrite");
+	CHECK(expect(t, 0, 100) == 0, "overwritten");
+	CHECK(kv_tier_get(t, keys[2], small, sizeof(small), &len) == -EFBIG, "short cap");
+	CHECK(kv_tier_put(t, keys[4], data[4], 4096 * 5 + 1) == -EFBIG, "over slot");
+	CHECK(kv_tier_put(t, "", data[4], 1) == -EINVAL, "empty key");
+	CHECK(kv_tier_stat(t, &st) == 0, "stat");
+	CHECK(!strcmp(st.kind, "mem") && st.blocks == 3 && st.evictions == 1 &&
+	      st.spills == 0 && st.used_bytes == 100 + 2 * BLOCK &&
+	      st.capacity_bytes == 3 * 20480, "stat: %llu blocks %llu used",
+	      (unsigned long long)st.blocks, (unsigned long long)st.used_bytes);
+	CHECK(kv_tier_del(t, keys[2]) == 0, "del");
+	CHECK(kv_tier_del(t, keys[2]) == -ENOENT, "del twice");
+	CHECK(kv_tier_has(t, keys[2]) == -ENOENT, "deleted still there");
+	kv_tier_close(t);
+	return 0;
+}
+
+/* mem (3 slots) over file: every block stays reachable; a miss in mem
+ * reads through and promotes. */
+static int check_mem_file(const char *root, struct kv_dma *dma)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3, .dma = dma };
+	struct kv_tier *mem, *file;
+	struct kv_tier_stat ms, fs;
+	int r;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0, "mem open");
+	r = kv_tier_file_open(root, NULL, &file);
+	CHECK(r == 0, "file open: %s", kv_strerror(r));
+	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
+	CHECK(kv_tier_chain(file, mem, 0) == -ELOOP, "cycle allowed");
+	for (int i = 0; i < NBLOCKS; i++) {
+		r = kv_tier_put(mem, keys[i], data[i], BLOCK);
+		CHECK(r == 0, "put %d: %s", i, kv_strerror(r));
+	}
+	/* The 9 oldest went down to the file tier, the 3 newest did not. */
+	for (int i = 0; i < NBLOCKS; i++)
+		CHECK(kv_tier_has(file, keys[i]) == (i < NBLOCKS - 3 ? 0 : -ENOENT),
+		      "block %d in file tier: %d", i, kv_tier_has(file, keys[i]));
+	/* Newest first: 3 hits in mem, then 9 misses read through. */
+	for (int i = NBLOCKS - 1; i >= 0; i--)
+		CHECK(expect(mem, i, BLOCK) == 0, "chain get %d", i);
+	CHECK(kv_tier_stat(mem, &ms) == 0 && kv_tier_stat(file, &fs) == 0, "stat");
+	CHECK(ms.spills >= NBLOCKS - 3 && ms.spills == ms.evictions, "spills %llu",
+	      (unsigned long long)ms.spills);
+	CHECK(ms.promotions == NBLOCKS - 3 && ms.misses == NBLOCKS - 3 &&
+	      ms.hits == 3, "promotions %llu misses %llu hits %llu",
+	      (unsigned long long)ms.promotions, (unsigned long long)ms.misses,
+	      (unsigned long long)ms.hits);
+	CHECK(fs.hits == NBLOCKS - 3 && !strcmp(fs.kind, "file") &&
+	      fs.capacity_bytes > 0, "file stat");
+	/* The last one read came back up: it hits in mem now. */
+	CHECK(expect(mem, 0, BLOCK) == 0, "promoted");
+	CHECK(kv_tier_stat(mem, &ms) == 0 && ms.hits == 4, "promoted block missed");
+	/* del reaches every tier. */
+	CHECK(kv_tier_del(mem, keys[0]) == 0, "del");
+	CHECK(kv_tier_has(mem, keys[0]) == -ENOENT && kv_tier_has(file, keys[0]) == -ENOENT,
+	      "del left a copy");
+	CHECK(kv_tier_del(mem, keys[0]) == -ENOENT, "second del");
+	CHECK(kv_tier_put(file, "../escape.bin", data[0], 1) == -KV_EBADPATH,
+	      "file tier took a path outside the layout");
+	CHECK(access(root, F_OK) == 0, "root gone");
+	kv_tier_close(mem);
+	kv_tier_close(file);
+	return 0;
+}
+
+static int check_write_through(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 2 };
+	struct kv_tier *mem, *file;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0, "mem open");
+	CHECK(kv_tier_file_open(root, NULL, &file) == 0, "file open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_WRITE_THROUGH) == 0, "chain");
+	CHECK(kv_tier_put(mem, keys[5], data[5], BLOCK) == 0, "put");
+	CHECK(kv_tier_has(file, keys[5]) == 0, "not written through");
+	CHECK(expect(file, 5, BLOCK) == 0, "file copy");
+	kv_tier_close(mem);
+	kv_tier_close(file);
+	return 0;
+}
+
+/* A spill that fails (the tier below has smaller slots) fails the put
+ * and evicts nothing. */
+static int check_failed_spill(void)
+{
+	struct kv_tier_mem_opts big = { .slot_bytes = BLOCK, .slots = 1 };
+	struct kv_tier_mem_opts small = { .slot_bytes = 4096, .slots = 4 };
+	struct kv_tier *up, *down;
+	int r;
+
+	CHECK(kv_tier_mem_open(&big, &up) == 0 && kv_tier_mem_open(&small, &down) == 0,
+	      "open");
+	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(up, keys[0], data[0], BLOCK) == 0, "put");
+	r = kv_tier_put(up, keys[1], data[1], BLOCK);
+	CHECK(r == -EFBIG, "put needing a failed spill: %d", r);
+	CHECK(expect(up, 0, BLOCK) == 0, "victim lost");
+	CHECK(kv_tier_has(up, keys[1]) == -ENOENT, "new block half stored");
+	kv_tier_close(up);
+	kv_tier_close(down);
+	return 0;
+}
+
+static int check_user_memory(struct kv_dma *dma)
+{
+	void *mem;
+	struct kv_tier_mem_opts o = { .slot_bytes = 4096, .slots = 2, .dma = dma };
+	struct kv_tier *t;
+
+	CHECK(posix_memalign(&mem, 4096, 2 * 4096) == 0, "memalign");
+	o.mem = mem;
+	CHECK(kv_tier_mem_open(&o, &t) == 0, "mem over user memory");
+	CHECK(kv_tier_put(t, keys[0], data[0], 4096) == 0, "put");
+	CHECK(memmem(mem, 2 * 4096, data[0], 4096) != NULL, "block not in the given memory");
+	CHECK(expect(t, 0, 4096) == 0, "get");
+	kv_tier_close(t);
+	free(mem);
+	return 0;
+}
+
+int main(void)
+{
+	char root[] = "/tmp/kv-test-tier-XXXXXX";
+	struct kv_dma *cpu;
+	struct kv_tier *t;
+	struct kv_tier_gpu_opts go = { .slot_bytes = BLOCK, .slots = 2 };
+	char cmd[64], a[64], b[64];
+
+	make_blocks();
+	if (!mkdtemp(root)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	if (kv_dma_open(KV_DMA_DEVICE_CPU, NULL, &cpu) < 0) {
+		fprintf(stderr, "open the CPU device\n");
+		return 1;
+	}
+	check_mem_alone();
+	snprintf(a, sizeof(a), "%s/a", root);
+	snprintf(b, sizeof(b), "%s/b", root);
+	if (mkdir(a, 0755) < 0 || mkdir(b, 0755) < 0) {
+		perror("mkdir");
+		return 1;
+	}
+	check_mem_file(a, NULL);
+	check_mem_file(b, cpu);
+	check_write_through(root);
+	check_failed_spill();
+	check_user_memory(cpu);
+	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {
+		fprintf(stderr, "GPU tier opened on the CPU device\n");
+		failures++;
+	}
+	kv_dma_close(cpu);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", root);
+	return failures ? 1 : 0;
+}
