@@ -491,16 +491,30 @@ int kv_config_parse(const char *text, size_t len, struct kv_config **out)
 	return 0;
 }
 
-int kv_config_load(int dirfd, const char *path, struct kv_config **out)
+/* Load with extra open flags.  A FIFO is opened without blocking (no
+ * writer: it reads as empty), so a hostile tree cannot hang a reader. */
+static int load_at(int dirfd, const char *path, int oflags,
+		   struct kv_config **out)
 {
 	size_t len = 0, cap = 4096;
+	struct stat st;
 	char *text;
 	int fd, ret;
 
 	last_error[0] = '\0';
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
+		    oflags);
 	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &st) < 0 || fcntl(fd, F_SETFL, 0) < 0) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	if ((oflags & O_NOFOLLOW) && !S_ISREG(st.st_mode)) {
+		close(fd);
+		return fail("not a regular file");
+	}
 	text = malloc(cap);
 	if (!text) {
 		close(fd);
@@ -542,6 +556,11 @@ out:
 	free(text);
 	close(fd);
 	return ret;
+}
+
+int kv_config_load(int dirfd, const char *path, struct kv_config **out)
+{
+	return load_at(dirfd, path, 0, out);
 }
 
 void kv_config_free(struct kv_config *cfg)
@@ -673,7 +692,8 @@ static int same_config(const struct kv_config *cfg, int dirfd)
 	char *a = NULL, *b = NULL;
 	int ret;
 
-	ret = kv_config_load(dirfd, KV_CONFIG_NAME, &old);
+	/* Inside a shared root, config.json must be a plain file. */
+	ret = load_at(dirfd, KV_CONFIG_NAME, O_NOFOLLOW, &old);
 	if (ret < 0)
 		return ret;
 	ret = serialize(cfg, -1, &a, NULL);

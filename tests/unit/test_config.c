@@ -371,7 +371,41 @@ static void test_files(const char *tmp)
 	text = slurp(mfd, KV_CONFIG_NAME);
 	CHECK(text && !strcmp(text, "{\"model_name\": "));
 	CHECK(kv_config_ensure_model_dir(root, cfg, dir, 5) == -ENAMETOOLONG);
+
+	/* Hostile trees: a FIFO must not hang the writer, a symlink is not
+	 * followed out of the root. */
+	CHECK(unlinkat(mfd, KV_CONFIG_NAME, 0) == 0);
+	CHECK(mkfifoat(mfd, KV_CONFIG_NAME, 0644) == 0);
+	CHECK(kv_config_ensure_model_dir(root, cfg, dir, sizeof(dir)) ==
+	      -KV_EBADCONFIG);
+	CHECK(error_has("not a regular file"));
+	CHECK(kv_config_load(mfd, KV_CONFIG_NAME, &back) == -KV_EBADCONFIG);
+	CHECK(unlinkat(mfd, KV_CONFIG_NAME, 0) == 0);
+	CHECK(symlinkat("../plain.json", mfd, KV_CONFIG_NAME) == 0);
+	CHECK(kv_config_ensure_model_dir(root, cfg, dir, sizeof(dir)) == -ELOOP);
 	close(mfd);
+
+	/* A pipe holding a config reads like a file (--config /dev/stdin). */
+	{
+		int fds[2];
+		char fdpath[64];
+
+		CHECK(pipe(fds) == 0);
+		CHECK(write(fds[1], llama_json, strlen(llama_json)) ==
+		      (ssize_t)strlen(llama_json));
+		close(fds[1]);
+		snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fds[0]);
+		back = NULL;
+		CHECK(kv_config_load(AT_FDCWD, fdpath, &back) == 0);
+		if (back) {
+			char fp[KV_FINGERPRINT_LEN + 1];
+
+			CHECK(kv_config_fingerprint(back, fp) == 0 &&
+			      !strcmp(fp, llama_fp));
+			kv_config_free(back);
+		}
+		close(fds[0]);
+	}
 
 	/* A file where the model dir should be. */
 	{
