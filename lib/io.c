@@ -25,6 +25,7 @@
 #define MAX_QUEUE_DEPTH		1024
 #define MAX_SQE_BYTES		(1u << 30)	/* one SQE moves at most this */
 #define TEMP_OPEN_TRIES		8
+#define MKDIR_TRIES		3	/* an evictor may rmdir an empty bucket meanwhile */
 
 enum { DIRECT_UNKNOWN = -1, DIRECT_NO = 0, DIRECT_YES = 1 };
 
@@ -286,12 +287,12 @@ static int put_open(struct kv_io *io, struct slot *s)
 		if (ret == -EINVAL && direct && io->direct == DIRECT_UNKNOWN) {
 			io->direct = DIRECT_NO;
 			direct = 0;
-		} else if (ret == -ENOENT && dirlen && !made_dirs &&
+		} else if (ret == -ENOENT && dirlen && made_dirs < MKDIR_TRIES &&
 			   !(io->flags & KV_IO_NO_MKDIR)) {
 			ret = make_dirs(io, req->relpath, dirlen);
 			if (ret < 0)
 				break;
-			made_dirs = 1;
+			made_dirs++;
 		} else if (ret != -EEXIST) {
 			break;
 		}

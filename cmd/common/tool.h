@@ -41,6 +41,12 @@ uint64_t tool_parse_size(const char *opt, const char *text);
 uint64_t tool_parse_duration_ns(const char *opt, const char *text);
 uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max);
 
+/* The model dir named by --model-dir (checked: exit 2 if malformed) or
+ * hashed from --config's file (exit 3 if unreadable); with rootfd >= 0
+ * it and its config.json are created there when missing. */
+void tool_model_dir(const char *model_dir, const char *config, int rootfd,
+		    char *out, size_t len);
+
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);
 

@@ -1,0 +1,571 @@
+/*
+ * kvget: read a block from a cache root, test that one is there, or
+ * read many (--batch) with up to --qd reads in flight.
+ *
+ * A block is read whole and checked against its user.kv.xxh3 checksum
+ * before a byte goes out, so a damaged block never reaches the caller in
+ * part.  The answer (0 hit, 1 miss) is kept apart from failures (3).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "../common/tool.h"
+
+#define DEFAULT_QD	32
+#define MAX_QD		1024
+#define GET_TRIES	3	/* a block replaced by a bigger one while read */
+
+enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
+       OPT_BUFFERED, OPT_QD };
+
+struct get {
+	const char *root;
+	char model_dir[KV_NAME_MAX + 1];	/* "" when none was given */
+	unsigned rank, group;
+	uint64_t tail_bytes;			/* 0: whole blocks */
+	int exists;
+	const char *out;
+	struct kv_io *io;
+	int misses, errors;
+};
+
+struct slot {
+	struct kv_io_req req;
+	struct slot *next_free;
+	unsigned long line;
+	char hash[KV_HASH_MAX_LEN + 1];
+	char relpath[PATH_MAX];
+	void *buf;
+	size_t cap;
+};
+
+struct batch {
+	struct get *get;
+	unsigned long line;
+	char *text;
+	size_t text_cap;
+	struct slot *free;
+};
+
+static void usage(void)
+{
+	printf("Usage: kvget [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             [--blocks N --block-bytes SIZE] [--no-touch] [--buffered] [-o FILE] HASH\n"
+	       "       kvget [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             --exists HASH\n"
+	       "       kvget [--root DIR] [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
+	       "             [--blocks N --block-bytes SIZE] [--no-touch] [--buffered] [--exists]\n"
+	       "             [--qd N] [-o DIR] --batch\n"
+	       "       kvget -h | -V\n"
+	       "\n"
+	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
+	       "checksum, and stamp its atime as vLLM's readers do.  With --batch, read\n"
+	       "hashes (one per line) or kvls --ndjson records on stdin and print one\n"
+	       "NDJSON record per block: {\"hash\",\"hit\",\"line\",\"path\",\"size_bytes\"}.\n"
+	       "\n"
+	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
+	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
+	       "  -c, --config FILE      the model config.json that names the model dir\n"
+	       "      --rank N           tensor-parallel rank (default 0)\n"
+	       "      --group N          KV-cache group (default 0)\n"
+	       "  -e, --exists           only test presence: exit 0 present, 1 absent\n"
+	       "      --blocks N         read only the last N blocks of the file ...\n"
+	       "      --block-bytes SIZE ... of SIZE bytes each (2M, 163840)\n"
+	       "      --no-touch         leave the atime alone\n"
+	       "      --buffered         never use O_DIRECT\n"
+	       "  -o, --output FILE      write to FILE, atomically (- for stdout); with\n"
+	       "                         --batch, a directory that gets <hash>.bin files\n"
+	       "  -b, --batch            read many blocks named on stdin\n"
+	       "      --qd N             reads in flight in a batch (default %d)\n"
+	       "  -h, --help             show this help and exit\n"
+	       "  -V, --version          show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 found (all found), 1 absent (some absent), 2 usage error,\n"
+	       "3 a block could not be read or failed its checksum.\n",
+	       DEFAULT_QD);
+	exit(0);
+}
+
+static size_t round_up(uint64_t len)
+{
+	return (len + KV_IO_ALIGN - 1) & ~(uint64_t)(KV_IO_ALIGN - 1);
+}
+
+static int is_miss(int err)
+{
+	return err == -ENOENT || err == -ENOTDIR;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* FILE appears whole or not at all: a temp beside it, then rename. */
+static int write_atomic(const char *path, const void *buf, size_t len)
+{
+	char tmp[PATH_MAX];
+	mode_t mask;
+	int fd, ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	mask = umask(0);
+	umask(mask);
+	ret = fchmod(fd, 0666 & ~mask) < 0 ? -errno : write_full(fd, buf, len);
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret < 0)
+		unlink(tmp);
+	return ret;
+}
+
+/* Room for an O_DIRECT read of len bytes. */
+static int ensure_buf(void **buf, size_t *cap, size_t len)
+{
+	void *nb;
+
+	len = round_up(len ? len : 1);
+	if (*buf && *cap >= len)
+		return 0;
+	nb = kv_io_buf_alloc(len);
+	if (!nb)
+		return -ENOMEM;
+	kv_io_buf_free(*buf);
+	*buf = nb;
+	*cap = len;
+	return 0;
+}
+
+/* --- one block -------------------------------------------------------- */
+
+static int get_one(struct get *get, const char *hash, const char *relpath)
+{
+	void *buf = NULL;
+	size_t cap = 0, len = 0;
+	uint64_t size;
+	int ret, tries;
+
+	if (get->exists) {
+		ret = kv_io_has(get->io, relpath);
+		if (is_miss(ret))
+			return EXIT_ANSWER_NO;
+		if (ret < 0) {
+			tool_err("cannot open '%s/%s': %s", get->root, relpath, kv_strerror(ret));
+			return EXIT_RUNTIME;
+		}
+		return 0;
+	}
+	if (!get->out && isatty(STDOUT_FILENO))
+		tool_usage_fail("refusing to write block data to a terminal; use -o FILE, "
+				"-o - or a redirection");
+	for (tries = 0; tries < GET_TRIES; tries++) {
+		if (get->tail_bytes) {
+			len = get->tail_bytes;
+			ret = ensure_buf(&buf, &cap, len);
+			if (ret == 0)
+				ret = kv_io_get_tail(get->io, relpath, buf, len);
+		} else {
+			ret = kv_io_size(get->io, relpath, &size);
+			if (ret == 0)
+				ret = ensure_buf(&buf, &cap, size);
+			if (ret == 0)
+				ret = kv_io_get(get->io, relpath, buf, cap, &len);
+		}
+		if (ret != -EFBIG)
+			break;
+	}
+	if (is_miss(ret)) {
+		tool_err("no block %s at '%s/%s'", hash, get->root, relpath);
+		return EXIT_ANSWER_NO;
+	}
+	if (ret == -KV_ESHORT && kv_io_size(get->io, relpath, &size) == 0)
+		tool_err("'%s/%s' holds %llu bytes, fewer than the %llu asked for", get->root,
+			 relpath, (unsigned long long)size, (unsigned long long)len);
+	else if (ret == -KV_ECHECKSUM)
+		tool_err("'%s/%s': checksum mismatch (the file is left in place)", get->root,
+			 relpath);
+	else if (ret < 0)
+		tool_err("cannot read '%s/%s': %s", get->root, relpath, kv_strerror(ret));
+	if (ret < 0)
+		return EXIT_RUNTIME;
+	if (get->out && strcmp(get->out, "-")) {
+		ret = write_atomic(get->out, buf, len);
+		if (ret < 0) {
+			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
+			return EXIT_RUNTIME;
+		}
+	} else {
+		ret = write_full(STDOUT_FILENO, buf, len);
+		if (ret < 0) {
+			tool_err("write error: %s", kv_strerror(ret));
+			return EXIT_RUNTIME;
+		}
+	}
+	kv_io_buf_free(buf);
+	return 0;
+}
+
+/* --- batch ------------------------------------------------------------ */
+
+/* hit: 1, miss: 0, error: -1 (error gives the message). */
+static void print_record(struct get *get, unsigned long line, const char *hash,
+			 const char *relpath, int hit, uint64_t size, const char *error)
+{
+	json_t *rec = json_pack("{s:I, s:b}", "line", (json_int_t)line, "hit", hit > 0);
+
+	if (hash)
+		json_object_set_new(rec, "hash", json_string(hash));
+	if (relpath)
+		json_object_set_new(rec, "path", json_string(relpath));
+	if (hit > 0)
+		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
+	if (error)
+		json_object_set_new(rec, "error", json_string(error));
+	tool_json_print(rec);
+	if (hit == 0)
+		get->misses++;
+	if (hit < 0)
+		get->errors++;
+}
+
+static void bad_line(struct batch *b, const char *hash, const char *relpath,
+		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void bad_line(struct batch *b, const char *hash, const char *relpath,
+		     const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tool_err("<stdin>:%lu: %s", b->line, msg);
+	print_record(b->get, b->line, hash, relpath, -1, 0, msg);
+}
+
+static int uint_field(json_t *rec, const char *key, unsigned dflt, unsigned *out)
+{
+	json_t *v = json_object_get(rec, key);
+
+	*out = dflt;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > UINT_MAX)
+		return -1;
+	*out = (unsigned)json_integer_value(v);
+	return 0;
+}
+
+/* A kvls record: its "path", else model_dir/rank/group/hash. */
+static int parse_record(struct batch *b, const char *text, struct slot *s)
+{
+	const char *path, *model_dir, *hash;
+	struct kv_block_ref ref;
+	json_error_t jerr;
+	unsigned rank, group;
+	json_t *rec;
+	int ret = -1;
+
+	rec = json_loads(text, 0, &jerr);
+	if (!rec || !json_is_object(rec)) {
+		bad_line(b, NULL, NULL, "invalid JSON: %s", rec ? "not an object" : jerr.text);
+		json_decref(rec);
+		return -1;
+	}
+	path = json_string_value(json_object_get(rec, "path"));
+	model_dir = json_string_value(json_object_get(rec, "model_dir"));
+	hash = json_string_value(json_object_get(rec, "hash"));
+	if (!model_dir)
+		model_dir = b->get->model_dir;
+	if (path) {
+		if (kv_layout_block_parse(path, &ref) < 0 || strlen(path) >= sizeof(s->relpath)) {
+			bad_line(b, hash, path, "not a block path in the cache layout");
+		} else {
+			strcpy(s->relpath, path);
+			strcpy(s->hash, ref.hash);
+			ret = 0;
+		}
+	} else if (!hash) {
+		bad_line(b, NULL, NULL, "no \"path\" and no \"hash\"");
+	} else if (kv_layout_hash_normalize(hash, s->hash, sizeof(s->hash)) < 0) {
+		bad_line(b, hash, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", hash);
+	} else if (uint_field(rec, "rank", b->get->rank, &rank) < 0 ||
+		   uint_field(rec, "group", b->get->group, &group) < 0) {
+		bad_line(b, s->hash, NULL, "\"rank\" and \"group\" must be integers >= 0");
+	} else if (!*model_dir) {
+		bad_line(b, s->hash, NULL, "no model dir: give \"model_dir\", --model-dir or --config");
+	} else if (kv_layout_model_dir_parse(model_dir, &ref) < 0 ||
+		   kv_layout_block_path(model_dir, rank, group, s->hash, s->relpath,
+					sizeof(s->relpath)) < 0) {
+		bad_line(b, s->hash, NULL, "invalid model dir '%s'", model_dir);
+	} else {
+		ret = 0;
+	}
+	json_decref(rec);
+	return ret;
+}
+
+/* A bare hash on its own line, in --model-dir/--rank/--group. */
+static int parse_hash(struct batch *b, char *text, struct slot *s)
+{
+	text[strcspn(text, " \t\r\n")] = '\0';
+	if (kv_layout_hash_normalize(text, s->hash, sizeof(s->hash)) < 0) {
+		bad_line(b, NULL, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", text);
+		return -1;
+	}
+	if (!b->get->model_dir[0]) {
+		bad_line(b, s->hash, NULL, "a bare hash needs --model-dir or --config");
+		return -1;
+	}
+	if (kv_layout_block_path(b->get->model_dir, b->get->rank, b->get->group, s->hash,
+				 s->relpath, sizeof(s->relpath)) < 0) {
+		bad_line(b, s->hash, NULL, "cannot compose a block path");
+		return -1;
+	}
+	return 0;
+}
+
+/* Make s a read request, or answer the line at once (miss, --exists):
+ * 1 if s is ready for the engine, 0 if the line is done. */
+static int prepare(struct batch *b, struct slot *s)
+{
+	struct get *get = b->get;
+	uint64_t size;
+	int ret;
+
+	s->line = b->line;
+	if (get->tail_bytes && !get->exists) {
+		ret = ensure_buf(&s->buf, &s->cap, get->tail_bytes);
+		s->req = (struct kv_io_req){ .op = KV_IO_OP_GET_TAIL, .relpath = s->relpath,
+					     .buf = s->buf, .len = get->tail_bytes, .user = s };
+	} else {
+		ret = kv_io_size(get->io, s->relpath, &size);
+		if (ret == 0 && get->exists) {
+			print_record(get, s->line, s->hash, s->relpath, 1, size, NULL);
+			return 0;
+		}
+		if (ret == 0)
+			ret = ensure_buf(&s->buf, &s->cap, size);
+		s->req = (struct kv_io_req){ .op = KV_IO_OP_GET, .relpath = s->relpath,
+					     .buf = s->buf, .len = s->cap, .user = s };
+	}
+	if (is_miss(ret)) {
+		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
+		return 0;
+	}
+	if (ret < 0) {
+		tool_err("cannot open '%s/%s': %s", get->root, s->relpath, kv_strerror(ret));
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+		return 0;
+	}
+	return 1;
+}
+
+static int batch_next(void *arg, struct kv_io_req **req)
+{
+	struct batch *b = arg;
+	struct slot *s = b->free;
+	ssize_t n;
+
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+	} else {
+		b->free = s->next_free;
+	}
+	while ((n = getline(&b->text, &b->text_cap, stdin)) >= 0) {
+		char *p = b->text + strspn(b->text, " \t\r\n");
+
+		b->line++;
+		if (!*p)
+			continue;
+		if ((*p == '{' ? parse_record(b, p, s) : parse_hash(b, p, s)) < 0)
+			continue;
+		if (prepare(b, s)) {
+			*req = &s->req;
+			return 1;
+		}
+	}
+	s->next_free = b->free;
+	b->free = s;
+	if (ferror(stdin)) {
+		tool_err("cannot read '<stdin>': %s", strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void batch_done(void *arg, struct kv_io_req *req)
+{
+	struct batch *b = arg;
+	struct get *get = b->get;
+	struct slot *s = req->user;
+	char path[PATH_MAX];
+	int ret = req->result;
+
+	if (ret == 0 && get->out) {
+		if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path))
+			ret = -ENAMETOOLONG;
+		else
+			ret = write_atomic(path, s->buf, req->done);
+		if (ret < 0) {
+			tool_err("cannot write '%s': %s", path, kv_strerror(ret));
+			print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+		}
+	} else if (is_miss(ret)) {
+		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
+	} else if (ret < 0) {
+		tool_err("cannot read '%s/%s': %s", get->root, s->relpath, kv_strerror(ret));
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+	}
+	if (ret == 0)
+		print_record(get, s->line, s->hash, s->relpath, 1, req->done, NULL);
+	s->next_free = b->free;
+	b->free = s;
+}
+
+static int run_batch(struct get *get)
+{
+	struct batch b = { .get = get };
+	struct stat st;
+	struct slot *s;
+	int ret;
+
+	if (get->out && (stat(get->out, &st) < 0 || !S_ISDIR(st.st_mode))) {
+		tool_err("cannot use '%s' as the output dir: %s", get->out,
+			 strerror(errno ? errno : ENOTDIR));
+		return EXIT_RUNTIME;
+	}
+	ret = kv_io_batch_stream(get->io, batch_next, batch_done, &b);
+	if (ret < 0 && ret != -EIO)
+		tool_err("batch stopped: %s", kv_strerror(ret));
+	while ((s = b.free)) {
+		b.free = s->next_free;
+		kv_io_buf_free(s->buf);
+		free(s);
+	}
+	free(b.text);
+	if (ret < 0 || get->errors)
+		return EXIT_RUNTIME;
+	return get->misses ? EXIT_ANSWER_NO : 0;
+}
+
+/* --- main ------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "model-dir", required_argument, NULL, 'm' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "group", required_argument, NULL, OPT_GROUP },
+		{ "exists", no_argument, NULL, 'e' },
+		{ "blocks", required_argument, NULL, OPT_BLOCKS },
+		{ "block-bytes", required_argument, NULL, OPT_BLOCK_BYTES },
+		{ "no-touch", no_argument, NULL, OPT_NO_TOUCH },
+		{ "buffered", no_argument, NULL, OPT_BUFFERED },
+		{ "output", required_argument, NULL, 'o' },
+		{ "batch", no_argument, NULL, 'b' },
+		{ "qd", required_argument, NULL, OPT_QD },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
+	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
+	uint64_t blocks = 0, block_bytes = 0;
+	struct get get = { 0 };
+	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
+	int c, batch = 0, ret;
+
+	tool_init("kvget");
+	while ((c = getopt_long(argc, argv, "r:m:c:eo:bhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'r': root_opt = optarg; break;
+		case 'm': model_dir = optarg; break;
+		case 'c': config = optarg; break;
+		case OPT_RANK: get.rank = tool_parse_uint("--rank", optarg, UINT_MAX); break;
+		case OPT_GROUP: get.group = tool_parse_uint("--group", optarg, UINT_MAX); break;
+		case 'e': get.exists = 1; break;
+		case OPT_BLOCKS: blocks = tool_parse_uint("--blocks", optarg, UINT32_MAX); break;
+		case OPT_BLOCK_BYTES: block_bytes = tool_parse_size("--block-bytes", optarg); break;
+		case OPT_NO_TOUCH: opts.flags |= KV_IO_NO_TOUCH; break;
+		case OPT_BUFFERED: opts.flags |= KV_IO_BUFFERED; break;
+		case 'o': get.out = optarg; break;
+		case 'b': batch = 1; break;
+		case OPT_QD:
+			opts.queue_depth = tool_parse_uint("--qd", optarg, MAX_QD);
+			if (!opts.queue_depth)
+				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
+			break;
+		case 'h': usage(); break;
+		case 'V': tool_version(); break;
+		default: tool_usage_fail("unknown option");
+		}
+	}
+	if (model_dir && config)
+		tool_usage_fail("give one of --model-dir and --config, not both");
+	if (!batch && !model_dir && !config)
+		tool_usage_fail("give --model-dir or --config");
+	if (!blocks != !block_bytes)
+		tool_usage_fail("--blocks and --block-bytes go together");
+	if (blocks && block_bytes > UINT64_MAX / blocks)
+		tool_usage_fail("--blocks times --block-bytes is too large");
+	get.tail_bytes = blocks * block_bytes;
+	if (get.exists && (get.tail_bytes || (get.out && !batch)))
+		tool_usage_fail("--exists reads no data: drop --blocks and -o");
+	if (batch ? optind != argc : optind + 1 != argc)
+		tool_usage_fail(batch ? "--batch reads its blocks from stdin, not arguments" :
+				"give one HASH");
+	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
+		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
+	get.root = tool_root(root_opt);
+
+	ret = kv_io_open(get.root, &opts, &get.io);
+	if (ret < 0) {
+		tool_err("cannot open '%s': %s", get.root, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	if (model_dir || config)
+		tool_model_dir(model_dir, config, -1, get.model_dir, sizeof(get.model_dir));
+	if (batch) {
+		ret = run_batch(&get);
+	} else if (kv_layout_block_path(get.model_dir, get.rank, get.group, hash, relpath,
+					sizeof(relpath)) < 0) {
+		tool_err("cannot compose a block path for '%s'", hash);
+		ret = EXIT_RUNTIME;
+	} else {
+		ret = get_one(&get, hash, relpath);
+	}
+	kv_io_close(get.io);
+	return ret;
+}

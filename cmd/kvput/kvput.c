@@ -1,0 +1,473 @@
+/*
+ * kvput: store blocks in a cache root at the paths vLLM reads them from.
+ *
+ * One block from a file or stdin, or many from an NDJSON manifest with
+ * --batch: manifest lines are read and their payloads loaded while up to
+ * --qd earlier ones are in flight (kv_io_batch_stream), so a batch moves
+ * at the speed of the device rather than of one write at a time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include "../common/tool.h"
+
+#define READ_CHUNK_BYTES	(1u << 20)
+#define DEFAULT_QD		32
+#define MAX_QD			1024
+
+enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_QD };
+
+struct put {
+	const char *root;
+	char model_dir[KV_NAME_MAX + 1];
+	unsigned rank, group;
+	struct kv_io *io;
+	int failed;
+};
+
+/* One manifest line on its way to disk. */
+struct slot {
+	struct kv_io_req req;
+	struct slot *next_free;
+	unsigned long line;
+	char hash[KV_HASH_MAX_LEN + 1];
+	char relpath[PATH_MAX];
+	void *buf;
+	size_t cap;
+};
+
+struct batch {
+	struct put *put;
+	FILE *in;
+	const char *in_name;
+	unsigned long line;
+	char *text;
+	size_t text_cap;
+	struct slot *free;
+};
+
+static void usage(void)
+{
+	printf("Usage: kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             [--fsync] [--buffered] HASH [FILE|-]\n"
+	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             [--fsync] [--buffered] [--qd N] --batch [MANIFEST|-]\n"
+	       "       kvput -h | -V\n"
+	       "\n"
+	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
+	       "path vLLM's file tier reads it from.  With --batch, read NDJSON lines\n"
+	       "{\"hash\":H,\"file\":F} or {\"hash\":H,\"data_b64\":B} (optional \"rank\",\n"
+	       "\"group\") from MANIFEST or stdin and print one NDJSON result per line.\n"
+	       "\n"
+	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
+	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
+	       "  -c, --config FILE      a model config.json: its model dir is named from\n"
+	       "                         it and created with the config if missing\n"
+	       "      --rank N           tensor-parallel rank (default 0)\n"
+	       "      --group N          KV-cache group (default 0)\n"
+	       "      --fsync            make each block durable before its rename\n"
+	       "      --buffered         never use O_DIRECT\n"
+	       "  -b, --batch            read a manifest of blocks\n"
+	       "      --qd N             blocks in flight in a batch (default %d)\n"
+	       "  -h, --help             show this help and exit\n"
+	       "  -V, --version          show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 stored, 2 usage error, 3 a block could not be stored.\n",
+	       DEFAULT_QD);
+	exit(0);
+}
+
+/* Read all of fd into an O_DIRECT-aligned buffer that grows as needed. */
+static int read_all(int fd, void **buf, size_t *cap, size_t *len)
+{
+	struct stat st;
+	size_t n = 0;
+
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (size_t)st.st_size + 1 > *cap) {
+		/* One byte spare: reaching EOF needs a read with room. */
+		void *nb = kv_io_buf_alloc(st.st_size + 1);
+
+		if (!nb)
+			return -ENOMEM;
+		kv_io_buf_free(*buf);
+		*buf = nb;
+		*cap = st.st_size + 1;
+	}
+	for (;;) {
+		ssize_t r;
+
+		if (n == *cap) {
+			size_t ncap = *cap ? *cap * 2 : READ_CHUNK_BYTES;
+			void *nb = kv_io_buf_alloc(ncap);
+
+			if (!nb)
+				return -ENOMEM;
+			memcpy(nb, *buf, n);
+			kv_io_buf_free(*buf);
+			*buf = nb;
+			*cap = ncap;
+		}
+		r = read(fd, (char *)*buf + n, *cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		n += r;
+	}
+	*len = n;
+	return 0;
+}
+
+static int read_file(const char *path, void **buf, size_t *cap, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = read_all(fd, buf, cap, len);
+	close(fd);
+	return ret;
+}
+
+/* Base64 into an aligned buffer; -EINVAL unless it is clean base64. */
+static int decode_b64(const char *text, void **buf, size_t *cap, size_t *len)
+{
+	size_t n = strlen(text), out = n / 4 * 3;
+	int got;
+
+	if (n % 4)
+		return -EINVAL;
+	if (out > *cap || !*buf) {
+		void *nb = kv_io_buf_alloc(out);
+
+		if (!nb)
+			return -ENOMEM;
+		kv_io_buf_free(*buf);
+		*buf = nb;
+		*cap = out ? out : 1;
+	}
+	if (n == 0) {
+		*len = 0;
+		return 0;
+	}
+	got = EVP_DecodeBlock(*buf, (const unsigned char *)text, (int)n);
+	if (got < 0 || (size_t)got != out)
+		return -EINVAL;
+	/* EVP_DecodeBlock counts the padding as zero bytes. */
+	if (text[n - 1] == '=')
+		out--;
+	if (text[n - 2] == '=')
+		out--;
+	*len = out;
+	return 0;
+}
+
+/* --- batch ------------------------------------------------------------ */
+
+static void print_result(struct put *put, const char *hash, const char *relpath,
+			 unsigned long line, size_t size, const char *error)
+{
+	json_t *rec = json_pack("{s:I, s:s}", "line", (json_int_t)line,
+				"status", error ? "error" : "ok");
+
+	if (hash)
+		json_object_set_new(rec, "hash", json_string(hash));
+	if (relpath)
+		json_object_set_new(rec, "path", json_string(relpath));
+	if (error)
+		json_object_set_new(rec, "error", json_string(error));
+	else
+		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
+	tool_json_print(rec);
+	if (error)
+		put->failed++;
+}
+
+/* A line that cannot be stored: said on stderr and as a record. */
+static void bad_line(struct batch *b, const char *hash, const char *relpath,
+		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void bad_line(struct batch *b, const char *hash, const char *relpath,
+		     const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tool_err("%s:%lu: %s", b->in_name, b->line, msg);
+	print_result(b->put, hash, relpath, b->line, 0, msg);
+}
+
+static int uint_field(json_t *rec, const char *key, unsigned dflt, unsigned *out)
+{
+	json_t *v = json_object_get(rec, key);
+
+	*out = dflt;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > UINT_MAX)
+		return -1;
+	*out = (unsigned)json_integer_value(v);
+	return 0;
+}
+
+/* Turn one manifest line into a ready request in s; 0 on success. */
+static int load_line(struct batch *b, const char *text, struct slot *s)
+{
+	const char *hash, *file, *b64;
+	json_error_t jerr;
+	unsigned rank, group;
+	size_t len;
+	json_t *rec;
+	int ret;
+
+	rec = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+	if (!rec || !json_is_object(rec)) {
+		bad_line(b, NULL, NULL, "invalid JSON: %s", rec ? "not an object" : jerr.text);
+		json_decref(rec);
+		return -1;
+	}
+	hash = json_string_value(json_object_get(rec, "hash"));
+	file = json_string_value(json_object_get(rec, "file"));
+	b64 = json_string_value(json_object_get(rec, "data_b64"));
+	ret = -1;
+	if (!hash) {
+		bad_line(b, NULL, NULL, "no \"hash\" string");
+		goto out;
+	}
+	if (kv_layout_hash_normalize(hash, s->hash, sizeof(s->hash)) < 0) {
+		bad_line(b, hash, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", hash);
+		goto out;
+	}
+	if (uint_field(rec, "rank", b->put->rank, &rank) < 0 ||
+	    uint_field(rec, "group", b->put->group, &group) < 0) {
+		bad_line(b, s->hash, NULL, "\"rank\" and \"group\" must be integers >= 0");
+		goto out;
+	}
+	if (kv_layout_block_path(b->put->model_dir, rank, group, s->hash, s->relpath,
+				 sizeof(s->relpath)) < 0) {
+		bad_line(b, s->hash, NULL, "cannot compose a block path");
+		goto out;
+	}
+	if (!file == !b64) {
+		bad_line(b, s->hash, s->relpath, "want exactly one of \"file\" and \"data_b64\"");
+		goto out;
+	}
+	if (file) {
+		ret = read_file(file, &s->buf, &s->cap, &len);
+		if (ret < 0)
+			bad_line(b, s->hash, s->relpath, "cannot read '%s': %s", file,
+				 kv_strerror(ret));
+	} else {
+		ret = decode_b64(b64, &s->buf, &s->cap, &len);
+		if (ret < 0)
+			bad_line(b, s->hash, s->relpath, "invalid \"data_b64\": %s",
+				 ret == -EINVAL ? "not base64" : kv_strerror(ret));
+	}
+	if (ret == 0) {
+		s->line = b->line;
+		s->req = (struct kv_io_req){ .op = KV_IO_OP_PUT, .relpath = s->relpath,
+					     .buf = s->buf, .len = len, .user = s };
+	}
+out:
+	json_decref(rec);
+	return ret;
+}
+
+static int batch_next(void *arg, struct kv_io_req **req)
+{
+	struct batch *b = arg;
+	struct slot *s = b->free;
+
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+	} else {
+		b->free = s->next_free;
+	}
+	for (;;) {
+		ssize_t n = getline(&b->text, &b->text_cap, b->in);
+
+		if (n < 0)
+			break;
+		b->line++;
+		if (strspn(b->text, " \t\r\n") == (size_t)n)
+			continue;
+		if (load_line(b, b->text, s) == 0) {
+			*req = &s->req;
+			return 1;
+		}
+	}
+	s->next_free = b->free;
+	b->free = s;
+	if (ferror(b->in)) {
+		tool_err("cannot read '%s': %s", b->in_name, strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void batch_done(void *arg, struct kv_io_req *req)
+{
+	struct batch *b = arg;
+	struct slot *s = req->user;
+
+	if (req->result < 0) {
+		tool_err("cannot store '%s/%s': %s", b->put->root, s->relpath,
+			 kv_strerror(req->result));
+		print_result(b->put, s->hash, s->relpath, s->line, 0,
+			     kv_strerror(req->result));
+	} else {
+		print_result(b->put, s->hash, s->relpath, s->line, req->done, NULL);
+	}
+	s->next_free = b->free;
+	b->free = s;
+}
+
+static int run_batch(struct put *put, const char *manifest)
+{
+	struct batch b = { .put = put, .in_name = "<stdin>", .in = stdin };
+	struct slot *s;
+	int ret;
+
+	if (manifest && strcmp(manifest, "-")) {
+		b.in = fopen(manifest, "re");
+		if (!b.in) {
+			tool_err("cannot open '%s': %s", manifest, strerror(errno));
+			return EXIT_RUNTIME;
+		}
+		b.in_name = manifest;
+	}
+	ret = kv_io_batch_stream(put->io, batch_next, batch_done, &b);
+	if (ret < 0 && ret != -EIO)
+		tool_err("batch stopped: %s", kv_strerror(ret));
+	while ((s = b.free)) {
+		b.free = s->next_free;
+		kv_io_buf_free(s->buf);
+		free(s);
+	}
+	free(b.text);
+	if (b.in != stdin)
+		fclose(b.in);
+	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;
+}
+
+/* --- main ------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "model-dir", required_argument, NULL, 'm' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "group", required_argument, NULL, OPT_GROUP },
+		{ "fsync", no_argument, NULL, OPT_FSYNC },
+		{ "buffered", no_argument, NULL, OPT_BUFFERED },
+		{ "batch", no_argument, NULL, 'b' },
+		{ "qd", required_argument, NULL, OPT_QD },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
+	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
+	struct put put = { 0 };
+	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
+	const char *file;
+	int c, batch = 0, rootfd, ret;
+	void *buf = NULL;
+	size_t cap = 0, len;
+
+	tool_init("kvput");
+	while ((c = getopt_long(argc, argv, "r:m:c:bhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'r': root_opt = optarg; break;
+		case 'm': model_dir = optarg; break;
+		case 'c': config = optarg; break;
+		case OPT_RANK: put.rank = tool_parse_uint("--rank", optarg, UINT_MAX); break;
+		case OPT_GROUP: put.group = tool_parse_uint("--group", optarg, UINT_MAX); break;
+		case OPT_FSYNC: opts.flags |= KV_IO_FSYNC; break;
+		case OPT_BUFFERED: opts.flags |= KV_IO_BUFFERED; break;
+		case 'b': batch = 1; break;
+		case OPT_QD:
+			opts.queue_depth = tool_parse_uint("--qd", optarg, MAX_QD);
+			if (!opts.queue_depth)
+				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
+			break;
+		case 'h': usage(); break;
+		case 'V': tool_version(); break;
+		default: tool_usage_fail("unknown option");
+		}
+	}
+	if (!model_dir == !config)
+		tool_usage_fail("give one of --model-dir and --config");
+	if (batch ? argc - optind > 1 : argc - optind < 1 || argc - optind > 2)
+		tool_usage_fail(batch ? "--batch takes at most one MANIFEST" :
+				"give HASH and at most one FILE");
+	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
+		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
+	put.root = tool_root(root_opt);
+
+	ret = kv_io_open(put.root, &opts, &put.io);
+	if (ret < 0) {
+		tool_err("cannot open '%s': %s", put.root, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	rootfd = -1;
+	if (config) {
+		rootfd = open(put.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (rootfd < 0) {
+			tool_err("cannot open '%s': %s", put.root, strerror(errno));
+			return EXIT_RUNTIME;
+		}
+	}
+	tool_model_dir(model_dir, config, rootfd, put.model_dir, sizeof(put.model_dir));
+	if (rootfd >= 0)
+		close(rootfd);
+
+	if (batch) {
+		ret = run_batch(&put, argv[optind]);
+		kv_io_close(put.io);
+		return ret;
+	}
+	ret = kv_layout_block_path(put.model_dir, put.rank, put.group, hash, relpath,
+				   sizeof(relpath));
+	if (ret < 0) {
+		tool_err("cannot compose a block path for '%s': %s", hash, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	file = argc - optind > 1 ? argv[optind + 1] : "-";
+	if (strcmp(file, "-"))
+		ret = read_file(file, &buf, &cap, &len);
+	else
+		ret = read_all(STDIN_FILENO, &buf, &cap, &len);
+	if (ret < 0) {
+		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
+			 kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	ret = kv_io_put(put.io, relpath, buf, len);
+	if (ret < 0) {
+		tool_err("cannot store '%s/%s': %s", put.root, relpath, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	kv_io_buf_free(buf);
+	kv_io_close(put.io);
+	return 0;
+}
