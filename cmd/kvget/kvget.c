@@ -67,7 +67,7 @@ static void usage(void)
 	       "\n"
 	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
 	       "checksum, and stamp its atime as vLLM's readers do.  With --batch, read\n"
-	       "hashes (one per line) or kvls --ndjson records on stdin and print one\n"
+	       "hashes (one per line) or kvls NDJSON block records on stdin and print one\n"
 	       "NDJSON record per block: {\"hash\",\"hit\",\"line\",\"path\",\"size_bytes\"}.\n"
 	       "\n"
 	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
@@ -508,6 +508,7 @@ int main(int argc, char **argv)
 	int c, batch = 0, ret;
 
 	tool_init("kvget");
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "r:m:c:eo:bhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
@@ -529,7 +530,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
-		default: tool_usage_fail("unknown option");
+		default:
+			tool_usage_fail("invalid option or missing argument: '%s'",
+					argv[optind - 1]);
 		}
 	}
 	if (model_dir && config)

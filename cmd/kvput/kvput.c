@@ -395,6 +395,7 @@ int main(int argc, char **argv)
 	size_t cap = 0, len;
 
 	tool_init("kvput");
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "r:m:c:bhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
@@ -412,7 +413,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
-		default: tool_usage_fail("unknown option");
+		default:
+			tool_usage_fail("invalid option or missing argument: '%s'",
+					argv[optind - 1]);
 		}
 	}
 	if (!model_dir == !config)
