@@ -1,0 +1,270 @@
+/*
+ * A small kvoffd client for tests/bats/kvoffd.bats and bench/offd.sh,
+ * built against libkv by both:
+ *
+ *   offd_client put SOCK MODEL_DIR RANK GROUP HASH FILE
+ *   offd_client get SOCK MODEL_DIR RANK GROUP HASH        (block to stdout)
+ *   offd_client hold SOCK MODEL_DIR RANK GROUP HASH       (pin, say "pinned",
+ *                                                          wait for stdin EOF)
+ *   offd_client stress SOCK MODEL_DIR CLIENT KEYS ITERS BYTES
+ *       put and get KEYS shared keys and KEYS keys of this CLIENT, ITERS
+ *       rounds, checking every byte read (content is a function of the key)
+ *   offd_client bench SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
+ *       put then get BLOCKS blocks ITERS times; prints bytes and ns
+ *   offd_client memcpy BLOCKS ITERS BYTES
+ *       the same bytes copied by one thread with memcpy
+ *
+ * Exit: 0 ok, 1 block absent, 3 failure or mismatch, 4 daemon unreachable.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <kv/kv.h>
+
+static int fail(const char *what, int err)
+{
+	fprintf(stderr, "offd_client: %s: %s\n", what, kv_strerror(err));
+	if (err == -ENOENT)
+		return 1;
+	return err == -ECONNREFUSED || err == -ECONNRESET || err == -EACCES ? 4 : 3;
+}
+
+static int connect_to(const char *sock, struct kv_offd **c)
+{
+	int err = kv_offd_connect(sock, c);
+
+	if (err) {
+		fprintf(stderr, "offd_client: cannot reach '%s': %s\n", sock, kv_strerror(err));
+		exit(err == -ENOENT || err == -ECONNREFUSED || err == -EACCES ||
+		     err == -ECONNRESET ? 4 : 3);
+	}
+	return 0;
+}
+
+static void make_ref(struct kv_block_ref *ref, const char *model, unsigned rank,
+		     unsigned group, const char *hash)
+{
+	memset(ref, 0, sizeof(*ref));
+	snprintf(ref->model_dir, sizeof(ref->model_dir), "%s", model);
+	ref->rank = rank;
+	ref->group = group;
+	snprintf(ref->hash, sizeof(ref->hash), "%s", hash);
+}
+
+/* Content that any client can check: bytes derived from the key. */
+static void fill(unsigned char *buf, size_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < len; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(buf + i, &x, len - i < 8 ? len - i : 8);
+	}
+}
+
+static int64_t now_ns(void)
+{
+	return kv_monotonic_ns();
+}
+
+static int cmd_put(char **a)
+{
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	size_t cap = 64u << 20, len = 0;
+	unsigned char *buf = malloc(cap);
+	FILE *f = fopen(a[5], "rb");
+	int err;
+
+	if (!buf || !f)
+		return fail(a[5], -errno);
+	len = fread(buf, 1, cap, f);
+	fclose(f);
+	connect_to(a[0], &c);
+	make_ref(&ref, a[1], (unsigned)atoi(a[2]), (unsigned)atoi(a[3]), a[4]);
+	err = kv_offd_put(c, &ref, buf, len);
+	kv_offd_close(c);
+	free(buf);
+	return err ? fail("put", err) : 0;
+}
+
+static int cmd_get(char **a)
+{
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	unsigned char *buf;
+	size_t len;
+	int err;
+
+	connect_to(a[0], &c);
+	buf = malloc(kv_offd_slot_bytes(c));
+	make_ref(&ref, a[1], (unsigned)atoi(a[2]), (unsigned)atoi(a[3]), a[4]);
+	err = buf ? kv_offd_get(c, &ref, buf, kv_offd_slot_bytes(c), &len) : -ENOMEM;
+	kv_offd_close(c);
+	if (err)
+		return fail("get", err);
+	if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
+		return fail("stdout", -EIO);
+	free(buf);
+	return 0;
+}
+
+static int cmd_hold(char **a)
+{
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	const void *p;
+	uint32_t slot;
+	size_t len;
+	char ch;
+	int err;
+
+	connect_to(a[0], &c);
+	make_ref(&ref, a[1], (unsigned)atoi(a[2]), (unsigned)atoi(a[3]), a[4]);
+	err = kv_offd_lookup(c, &ref, &slot, &p, &len);
+	if (err)
+		return fail("lookup", err);
+	printf("pinned %u %zu\n", slot, len);
+	fflush(stdout);
+	while (read(0, &ch, 1) > 0)
+		;
+	err = kv_offd_release(c, slot);
+	kv_offd_close(c);
+	return err ? fail("release", err) : 0;
+}
+
+static void key_hash(char *hash, size_t len, unsigned owner, unsigned k)
+{
+	snprintf(hash, len, "%08x%08x", owner, k);
+}
+
+static int cmd_stress(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), keys = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = (size_t)atol(a[5]), len;
+	unsigned char *want = malloc(bytes), *got = malloc(bytes);
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	char hash[32];
+	int err;
+
+	if (!want || !got)
+		return fail("malloc", -ENOMEM);
+	connect_to(a[0], &c);
+	for (unsigned it = 0; it < iters; it++) {
+		for (unsigned k = 0; k < 2 * keys; k++) {
+			/* Even k: a key every client shares; odd: this client's. */
+			unsigned owner = k % 2 ? client + 1 : 0;
+
+			key_hash(hash, sizeof(hash), owner, k / 2);
+			make_ref(&ref, a[1], 0, 0, hash);
+			fill(want, bytes, (uint64_t)owner << 32 | (k / 2));
+			err = kv_offd_put(c, &ref, want, bytes);
+			if (err)
+				return fail("put", err);
+			err = kv_offd_get(c, &ref, got, bytes, &len);
+			if (err)
+				return fail("get", err);
+			if (len != bytes || memcmp(want, got, bytes)) {
+				fprintf(stderr, "offd_client: block %s differs\n", hash);
+				return 3;
+			}
+		}
+	}
+	kv_offd_close(c);
+	printf("ok %u\n", iters * 2 * keys);
+	return 0;
+}
+
+static int cmd_bench(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = (size_t)atol(a[5]), len;
+	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc(bytes);
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	char hash[32];
+	int64_t t0, t1;
+	int err;
+
+	if (!src || !dst)
+		return fail("malloc", -ENOMEM);
+	for (unsigned b = 0; b < blocks; b++)
+		fill(src + (size_t)b * bytes, bytes, b);
+	memset(dst, 0, bytes);
+	connect_to(a[0], &c);
+	t0 = now_ns();
+	for (unsigned it = 0; it < iters; it++) {
+		for (unsigned b = 0; b < blocks; b++) {
+			key_hash(hash, sizeof(hash), client + 1, b);
+			make_ref(&ref, a[1], 0, 0, hash);
+			err = kv_offd_put(c, &ref, src + (size_t)b * bytes, bytes);
+			if (err)
+				return fail("put", err);
+			err = kv_offd_get(c, &ref, dst, bytes, &len);
+			if (err)
+				return fail("get", err);
+		}
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	if (memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes))
+		return fail("verify", -KV_ECHECKSUM);
+	printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+	       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+	return 0;
+}
+
+static int cmd_memcpy(char **a)
+{
+	unsigned blocks = (unsigned)atoi(a[0]), iters = (unsigned)atoi(a[1]);
+	size_t bytes = (size_t)atol(a[2]);
+	unsigned char *src = malloc((size_t)blocks * bytes);
+	unsigned char *pool = malloc((size_t)blocks * bytes), *dst = malloc(bytes);
+	int64_t t0, t1;
+
+	if (!src || !pool || !dst)
+		return fail("malloc", -ENOMEM);
+	for (unsigned b = 0; b < blocks; b++)
+		fill(src + (size_t)b * bytes, bytes, b);
+	memset(pool, 0, (size_t)blocks * bytes);
+	memset(dst, 0, bytes);
+	/* The same moves as bench: into a pool slot, back out again. */
+	t0 = now_ns();
+	for (unsigned it = 0; it < iters; it++)
+		for (unsigned b = 0; b < blocks; b++) {
+			memcpy(pool + (size_t)b * bytes, src + (size_t)b * bytes, bytes);
+			memcpy(dst, pool + (size_t)b * bytes, bytes);
+		}
+	t1 = now_ns();
+	if (memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes))
+		return 3;
+	printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+	       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int args;
+		int (*fn)(char **a);
+	} cmds[] = {
+		{ "put", 6, cmd_put }, { "get", 5, cmd_get }, { "hold", 5, cmd_hold },
+		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
+		{ "memcpy", 3, cmd_memcpy },
+	};
+
+	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name) && argc == cmds[i].args + 2)
+			return cmds[i].fn(argv + 2);
+	fprintf(stderr, "usage: see the comment at the top of bench/offd_client.c\n");
+	return 2;
+}

@@ -1,0 +1,1054 @@
+/*
+ * The kvoffd control plane: one epoll loop owns the slot table, the key
+ * index, the LRU and every client; workers (writer.c) only touch slot
+ * bytes the loop has handed them.  Block data moves through the shared
+ * memfd, never through the socket.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include "../common/tool.h"
+#include "kvoffd.h"
+
+#define HUGE_PAGE_BYTES		(2u << 20)
+#define MAX_PINS_PER_CLIENT	4096
+#define FRAMES_PER_WAKEUP	64
+#define METRICS_INTERVAL_S	5
+
+/* epoll tags for the loop's own fds; clients are tagged by pointer. */
+enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_TIMER, TAG_DONE };
+
+/* ---- pool, index, LRU ---- */
+
+static int map_pool(struct offd *d, unsigned flags)
+{
+	int fd = memfd_create("kvoffd-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
+	void *p;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)d->pool_bytes) < 0)
+		goto fail;
+	p = mmap(NULL, d->pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		goto fail;
+	/* Clients map it too: none may shrink it under the others. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		munmap(p, d->pool_bytes);
+		goto fail;
+	}
+	d->memfd = fd;
+	d->pool = p;
+	return 0;
+fail:
+	{
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+}
+
+int offd_pool_init(struct offd *d)
+{
+	uint32_t buckets = 16;
+	int err;
+
+	d->nslots = (uint32_t)(d->pool_bytes / d->slot_bytes);
+	d->pool_bytes = (uint64_t)d->nslots * d->slot_bytes;
+	/* hugetlbfs reserves at mmap time, so a machine without free huge
+	 * pages fails here and gets ordinary shared memory instead. */
+	err = -EINVAL;
+	if (d->slot_bytes % HUGE_PAGE_BYTES == 0)
+		err = map_pool(d, MFD_HUGETLB);
+	d->hugepages = !err;
+	if (err)
+		err = map_pool(d, 0);
+	if (err)
+		return err;
+	d->slots = calloc(d->nslots, sizeof(*d->slots));
+	while (buckets < 2 * (uint64_t)d->nslots)
+		buckets *= 2;
+	d->index = malloc(buckets * sizeof(*d->index));
+	if (!d->slots || !d->index)
+		return -ENOMEM;
+	d->index_mask = buckets - 1;
+	for (uint32_t i = 0; i < buckets; i++)
+		d->index[i] = NIL;
+	d->free_head = NIL;
+	for (uint32_t i = d->nslots; i-- > 0;) {
+		d->slots[i].next = d->free_head;
+		d->free_head = i;
+	}
+	d->nfree = d->nslots;
+	d->lru_head = d->lru_tail = NIL;
+	return 0;
+}
+
+static uint32_t bucket_of(struct offd *d, const char *path)
+{
+	return (uint32_t)kv_xxh3(path, strlen(path)) & d->index_mask;
+}
+
+static uint32_t index_find(struct offd *d, const char *path)
+{
+	uint32_t i = d->index[bucket_of(d, path)];
+
+	while (i != NIL && strcmp(d->slots[i].path, path))
+		i = d->slots[i].hnext;
+	return i;
+}
+
+static void index_add(struct offd *d, uint32_t i)
+{
+	uint32_t *head = &d->index[bucket_of(d, d->slots[i].path)];
+
+	d->slots[i].hnext = *head;
+	*head = i;
+	d->slots[i].in_index = 1;
+}
+
+static void index_del(struct offd *d, uint32_t i)
+{
+	uint32_t *p = &d->index[bucket_of(d, d->slots[i].path)];
+
+	while (*p != i)
+		p = &d->slots[*p].hnext;
+	*p = d->slots[i].hnext;
+	d->slots[i].in_index = 0;
+}
+
+static void lru_del(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+
+	if (s->prev != NIL)
+		d->slots[s->prev].next = s->next;
+	else
+		d->lru_head = s->next;
+	if (s->next != NIL)
+		d->slots[s->next].prev = s->prev;
+	else
+		d->lru_tail = s->prev;
+	s->prev = s->next = NIL;
+}
+
+static void lru_push(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+
+	s->prev = NIL;
+	s->next = d->lru_head;
+	if (d->lru_head != NIL)
+		d->slots[d->lru_head].prev = i;
+	d->lru_head = i;
+	if (d->lru_tail == NIL)
+		d->lru_tail = i;
+}
+
+static void free_slot(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+
+	memset(s, 0, sizeof(*s));
+	s->state = SLOT_FREE;
+	s->prev = s->hnext = NIL;
+	s->next = d->free_head;
+	d->free_head = i;
+	d->nfree++;
+}
+
+static uint32_t pop_free(struct offd *d)
+{
+	uint32_t i = d->free_head;
+
+	d->free_head = d->slots[i].next;
+	d->nfree--;
+	d->slots[i].prev = d->slots[i].next = d->slots[i].hnext = NIL;
+	return i;
+}
+
+/* Take a block out of the index (a newer put replaced it, or eviction). */
+static void detach(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+
+	if (!s->in_index)
+		return;
+	index_del(d, i);
+	if (s->state == SLOT_READY)
+		lru_del(d, i);
+}
+
+/* A detached block is freed once nobody reads it. */
+static void try_release(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+
+	if (s->state == SLOT_READY && !s->in_index && !s->pins && !s->wb_pending)
+		free_slot(d, i);
+}
+
+static void evict(struct offd *d, uint32_t i)
+{
+	report_event(d, "BlockRemoved", "cpu", &d->slots[i]);
+	d->st.evictions++;
+	detach(d, i);
+	free_slot(d, i);
+}
+
+static int queue_write(struct offd *d, uint32_t i)
+{
+	struct slot *s = &d->slots[i];
+	struct job j = { .kind = JOB_WRITE, .slot = i, .len = s->len };
+
+	if (d->wb_inflight >= d->wr.wcap)
+		return -EAGAIN;
+	memcpy(j.path, s->path, sizeof(j.path));
+	if (writer_push(d, &j))
+		return -EAGAIN;
+	s->wb_pending = 1;
+	d->wb_inflight++;
+	return 0;
+}
+
+/*
+ * A slot for a new block: a free one, else the least recently used
+ * unpinned block already in the file tier.  Dirty blocks met on the way
+ * are queued for write-behind (-EAGAIN: the caller parks until one
+ * lands); when the queue is full the oldest dirty block is dropped, so a
+ * slow file tier costs blocks, never a stalled put.
+ */
+static int get_slot(struct offd *d, uint32_t *out)
+{
+	unsigned spills = 0, budget = 2 * d->wr.nthreads;
+
+	if (d->nfree) {
+		*out = pop_free(d);
+		return 0;
+	}
+	for (uint32_t i = d->lru_tail; i != NIL; i = d->slots[i].prev) {
+		struct slot *s = &d->slots[i];
+
+		if (s->pins || s->wb_pending)
+			continue;
+		if (!s->on_disk) {
+			if (spills < budget && !queue_write(d, i)) {
+				spills++;
+				continue;
+			}
+			if (d->wb_inflight < d->wr.wcap)
+				continue;
+			d->st.wb_drops++;
+		}
+		evict(d, i);
+		*out = pop_free(d);
+		return 0;
+	}
+	return d->wb_inflight || d->loads_inflight ? -EAGAIN : -ENOSPC;
+}
+
+/*
+ * Keep the LRU tail clean: queue write-behind for the dirty, unpinned
+ * blocks nearest eviction so get_slot finds clean victims instead of
+ * parking or dropping.
+ */
+static void spill_ahead(struct offd *d)
+{
+	uint32_t window = d->nslots / 8 ? d->nslots / 8 : 1, seen = 0;
+
+	if (window > d->wr.wcap)
+		window = (uint32_t)d->wr.wcap;
+	for (uint32_t i = d->lru_tail; i != NIL && seen < window; i = d->slots[i].prev, seen++) {
+		struct slot *s = &d->slots[i];
+
+		if (!s->on_disk && !s->pins && !s->wb_pending && queue_write(d, i))
+			return;
+	}
+}
+
+/* ---- clients ---- */
+
+static void watch(struct offd *d, struct client *c, int reading)
+{
+	struct epoll_event ev = {
+		.events = (reading ? EPOLLIN : 0) | EPOLLRDHUP,
+		.data.ptr = c,
+	};
+
+	if (epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		c->doomed = 1;
+}
+
+static void reply(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	ssize_t n;
+
+	(void)d;
+	if (c->doomed || kv_offd_frame_encode(f, buf, sizeof(buf))) {
+		c->doomed = 1;
+		return;
+	}
+	/* Clients wait for each reply before the next request, so a socket
+	 * too full for 512 bytes means a peer that is not reading. */
+	do
+		n = send(c->fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(buf))
+		c->doomed = 1;
+}
+
+static void reply_status(struct offd *d, struct client *c, uint16_t type, int status)
+{
+	struct kv_offd_frame f = { .type = type | KV_OFFD_REPLY, .status = status };
+
+	reply(d, c, &f);
+}
+
+static void park(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	c->wait = WAIT_SLOT;
+	c->saved = *f;
+	c->next_waiter = NULL;
+	/* wake_parked retries the head first; one that still cannot go on
+	 * keeps its place at the head. */
+	if (d->waking) {
+		c->next_waiter = d->parked_head;
+		d->parked_head = c;
+		if (!d->parked_tail)
+			d->parked_tail = c;
+	} else {
+		if (d->parked_tail)
+			d->parked_tail->next_waiter = c;
+		else
+			d->parked_head = c;
+		d->parked_tail = c;
+	}
+	watch(d, c, 0);
+}
+
+static void wait_load(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		      uint32_t i)
+{
+	c->wait = WAIT_LOAD;
+	c->saved = *f;
+	c->wait_slot = i;
+	c->next_waiter = d->slots[i].waiters;
+	d->slots[i].waiters = c;
+	watch(d, c, 0);
+}
+
+static int key_path(const struct kv_offd_frame *f, struct kv_block_ref *ref,
+		    char path[PATH_BYTES])
+{
+	int err;
+
+	memset(ref, 0, sizeof(*ref));
+	err = kv_layout_model_dir_parse(f->model_dir, ref);
+	if (err)
+		return err;
+	ref->rank = f->rank;
+	ref->group = f->group;
+	strcpy(ref->hash, f->hash);
+	return kv_layout_block_path_ref(ref, path, PATH_BYTES);
+}
+
+static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+	struct kv_block_ref ref;
+	char path[PATH_BYTES];
+	uint32_t i;
+	int err;
+
+	err = f->len > d->slot_bytes ? -EFBIG : key_path(f, &ref, path);
+	if (!err)
+		err = get_slot(d, &i);
+	if (err == -EAGAIN) {
+		park(d, c, f);
+		return;
+	}
+	if (err) {
+		reply_status(d, c, f->type, err);
+		return;
+	}
+	d->slots[i].state = SLOT_ALLOC;
+	d->slots[i].owner = c;
+	d->slots[i].len = f->len;
+	d->slots[i].ref = ref;
+	d->slots[i].start_ns = kv_monotonic_ns();
+	memcpy(d->slots[i].path, path, PATH_BYTES);
+	r.slot = i;
+	r.len = f->len;
+	reply(d, c, &r);
+}
+
+static int owned_alloc(struct offd *d, struct client *c, uint32_t i)
+{
+	return i < d->nslots && d->slots[i].state == SLOT_ALLOC && d->slots[i].owner == c;
+}
+
+static void do_commit(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
+	uint32_t i = f->slot, old;
+	struct slot *s;
+
+	if (!owned_alloc(d, c, i)) {
+		reply_status(d, c, f->type, -EINVAL);
+		return;
+	}
+	s = &d->slots[i];
+	old = index_find(d, s->path);
+	if (old != NIL) {
+		detach(d, old);
+		try_release(d, old);
+	}
+	s->state = SLOT_READY;
+	s->owner = NULL;
+	index_add(d, i);
+	lru_push(d, i);
+	d->st.puts++;
+	d->st.put_bytes += s->len;
+	report_transfer(d, DIR_PUT, s->len, kv_monotonic_ns() - s->start_ns);
+	report_event(d, "BlockStored", "cpu", s);
+	if (d->always && queue_write(d, i))
+		d->st.wb_drops++;
+	if (!d->always && !d->nfree)
+		spill_ahead(d);
+	reply(d, c, &r);
+}
+
+static void do_abort(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
+
+	if (!owned_alloc(d, c, f->slot)) {
+		reply_status(d, c, f->type, -EINVAL);
+		return;
+	}
+	free_slot(d, f->slot);
+	reply(d, c, &r);
+}
+
+static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		      int rerun)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+	struct kv_block_ref ref;
+	char path[PATH_BYTES];
+	struct slot *s;
+	struct job j = { .kind = JOB_LOAD };
+	uint32_t i;
+	int err;
+
+	err = key_path(f, &ref, path);
+	if (err) {
+		reply_status(d, c, f->type, err);
+		return;
+	}
+	i = index_find(d, path);
+	if (i != NIL && d->slots[i].state == SLOT_READY) {
+		s = &d->slots[i];
+		if (c->npins >= MAX_PINS_PER_CLIENT) {
+			reply_status(d, c, f->type, -EMFILE);
+			return;
+		}
+		if (c->npins == c->cap_pins) {
+			size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
+			struct pin *p = realloc(c->pins, cap * sizeof(*p));
+
+			if (!p) {
+				reply_status(d, c, f->type, -ENOMEM);
+				return;
+			}
+			c->pins = p;
+			c->cap_pins = cap;
+		}
+		c->pins[c->npins].slot = i;
+		c->pins[c->npins].start_ns = kv_monotonic_ns();
+		c->npins++;
+		s->pins++;
+		lru_del(d, i);
+		lru_push(d, i);
+		if (!rerun)
+			d->st.hits++;
+		d->st.gets++;
+		d->st.get_bytes += s->len;
+		r.slot = i;
+		r.len = s->len;
+		reply(d, c, &r);
+		return;
+	}
+	if (!rerun)
+		d->st.misses++;
+	if (i != NIL) {
+		/* Someone's miss is loading this key: wait for that one. */
+		wait_load(d, c, f, i);
+		return;
+	}
+	err = get_slot(d, &i);
+	if (err == -EAGAIN) {
+		park(d, c, f);
+		return;
+	}
+	if (err) {
+		reply_status(d, c, f->type, err);
+		return;
+	}
+	s = &d->slots[i];
+	s->state = SLOT_LOADING;
+	s->ref = ref;
+	memcpy(s->path, path, PATH_BYTES);
+	index_add(d, i);
+	j.slot = i;
+	memcpy(j.path, path, PATH_BYTES);
+	d->loads_inflight++;
+	writer_push(d, &j);
+	wait_load(d, c, f, i);
+}
+
+static void do_release(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
+	struct slot *s;
+	size_t k;
+
+	for (k = 0; k < c->npins && c->pins[k].slot != f->slot; k++)
+		;
+	if (k == c->npins) {
+		reply_status(d, c, f->type, -EINVAL);
+		return;
+	}
+	s = &d->slots[f->slot];
+	s->pins--;
+	report_transfer(d, DIR_GET, s->len, kv_monotonic_ns() - c->pins[k].start_ns);
+	c->pins[k] = c->pins[--c->npins];
+	try_release(d, f->slot);
+	reply(d, c, &r);
+}
+
+static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+	struct kv_block_ref ref;
+	char path[PATH_BYTES];
+	int err;
+
+	err = key_path(f, &ref, path);
+	if (!err && index_find(d, path) != NIL)
+		r.arg = KV_OFFD_IN_RAM;
+	else if (!err && !(err = kv_io_has(d->io, path)))
+		r.arg = KV_OFFD_ON_DISK;
+	if (err)
+		reply_status(d, c, f->type, err);
+	else
+		reply(d, c, &r);
+}
+
+static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+
+	for (uint64_t i = f->arg; i < d->nslots; i++) {
+		const struct slot *s = &d->slots[i];
+
+		if (s->state != SLOT_READY || !s->in_index)
+			continue;
+		r.slot = (uint32_t)i;
+		r.len = s->len;
+		r.rank = s->ref.rank;
+		r.group = s->ref.group;
+		r.arg = s->pins | (uint64_t)(s->on_disk != 0) << 32;
+		strcpy(r.model_dir, s->ref.model_dir);
+		strcpy(r.hash, s->ref.hash);
+		reply(d, c, &r);
+		return;
+	}
+	reply_status(d, c, f->type, -ENOENT);
+}
+
+static void dispatch(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		     int rerun)
+{
+	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+
+	switch (f->type) {
+	case KV_OFFD_ALLOC:
+		do_alloc(d, c, f);
+		break;
+	case KV_OFFD_COMMIT:
+		do_commit(d, c, f);
+		break;
+	case KV_OFFD_ABORT:
+		do_abort(d, c, f);
+		break;
+	case KV_OFFD_LOOKUP:
+		do_lookup(d, c, f, rerun);
+		break;
+	case KV_OFFD_RELEASE:
+		do_release(d, c, f);
+		break;
+	case KV_OFFD_HAS:
+		do_has(d, c, f);
+		break;
+	case KV_OFFD_STATS:
+		report_fill_stats(d, &r.stats);
+		reply(d, c, &r);
+		break;
+	case KV_OFFD_LIST:
+		do_list(d, c, f);
+		break;
+	default:
+		/* The decoder lets only request types through. */
+		c->doomed = 1;
+		break;
+	}
+}
+
+/* Retry parked requests now that a slot may have come free. */
+static void wake_parked(struct offd *d)
+{
+	if (d->waking)
+		return;
+	d->waking = 1;
+	while (d->parked_head) {
+		struct client *c = d->parked_head;
+
+		d->parked_head = c->next_waiter;
+		if (!d->parked_head)
+			d->parked_tail = NULL;
+		c->next_waiter = NULL;
+		c->wait = WAIT_NONE;
+		if (c->doomed)
+			continue;
+		dispatch(d, c, &c->saved, 1);
+		if (c->wait == WAIT_SLOT)
+			break;
+		if (c->wait == WAIT_NONE)
+			watch(d, c, 1);
+	}
+	d->waking = 0;
+}
+
+static void unlink_waiter(struct client **head, struct client **tail, struct client *c)
+{
+	struct client *prev = NULL;
+
+	for (struct client *w = *head; w; prev = w, w = w->next_waiter) {
+		if (w != c)
+			continue;
+		if (prev)
+			prev->next_waiter = w->next_waiter;
+		else
+			*head = w->next_waiter;
+		if (tail && *tail == c)
+			*tail = prev;
+		return;
+	}
+}
+
+/* Drop a client: its pins are released and its unfinished puts dropped,
+ * whether it said goodbye or died. */
+static void client_close(struct offd *d, struct client *c)
+{
+	for (size_t k = 0; k < c->npins; k++) {
+		d->slots[c->pins[k].slot].pins--;
+		try_release(d, c->pins[k].slot);
+	}
+	for (uint32_t i = 0; i < d->nslots; i++)
+		if (owned_alloc(d, c, i))
+			free_slot(d, i);
+	if (c->wait == WAIT_LOAD)
+		unlink_waiter(&d->slots[c->wait_slot].waiters, NULL, c);
+	else if (c->wait == WAIT_SLOT)
+		unlink_waiter(&d->parked_head, &d->parked_tail, c);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	close(c->fd);
+	free(c->pins);
+	free(c);
+}
+
+static void reap(struct offd *d)
+{
+	struct client *c = d->clients, *next;
+	int closed = 0;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (c->doomed) {
+			client_close(d, c);
+			closed = 1;
+		}
+	}
+	if (closed)
+		wake_parked(d);
+}
+
+static void client_read(struct offd *d, struct client *c)
+{
+	struct kv_offd_frame f;
+
+	for (int n = 0; n < FRAMES_PER_WAKEUP && c->wait == WAIT_NONE && !c->doomed; ) {
+		ssize_t got = recv(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen,
+				   MSG_DONTWAIT);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (got <= 0) {
+			c->doomed = 1;
+			return;
+		}
+		c->rlen += (size_t)got;
+		if (c->rlen < sizeof(c->rbuf))
+			continue;
+		c->rlen = 0;
+		n++;
+		if (kv_offd_frame_decode(c->rbuf, sizeof(c->rbuf), &f) ||
+		    (f.type & KV_OFFD_REPLY) || f.type == KV_OFFD_HELLO) {
+			d->st.protocol_errors++;
+			tool_err("closing client pid %d: malformed frame", (int)c->pid);
+			c->doomed = 1;
+			return;
+		}
+		dispatch(d, c, &f, 0);
+		/* A commit, abort or release may have freed a slot. */
+		if (d->parked_head)
+			wake_parked(d);
+	}
+}
+
+/* Same uid as the daemon, or the socket file's group among the peer's. */
+static int peer_allowed(struct offd *d, int fd, const struct ucred *cred)
+{
+	gid_t groups[256];
+	socklen_t len = sizeof(groups);
+	struct stat st;
+
+	if (cred->uid == geteuid())
+		return 1;
+	if (stat(d->socket_path, &st) < 0)
+		return 0;
+	if (cred->gid == st.st_gid)
+		return 1;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == st.st_gid)
+			return 1;
+	return 0;
+}
+
+static int send_hello(struct offd *d, int fd, int status)
+{
+	struct kv_offd_frame f = { .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .status = status };
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	union {
+		struct cmsghdr hdr;
+		char space[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	if (!status) {
+		f.slot = d->nslots;
+		f.len = d->pool_bytes;
+		f.arg = d->slot_bytes;
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.space;
+		msg.msg_controllen = sizeof(ctl.space);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &d->memfd, sizeof(int));
+	}
+	if (kv_offd_frame_encode(&f, buf, sizeof(buf)))
+		return -KV_EPROTO;
+	do
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(buf) ? 0 : -EPIPE;
+}
+
+static void accept_clients(struct offd *d)
+{
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+		struct client *c;
+		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				tool_err("cannot accept: %s", strerror(errno));
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+		    !peer_allowed(d, fd, &cred)) {
+			d->st.refused++;
+			tool_err("refusing peer uid %d pid %d", (int)cred.uid, (int)cred.pid);
+			send_hello(d, fd, -EACCES);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c || send_hello(d, fd, 0)) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->uid = cred.uid;
+		c->pid = cred.pid;
+		ev.data.ptr = c;
+		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->next = d->clients;
+		if (d->clients)
+			d->clients->prev = c;
+		d->clients = c;
+	}
+}
+
+/* ---- worker completions ---- */
+
+static void wake_waiters(struct offd *d, struct client *w, int status, int detached)
+{
+	while (w) {
+		struct client *next = w->next_waiter;
+
+		w->next_waiter = NULL;
+		w->wait = WAIT_NONE;
+		if (!w->doomed) {
+			if (!status || detached)
+				dispatch(d, w, &w->saved, 1);
+			else
+				reply_status(d, w, KV_OFFD_LOOKUP, status);
+			if (w->wait == WAIT_NONE)
+				watch(d, w, 1);
+		}
+		w = next;
+	}
+}
+
+static void load_done(struct offd *d, const struct job *j)
+{
+	struct slot *s = &d->slots[j->slot];
+	struct client *waiters = s->waiters;
+	int detached = !s->in_index;
+
+	s->waiters = NULL;
+	d->loads_inflight--;
+	if (!j->result) {
+		s->state = SLOT_READY;
+		s->len = j->len;
+		s->on_disk = 1;
+		d->st.readthroughs++;
+		d->st.readthrough_bytes += j->len;
+		report_transfer(d, DIR_READTHROUGH, j->len, j->ns);
+		if (!detached) {
+			lru_push(d, j->slot);
+			report_event(d, "BlockStored", "cpu", s);
+		}
+	} else {
+		if (!detached)
+			index_del(d, j->slot);
+		free_slot(d, j->slot);
+		if (j->result != -ENOENT)
+			tool_err("cannot read '%s': %s", j->path, kv_strerror(j->result));
+	}
+	wake_waiters(d, waiters, j->result, detached);
+	if (!j->result)
+		try_release(d, j->slot);
+}
+
+static void drain_step(struct offd *d);
+
+static void write_done(struct offd *d, const struct job *j)
+{
+	struct slot *s = &d->slots[j->slot];
+
+	s->wb_pending = 0;
+	d->wb_inflight--;
+	if (!j->result) {
+		s->on_disk = 1;
+		d->st.spills++;
+		d->st.spill_bytes += j->len;
+		report_transfer(d, DIR_SPILL, j->len, j->ns);
+		report_event(d, "BlockStored", "fs", s);
+	} else {
+		d->st.wb_errors++;
+		tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));
+	}
+	try_release(d, j->slot);
+}
+
+static void jobs_done(struct offd *d)
+{
+	uint64_t n;
+	struct job j;
+
+	if (read(d->wr.efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		tool_err("cannot read eventfd: %s", strerror(errno));
+	while (!writer_pop_done(d, &j)) {
+		if (j.kind == JOB_LOAD)
+			load_done(d, &j);
+		else
+			write_done(d, &j);
+	}
+	if (d->draining)
+		drain_step(d);
+	else
+		wake_parked(d);
+}
+
+/* ---- shutdown ---- */
+
+/* Queue every block not yet in the file tier, as far as the queue takes. */
+static void drain_step(struct offd *d)
+{
+	for (uint32_t i = 0; i < d->nslots; i++) {
+		struct slot *s = &d->slots[i];
+
+		if (s->state != SLOT_READY || s->on_disk || s->wb_pending || s->drain_tried)
+			continue;
+		if (queue_write(d, i))
+			return;
+		s->drain_tried = 1;
+	}
+}
+
+static void begin_drain(struct offd *d)
+{
+	d->draining = 1;
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, d->lfd, NULL);
+	close(d->lfd);
+	d->lfd = -1;
+	unlink(d->socket_path);
+	/* Clients close at the end of this loop turn, releasing their pins. */
+	for (struct client *c = d->clients; c; c = c->next)
+		c->doomed = 1;
+	drain_step(d);
+}
+
+static void on_signal(struct offd *d)
+{
+	struct signalfd_siginfo si;
+	int err;
+
+	while (read(d->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			err = report_open_events(d);
+			if (err)
+				tool_err("cannot open '%s': %s", d->events_path, kv_strerror(err));
+		} else if (!d->draining) {
+			begin_drain(d);
+		}
+	}
+}
+
+static int add_fd(struct offd *d, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+int offd_serve(struct offd *d, int ready_fd)
+{
+	struct itimerspec its = {
+		.it_interval = { .tv_sec = METRICS_INTERVAL_S },
+		.it_value = { .tv_sec = METRICS_INTERVAL_S },
+	};
+	struct epoll_event evs[64];
+	sigset_t mask;
+	int err;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	d->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	d->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (d->epfd < 0 || d->sfd < 0 || d->tfd < 0 ||
+	    timerfd_settime(d->tfd, 0, &its, NULL) < 0)
+		return -errno;
+	if ((err = add_fd(d, d->lfd, TAG_LISTEN)) || (err = add_fd(d, d->sfd, TAG_SIGNAL)) ||
+	    (err = add_fd(d, d->tfd, TAG_TIMER)) || (err = add_fd(d, d->wr.efd, TAG_DONE)))
+		return err;
+	err = report_write_metrics(d);
+	if (err)
+		tool_err("cannot write '%s': %s", d->metrics_path, kv_strerror(err));
+	if (ready_fd >= 0) {
+		if (write(ready_fd, "\n", 1) != 1)
+			tool_err("cannot write to --ready-fd: %s", strerror(errno));
+		close(ready_fd);
+	}
+	while (!d->draining || d->wb_inflight || d->loads_inflight) {
+		int n = epoll_wait(d->epfd, evs, 64, -1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		for (int k = 0; k < n; k++) {
+			uint64_t tag = evs[k].data.u64, ticks;
+			struct client *c;
+
+			switch (tag) {
+			case TAG_LISTEN:
+				if (!d->draining)
+					accept_clients(d);
+				continue;
+			case TAG_SIGNAL:
+				on_signal(d);
+				continue;
+			case TAG_TIMER:
+				if (read(d->tfd, &ticks, sizeof(ticks)) == (ssize_t)sizeof(ticks) &&
+				    (err = report_write_metrics(d)))
+					tool_err("cannot write '%s': %s", d->metrics_path,
+						 kv_strerror(err));
+				continue;
+			case TAG_DONE:
+				jobs_done(d);
+				continue;
+			}
+			c = evs[k].data.ptr;
+			if (c->doomed)
+				continue;
+			if (evs[k].events & EPOLLIN)
+				client_read(d, c);
+			else if (evs[k].events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
+				c->doomed = 1;
+		}
+		reap(d);
+	}
+	return 0;
+}

@@ -1,0 +1,153 @@
+/* kvoffd internals: the slot pool, clients, write-behind workers. */
+#ifndef KVOFFD_H
+#define KVOFFD_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <kv/kv.h>
+#include <kv/offd.h>
+
+#define NIL		UINT32_MAX	/* end of a slot index list */
+#define PATH_BYTES	512		/* a block's relative path */
+
+enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
+
+struct client;
+
+struct slot {
+	enum slot_state state;
+	uint32_t prev, next;	/* LRU (READY and in the index) or free list */
+	uint32_t hnext;		/* index chain */
+	uint32_t pins;
+	int in_index;		/* reachable by key; else freed when idle */
+	int on_disk;		/* the file tier holds these bytes */
+	int wb_pending;		/* a worker may read the slot: not reusable */
+	int drain_tried;	/* SIGTERM drain queued it once already */
+	uint64_t len;
+	int64_t start_ns;	/* ALLOC time, for put seconds */
+	struct client *owner;	/* SLOT_ALLOC */
+	struct client *waiters;	/* SLOT_LOADING: LOOKUPs waiting on it */
+	struct kv_block_ref ref;
+	char path[PATH_BYTES];
+};
+
+struct pin {
+	uint32_t slot;
+	int64_t start_ns;
+};
+
+enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD };
+
+struct client {
+	int fd;
+	uid_t uid;
+	pid_t pid;
+	unsigned char rbuf[KV_OFFD_FRAME_BYTES];
+	size_t rlen;
+	int doomed;			/* closed at the end of this loop turn */
+	enum wait wait;
+	struct kv_offd_frame saved;	/* the request parked by wait */
+	uint32_t wait_slot;		/* WAIT_LOAD */
+	struct client *next_waiter;	/* a slot's waiters, or the parked list */
+	struct pin *pins;
+	size_t npins, cap_pins;
+	struct client *prev, *next;	/* all clients */
+};
+
+enum job_kind { JOB_WRITE, JOB_LOAD };
+
+struct job {
+	enum job_kind kind;
+	uint32_t slot;
+	uint64_t len;		/* WRITE: bytes; LOAD: bytes read (out) */
+	int result;
+	int64_t ns;		/* time the I/O took */
+	char path[PATH_BYTES];
+};
+
+/* Directions of the transfer metrics. */
+enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
+#define HIST_BUCKETS	10	/* 4 KiB x 4^i, i < 9, then +Inf */
+
+struct writer {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop;
+	struct job *writes;	/* ring of capacity wcap */
+	size_t wcap, whead, wcount;
+	struct job *loads;	/* ring of capacity lcap (one per slot) */
+	size_t lcap, lhead, lcount;
+	struct job *done;	/* ring of capacity wcap + lcap */
+	size_t dhead, dcount;
+	size_t running;
+	int efd;		/* eventfd: completions ready */
+	unsigned nthreads;
+	pthread_t *threads;
+	struct kv_io **ios;
+};
+
+struct offd {
+	/* configuration */
+	const char *root;
+	const char *socket_path;
+	const char *metrics_path;
+	const char *events_path;
+	int always;		/* --write-policy always */
+	unsigned io_flags;
+
+	/* pool */
+	int memfd;
+	unsigned char *pool;
+	uint64_t pool_bytes, slot_bytes;
+	uint32_t nslots;
+	int hugepages;
+	struct slot *slots;
+	uint32_t free_head, nfree;
+	uint32_t lru_head, lru_tail;	/* head: most recent */
+	uint32_t *index;		/* key hash -> first slot */
+	uint32_t index_mask;
+	uint32_t loads_inflight;
+	uint32_t wb_inflight;
+
+	/* clients */
+	int lfd, epfd;
+	struct client *clients;
+	struct client *parked_head, *parked_tail;
+	int sfd, tfd;			/* signalfd, metrics timerfd */
+	int draining;			/* SIGTERM seen */
+	int waking;			/* inside wake_parked */
+	struct kv_io *io;		/* loop thread's handle (HAS) */
+	struct writer wr;
+
+	/* reporting */
+	FILE *events;
+	struct kv_offd_stats st;
+	double seconds[DIR_COUNT];
+	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
+	int64_t start_ns;
+};
+
+/* writer.c */
+int writer_start(struct offd *d, unsigned nthreads, size_t wcap);
+/* Queue a job; -EAGAIN when the write queue is full. */
+int writer_push(struct offd *d, const struct job *job);
+/* Take one finished job; 0 if one was returned, -EAGAIN if none. */
+int writer_pop_done(struct offd *d, struct job *out);
+size_t writer_queued(struct offd *d);
+void writer_stop(struct offd *d);
+
+/* report.c */
+int report_open_events(struct offd *d);
+void report_event(struct offd *d, const char *event, const char *tier,
+		  const struct slot *s);
+void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);
+void report_fill_stats(struct offd *d, struct kv_offd_stats *out);
+int report_write_metrics(struct offd *d);
+
+/* daemon.c */
+int offd_pool_init(struct offd *d);
+int offd_serve(struct offd *d, int ready_fd);
+
+#endif

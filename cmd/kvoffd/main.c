@@ -1,0 +1,312 @@
+/* kvoffd: node-local offload daemon with a shared CPU tier. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include "../common/tool.h"
+#include "kvoffd.h"
+
+#define DEFAULT_SLOT_BYTES	(2u << 20)
+#define DEFAULT_WRITE_THREADS	2
+#define WRITE_QUEUE_MAX		64
+
+static void usage(void)
+{
+	printf("Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE [--slot-bytes SIZE]\n"
+	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
+	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
+	       "       kvoffd --stats SOCK\n"
+	       "\n"
+	       "Serve a shared CPU tier of KV-cache blocks over a Unix socket, writing\n"
+	       "blocks behind to the file tier under DIR and reading misses through.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -r, --root DIR            cache root (default $KV_ROOT)\n"
+	       "  -s, --socket PATH         Unix socket to listen on (default $KV_DAEMON)\n"
+	       "  -c, --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
+	       "      --slot-bytes SIZE     largest block, one pool slot (default 2M)\n"
+	       "      --write-policy POLICY always: queue every put to the file tier;\n"
+	       "                            on-evict: write blocks as they leave RAM (default)\n"
+	       "      --write-threads N     file tier workers (default 2)\n"
+	       "      --fsync               fsync each block and its directory\n"
+	       "      --ready-fd N          write a newline on fd N once serving\n"
+	       "      --metrics-file PATH   Prometheus text, rewritten every 5 s and on exit\n"
+	       "      --events PATH|-       append BlockStored/BlockRemoved NDJSON events\n"
+	       "      --stats SOCK          print the daemon at SOCK's statistics as JSON\n"
+	       "  -h, --help                show this help and exit\n"
+	       "  -V, --version             show the version and exit\n");
+	exit(0);
+}
+
+static int print_stats(const char *sock)
+{
+	struct kv_offd_stats st;
+	struct kv_offd *c;
+	json_t *o;
+	int err;
+
+	err = kv_offd_connect(sock, &c);
+	if (!err) {
+		err = kv_offd_stats(c, &st);
+		kv_offd_close(c);
+	}
+	if (err) {
+		tool_err("cannot reach daemon at '%s': %s", sock, kv_strerror(err));
+		return err == -ENOENT || err == -ECONNREFUSED || err == -ECONNRESET ||
+		       err == -EACCES ? EXIT_DAEMON : EXIT_RUNTIME;
+	}
+	o = json_object();
+	for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++)
+		json_object_set_new(o, kv_offd_stats_name(i),
+				    json_integer((json_int_t)kv_offd_stats_value(&st, i)));
+	json_object_set_new(o, "socket", json_string(sock));
+	tool_json_print(o);
+	return 0;
+}
+
+static int count_block(const struct kv_walk_entry *e, void *arg)
+{
+	struct kv_offd_stats *st = arg;
+
+	if (e->kind == KV_WALK_BLOCK) {
+		st->disk_blocks++;
+		st->disk_bytes += e->size_bytes;
+	}
+	return 0;
+}
+
+/* Bind the socket, 0660; a live daemon already on it is an error, a
+ * stale socket file is replaced. */
+static int listen_on(const char *path, int *out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	mode_t old;
+	int fd, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return -EEXIST;
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		err = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+		close(fd);
+		if (err == 0)
+			return -EADDRINUSE;
+		unlink(path);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	old = umask(0117);
+	err = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (err < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	*out = fd;
+	return 0;
+}
+
+/* systemd Type=notify, by hand: one datagram to $NOTIFY_SOCKET. */
+static void sd_notify_ready(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len;
+	char msg[64];
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@') || strlen(path) >= sizeof(sa.sun_path))
+		return;
+	strcpy(sa.sun_path, path);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+	snprintf(msg, sizeof(msg), "READY=1\nMAINPID=%d", (int)getpid());
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, len) < 0)
+		tool_err("cannot notify systemd: %s", strerror(errno));
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_SLOT = 256, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
+	       OPT_METRICS, OPT_EVENTS, OPT_STATS };
+	static const struct option longopts[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "cpu-bytes", required_argument, NULL, 'c' },
+		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
+		{ "write-policy", required_argument, NULL, OPT_POLICY },
+		{ "write-threads", required_argument, NULL, OPT_THREADS },
+		{ "fsync", no_argument, NULL, OPT_FSYNC },
+		{ "ready-fd", required_argument, NULL, OPT_READY },
+		{ "metrics-file", required_argument, NULL, OPT_METRICS },
+		{ "events", required_argument, NULL, OPT_EVENTS },
+		{ "stats", required_argument, NULL, OPT_STATS },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct offd d;
+	struct kv_io_opts io_opts = { .queue_depth = 4 };
+	struct kv_walk_opts walk_opts = { .rank = -1 };
+	const char *root_opt = NULL, *stats_sock = NULL;
+	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
+	int ready_fd = -1, opt, err;
+	sigset_t mask;
+
+	tool_init("kvoffd");
+	d.slot_bytes = DEFAULT_SLOT_BYTES;
+	d.socket_path = getenv("KV_DAEMON");
+	while ((opt = getopt_long(argc, argv, "r:s:c:hV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'r':
+			root_opt = optarg;
+			break;
+		case 's':
+			d.socket_path = optarg;
+			break;
+		case 'c':
+			cpu_bytes = tool_parse_size("--cpu-bytes", optarg);
+			break;
+		case OPT_SLOT:
+			d.slot_bytes = tool_parse_size("--slot-bytes", optarg);
+			break;
+		case OPT_POLICY:
+			if (!strcmp(optarg, "always"))
+				d.always = 1;
+			else if (!strcmp(optarg, "on-evict"))
+				d.always = 0;
+			else
+				tool_usage_fail("invalid --write-policy '%s' (always or on-evict)",
+						optarg);
+			break;
+		case OPT_THREADS:
+			threads = tool_parse_uint("--write-threads", optarg, 64);
+			break;
+		case OPT_FSYNC:
+			d.io_flags |= KV_IO_FSYNC;
+			break;
+		case OPT_READY:
+			ready_fd = (int)tool_parse_uint("--ready-fd", optarg, 1 << 20);
+			break;
+		case OPT_METRICS:
+			d.metrics_path = optarg;
+			break;
+		case OPT_EVENTS:
+			d.events_path = optarg;
+			break;
+		case OPT_STATS:
+			stats_sock = optarg;
+			break;
+		case 'h':
+			usage();
+			break;
+		case 'V':
+			tool_version();
+			break;
+		default:
+			tool_usage_fail("unknown option");
+		}
+	}
+	if (optind < argc)
+		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (stats_sock)
+		return print_stats(stats_sock);
+
+	d.root = tool_root(root_opt);
+	if (!d.socket_path || !*d.socket_path)
+		tool_usage_fail("no socket: give --socket or set KV_DAEMON");
+	if (!cpu_bytes)
+		tool_usage_fail("--cpu-bytes is required");
+	if (d.slot_bytes < KV_IO_ALIGN || d.slot_bytes % KV_IO_ALIGN)
+		tool_usage_fail("--slot-bytes must be a multiple of %d", KV_IO_ALIGN);
+	if (cpu_bytes < d.slot_bytes)
+		tool_usage_fail("--cpu-bytes must hold at least one --slot-bytes slot");
+	if (threads == 0)
+		tool_usage_fail("--write-threads must be at least 1");
+	if (ready_fd >= 0 && fcntl(ready_fd, F_GETFD) < 0)
+		tool_usage_fail("--ready-fd %d is not open", ready_fd);
+	d.pool_bytes = cpu_bytes;
+	d.start_ns = kv_monotonic_ns();
+	d.lfd = -1;
+
+	/* Signals go to the loop's signalfd; workers inherit the mask. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	io_opts.flags = d.io_flags;
+	err = kv_io_open(d.root, &io_opts, &d.io);
+	if (err) {
+		tool_err("cannot open '%s': %s", d.root, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = kv_walk(d.root, &walk_opts, count_block, &d.st);
+	if (err) {
+		tool_err("cannot walk '%s': %s", d.root, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = offd_pool_init(&d);
+	if (err) {
+		tool_err("cannot create a %llu-byte pool: %s",
+			 (unsigned long long)cpu_bytes, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = writer_start(&d, (unsigned)threads,
+			   d.nslots / 2 < WRITE_QUEUE_MAX ? (d.nslots + 1) / 2 : WRITE_QUEUE_MAX);
+	if (err) {
+		tool_err("cannot start writers on '%s': %s", d.root, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = report_open_events(&d);
+	if (err) {
+		tool_err("cannot open '%s': %s", d.events_path, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = listen_on(d.socket_path, &d.lfd);
+	if (err) {
+		tool_err("cannot listen on '%s': %s", d.socket_path,
+			 err == -EADDRINUSE ? "another daemon is serving it" : kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	tool_err("serving %s: %u slots of %llu bytes%s, file tier %s: %llu blocks, %llu bytes",
+		 d.socket_path, d.nslots, (unsigned long long)d.slot_bytes,
+		 d.hugepages ? " (huge pages)" : "", d.root,
+		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
+	sd_notify_ready();
+	err = offd_serve(&d, ready_fd);
+	if (d.lfd >= 0)
+		unlink(d.socket_path);
+	writer_stop(&d);
+	if (err) {
+		tool_err("event loop failed: %s", kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	err = report_write_metrics(&d);
+	if (err) {
+		tool_err("cannot write '%s': %s", d.metrics_path, kv_strerror(err));
+		return EXIT_RUNTIME;
+	}
+	return 0;
+}

@@ -1,0 +1,193 @@
+/*
+ * What kvoffd tells the outside: NDJSON block events, Prometheus text for
+ * node_exporter's textfile collector (rewritten atomically), and the
+ * stats body of a STATS reply.  All of it runs on the event loop thread.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "kvoffd.h"
+
+static const char *const dir_names[DIR_COUNT] = {
+	[DIR_PUT] = "put", [DIR_GET] = "get",
+	[DIR_SPILL] = "spill", [DIR_READTHROUGH] = "readthrough",
+};
+
+int report_open_events(struct offd *d)
+{
+	FILE *f;
+
+	if (!d->events_path)
+		return 0;
+	if (!strcmp(d->events_path, "-")) {
+		d->events = stdout;
+		return 0;
+	}
+	f = fopen(d->events_path, "ae");
+	if (!f)
+		return -errno;
+	if (d->events && d->events != stdout)
+		fclose(d->events);
+	d->events = f;
+	return 0;
+}
+
+void report_event(struct offd *d, const char *event, const char *tier,
+		  const struct slot *s)
+{
+	json_t *o;
+
+	if (!d->events)
+		return;
+	o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I}",
+		      "event", event, "tier", tier,
+		      "model_dir", s->ref.model_dir,
+		      "rank", (json_int_t)s->ref.rank,
+		      "group", (json_int_t)s->ref.group,
+		      "hash", s->ref.hash,
+		      "size_bytes", (json_int_t)s->len,
+		      "time_ns", (json_int_t)kv_now_ns());
+	if (!o)
+		return;
+	json_dumpf(o, d->events, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(o);
+	fputc('\n', d->events);
+	fflush(d->events);
+}
+
+void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns)
+{
+	uint64_t bound = 4096;
+	int i;
+
+	for (i = 0; i < HIST_BUCKETS - 1 && bytes > bound; i++)
+		bound *= 4;
+	d->hist[dir][i]++;
+	d->seconds[dir] += (double)(ns > 0 ? ns : 0) / 1e9;
+}
+
+void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
+{
+	struct kv_offd_stats *st = &d->st;
+	uint64_t used = 0, blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
+
+	for (uint32_t i = 0; i < d->nslots; i++) {
+		const struct slot *s = &d->slots[i];
+
+		if (s->state == SLOT_FREE)
+			continue;
+		used++;
+		pins += s->pins;
+		if (s->state == SLOT_READY && s->in_index) {
+			blocks++;
+			bytes += s->len;
+			dirty += !s->on_disk;
+		}
+	}
+	for (struct client *c = d->clients; c; c = c->next)
+		clients++;
+	st->pool_bytes = d->pool_bytes;
+	st->slot_bytes = d->slot_bytes;
+	st->slots = d->nslots;
+	st->slots_used = used;
+	st->pool_bytes_used = used * d->slot_bytes;
+	st->blocks = blocks;
+	st->block_bytes = bytes;
+	st->dirty_blocks = dirty;
+	st->pins = pins;
+	st->clients = clients;
+	st->wb_queue_depth = d->wb_inflight;
+	st->wb_queue_capacity = d->wr.wcap;
+	st->hugepages = (uint64_t)d->hugepages;
+	st->uptime_ns = (uint64_t)(kv_monotonic_ns() - d->start_ns);
+	st->pid = (uint64_t)getpid();
+	*out = *st;
+}
+
+static void metric(FILE *f, const char *name, const char *type, const char *help,
+		   uint64_t v)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type,
+		name, (unsigned long long)v);
+}
+
+int report_write_metrics(struct offd *d)
+{
+	struct kv_offd_stats st;
+	const uint64_t bytes[DIR_COUNT] = {
+		[DIR_PUT] = d->st.put_bytes, [DIR_GET] = d->st.get_bytes,
+		[DIR_SPILL] = d->st.spill_bytes,
+		[DIR_READTHROUGH] = d->st.readthrough_bytes,
+	};
+	char tmp[4096];
+	FILE *f;
+	int err = 0;
+
+	if (!d->metrics_path)
+		return 0;
+	report_fill_stats(d, &st);
+	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", d->metrics_path, (int)getpid()) >=
+	    (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = fopen(tmp, "we");
+	if (!f)
+		return -errno;
+	fputs("# HELP kv_offload_bytes_total Block bytes moved, by direction.\n"
+	      "# TYPE kv_offload_bytes_total counter\n", f);
+	for (int i = 0; i < DIR_COUNT; i++)
+		fprintf(f, "kv_offload_bytes_total{direction=\"%s\"} %llu\n",
+			dir_names[i], (unsigned long long)bytes[i]);
+	fputs("# HELP kv_offload_seconds_total Time spent moving blocks, by direction.\n"
+	      "# TYPE kv_offload_seconds_total counter\n", f);
+	for (int i = 0; i < DIR_COUNT; i++)
+		fprintf(f, "kv_offload_seconds_total{direction=\"%s\"} %.9f\n",
+			dir_names[i], d->seconds[i]);
+	fputs("# HELP kv_offload_transfer_bytes Size of each block transfer.\n"
+	      "# TYPE kv_offload_transfer_bytes histogram\n", f);
+	for (int i = 0; i < DIR_COUNT; i++) {
+		uint64_t cum = 0, bound = 4096;
+
+		for (int b = 0; b < HIST_BUCKETS; b++, bound *= 4) {
+			cum += d->hist[i][b];
+			if (b < HIST_BUCKETS - 1)
+				fprintf(f, "kv_offload_transfer_bytes_bucket{direction=\"%s\",le=\"%llu\"} %llu\n",
+					dir_names[i], (unsigned long long)bound,
+					(unsigned long long)cum);
+			else
+				fprintf(f, "kv_offload_transfer_bytes_bucket{direction=\"%s\",le=\"+Inf\"} %llu\n",
+					dir_names[i], (unsigned long long)cum);
+		}
+		fprintf(f, "kv_offload_transfer_bytes_sum{direction=\"%s\"} %llu\n"
+			"kv_offload_transfer_bytes_count{direction=\"%s\"} %llu\n",
+			dir_names[i], (unsigned long long)bytes[i],
+			dir_names[i], (unsigned long long)cum);
+	}
+	metric(f, "kv_offload_hits_total", "counter", "LOOKUPs served from RAM.", st.hits);
+	metric(f, "kv_offload_misses_total", "counter", "LOOKUPs not in RAM.", st.misses);
+	metric(f, "kv_offload_evictions_total", "counter", "Blocks dropped from RAM.",
+	       st.evictions);
+	metric(f, "kv_offload_pool_bytes", "gauge", "Size of the shared pool.",
+	       st.pool_bytes);
+	metric(f, "kv_offload_pool_bytes_used", "gauge", "Pool bytes in slots in use.",
+	       st.pool_bytes_used);
+	metric(f, "kv_offload_blocks", "gauge", "Blocks in the RAM tier.", st.blocks);
+	metric(f, "kv_offload_pins", "gauge", "Outstanding client pins.", st.pins);
+	metric(f, "kv_offload_clients", "gauge", "Connected clients.", st.clients);
+	metric(f, "kv_offload_writebehind_queue_depth", "gauge",
+	       "Write-behind jobs queued or running.", st.wb_queue_depth);
+	metric(f, "kv_offload_writebehind_drops_total", "counter",
+	       "Writes not queued because the queue was full.", st.wb_drops);
+	metric(f, "kv_offload_writebehind_errors_total", "counter",
+	       "Write-behind writes that failed.", st.wb_errors);
+	if (fflush(f) != 0 || ferror(f))
+		err = errno ? -errno : -EIO;
+	if (fclose(f) != 0 && !err)
+		err = -errno;
+	if (!err && rename(tmp, d->metrics_path) < 0)
+		err = -errno;
+	if (err)
+		unlink(tmp);
+	return err;
+}

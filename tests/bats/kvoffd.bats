@@ -1,0 +1,431 @@
+#!/usr/bin/env bats
+# kvoffd: the shared CPU tier, write-behind, read-through, restarts,
+# hostile peers and its memory bound.  Blocks move through a small client
+# (bench/offd_client.c) built here against the in-tree libkv.
+
+load test_helper
+
+MODEL=meta-llama_Llama-3.1-8B_0123456789ab
+
+setup_file() {
+	local top=$BATS_TEST_DIRNAME/../..
+	export OFFD_CLIENT=$BATS_FILE_TMPDIR/offd_client
+	# Only the client side of libkv is needed; compiled in, the binary
+	# also runs as an unprivileged user that cannot reach the build tree.
+	if command -v cc >/dev/null; then
+		cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' \
+			-I"$top/lib/include" "$top/bench/offd_client.c" \
+			"$top"/lib/{offd_client,offd_proto,kv,units}.c -o "$OFFD_CLIENT"
+	fi
+}
+
+setup() {
+	common_setup
+	[ -x "$OFFD_CLIENT" ] || skip "needs cc to build the test client"
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	DPID=
+	PUBDIR=
+}
+
+teardown() {
+	if [ -n "${DPID:-}" ] && kill -0 "$DPID" 2>/dev/null; then
+		kill -KILL "$DPID"
+		wait "$DPID" 2>/dev/null || true
+	fi
+	[ -z "${PUBDIR:-}" ] || rm -rf "$PUBDIR"
+	common_teardown
+}
+
+# start_daemon ARGS...: kvoffd on $SOCK, returning once it wrote its
+# --ready-fd newline (a daemon that dies first fails the read).
+start_daemon() {
+	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
+	mkfifo "$fifo"
+	kvoffd --root "$KV_ROOT" --socket "$SOCK" --ready-fd 3 "$@" \
+		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	read -r line <"$fifo"
+	rm -f "$fifo"
+	kill -0 "$DPID"
+}
+
+# stop_daemon [SIGNAL]: signal it and leave its exit status in $DRC.
+stop_daemon() {
+	kill -"${1:-TERM}" "$DPID"
+	DRC=0
+	wait "$DPID" || DRC=$?
+	DPID=
+}
+
+# public_socket: $SOCK in a directory every user can reach, so only the
+# socket's own mode and the daemon's peer check decide.
+public_socket() {
+	PUBDIR=$(mktemp -d /tmp/kvoffd-bats.XXXXXX)
+	chmod 755 "$PUBDIR" "$OFFD_CLIENT"
+	SOCK=$PUBDIR/offd.sock
+}
+
+# hold_block HASH: a client that pins HASH and keeps it until release_hold
+# closes its stdin ($HOLDER is its pid).
+hold_block() {
+	local line
+	mkfifo "$BATS_TEST_TMPDIR/hold.in" "$BATS_TEST_TMPDIR/hold.out"
+	"$OFFD_CLIENT" hold "$SOCK" "$MODEL" 0 0 "$1" \
+		<"$BATS_TEST_TMPDIR/hold.in" >"$BATS_TEST_TMPDIR/hold.out" &
+	HOLDER=$!
+	exec {HOLD_W}>"$BATS_TEST_TMPDIR/hold.in"
+	read -r line <"$BATS_TEST_TMPDIR/hold.out"
+	[[ $line == "pinned "* ]]
+}
+
+# release_hold: let the holder release its pin; fails if it could not.
+release_hold() {
+	exec {HOLD_W}>&-
+	wait "$HOLDER"
+}
+
+client() {
+	"$OFFD_CLIENT" "$@"
+}
+
+stat_of() {
+	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
+}
+
+# put_block NAME HASH BYTES: random content kept in $BATS_TEST_TMPDIR/NAME.
+put_block() {
+	random_file "$BATS_TEST_TMPDIR/$1" "$3"
+	client put "$SOCK" "$MODEL" 0 0 "$2" "$BATS_TEST_TMPDIR/$1"
+}
+
+get_equals() {
+	client get "$SOCK" "$MODEL" 0 0 "$2" >"$BATS_TEST_TMPDIR/got"
+	cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/$1"
+}
+
+@test "kvoffd: --help, --version and usage errors" {
+	run kvoffd --help
+	assert_success
+	assert_output --partial "Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE"
+	run kvoffd --version
+	assert_success
+	assert_output --regexp "^kvoffd \(kvtools\) [0-9]"
+	run kvoffd --bogus
+	assert_failure 2
+	run kvoffd --socket "$SOCK"
+	assert_failure 2
+	assert_output --partial "--cpu-bytes is required"
+	run kvoffd --socket "$SOCK" --cpu-bytes 8M --write-policy sometimes
+	assert_failure 2
+	run kvoffd --socket "$SOCK" --cpu-bytes 8M --slot-bytes 1000
+	assert_failure 2
+	run kvoffd --socket "$SOCK" --cpu-bytes 1M
+	assert_failure 2
+}
+
+@test "kvoffd: the bash completion offers every long option of --help" {
+	local opts opt
+	opts=$(kvoffd --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
+	for opt in $opts; do
+		grep -q -- "$opt" "$BATS_TEST_DIRNAME/../../completions/bash/kvoffd" ||
+			fail "completion lacks $opt"
+		grep -q -- "$opt" "$BATS_TEST_DIRNAME/../../completions/zsh/_kvoffd" ||
+			fail "zsh completion lacks $opt"
+	done
+}
+
+@test "kvoffd: --stats on a socket nobody serves exits 4" {
+	run kvoffd --stats "$SOCK"
+	assert_failure 4
+	assert_output --partial "cannot reach daemon at '$SOCK'"
+}
+
+@test "kvoffd: a put is read back byte for byte; an absent key is a miss" {
+	start_daemon --cpu-bytes 16M --events "$BATS_TEST_TMPDIR/events"
+	put_block a abcdef0001 1000000
+	get_equals a abcdef0001
+	run client get "$SOCK" "$MODEL" 0 0 abcdef0999
+	assert_failure 1
+	[ "$(stat_of hits)" -eq 1 ]
+	[ "$(stat_of misses)" -eq 1 ]
+	[ "$(stat_of blocks)" -eq 1 ]
+	[ "$(stat_of block_bytes)" -eq 1000000 ]
+	[ "$(stat -c %a "$SOCK")" = 660 ]
+	run python3 -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
+              model_dir=sys.argv[2], rank=0, group=0, size_bytes=1000000)], ev' \
+		"$BATS_TEST_TMPDIR/events" "$MODEL"
+	assert_success
+}
+
+@test "kvoffd: concurrent clients put and get shared and own keys, content verified" {
+	local pids=() i rc=0
+	start_daemon --cpu-bytes 64M --slot-bytes 256K
+	for i in 0 1 2 3; do
+		client stress "$SOCK" "$MODEL" "$i" 6 20 200000 >"$BATS_TEST_TMPDIR/stress.$i" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || rc=$?
+	done
+	[ "$rc" -eq 0 ]
+	for i in 0 1 2 3; do
+		[ "$(cat "$BATS_TEST_TMPDIR/stress.$i")" = "ok 240" ]
+	done
+	[ "$(stat_of puts)" -eq 960 ]
+	[ "$(stat_of gets)" -eq 960 ]
+	[ "$(stat_of pins)" -eq 0 ]
+	# 6 shared keys + 4 x 6 own keys, each one block after all the rewrites.
+	[ "$(stat_of blocks)" -eq 30 ]
+}
+
+@test "kvoffd: RAM eviction spills to the file tier and a later get reads through" {
+	local i
+	# 16 slots, a write-behind queue of 8: 20 puts evict 4 blocks, all spilled.
+	start_daemon --cpu-bytes 32M --events "$BATS_TEST_TMPDIR/events"
+	for i in $(seq 10 29); do
+		put_block "b$i" "abcdef00$i" 1500000
+	done
+	[ "$(stat_of wb_drops)" -eq 0 ]
+	[ "$(stat_of spills)" -ge 4 ]
+	for i in $(seq 10 29); do
+		get_equals "b$i" "abcdef00$i"
+	done
+	[ "$(stat_of readthroughs)" -ge 4 ]
+	[ -f "$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0010.bin" ]
+	cmp "$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0010.bin" "$BATS_TEST_TMPDIR/b10"
+	grep -q '"event":"BlockStored".*"hash":"abcdef0010".*"tier":"fs"' "$BATS_TEST_TMPDIR/events"
+	grep -q '"event":"BlockRemoved".*"hash":"abcdef0010".*"tier":"cpu"' "$BATS_TEST_TMPDIR/events"
+}
+
+@test "kvoffd: concurrent misses on one key load it from the file tier once" {
+	local pids=() i rc=0
+	start_daemon --cpu-bytes 8M
+	put_block a abcdef0001 2000000
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	start_daemon --cpu-bytes 8M
+	for i in 1 2 3 4 5 6; do
+		client get "$SOCK" "$MODEL" 0 0 abcdef0001 >"$BATS_TEST_TMPDIR/got.$i" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || rc=$?
+	done
+	[ "$rc" -eq 0 ]
+	for i in 1 2 3 4 5 6; do
+		cmp "$BATS_TEST_TMPDIR/got.$i" "$BATS_TEST_TMPDIR/a"
+	done
+	[ "$(stat_of readthroughs)" -eq 1 ]
+	[ "$(stat_of gets)" -eq 6 ]
+}
+
+@test "kvoffd: SIGTERM writes what is only in RAM, exits 0, and a restart serves it" {
+	local i
+	start_daemon --cpu-bytes 16M --metrics-file "$BATS_TEST_TMPDIR/metrics"
+	for i in 10 11 12; do
+		put_block "b$i" "abcdef00$i" 700000
+	done
+	[ "$(stat_of dirty_blocks)" -eq 3 ]
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	[ ! -e "$SOCK" ]
+	grep -qx 'kv_offload_bytes_total{direction="spill"} 2100000' "$BATS_TEST_TMPDIR/metrics"
+	start_daemon --cpu-bytes 16M
+	grep -q "file tier $KV_ROOT: 3 blocks, 2100000 bytes" "$BATS_TEST_TMPDIR/kvoffd.log"
+	[ "$(stat_of disk_blocks)" -eq 3 ]
+	for i in 10 11 12; do
+		get_equals "b$i" "abcdef00$i"
+	done
+}
+
+@test "kvoffd: a crash keeps every block that reached the file tier" {
+	local i
+	start_daemon --cpu-bytes 16M --write-policy always --fsync
+	for i in 10 11 12 13; do
+		put_block "b$i" "abcdef00$i" 500000
+	done
+	# A get of a key in RAM cannot overtake earlier writes in the queue,
+	# so wait for the spill count the way an operator would: ask.
+	until [ "$(stat_of spills)" -eq 4 ]; do :; done
+	stop_daemon KILL
+	start_daemon --cpu-bytes 16M
+	for i in 10 11 12 13; do
+		get_equals "b$i" "abcdef00$i"
+	done
+	[ "$(stat_of readthroughs)" -eq 4 ]
+}
+
+@test "kvoffd: a client killed while holding a pin releases it" {
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 100000
+	hold_block abcdef0001
+	[ "$(stat_of pins)" -eq 1 ]
+	kill -KILL "$HOLDER"
+	wait "$HOLDER" || true
+	[ "$(stat_of pins)" -eq 0 ]
+	# Both slots are reusable again: two new puts evict the old block.
+	put_block b abcdef0002 100000
+	put_block c abcdef0003 100000
+	get_equals c abcdef0003
+}
+
+@test "kvoffd: a pinned block is never reused under its reader" {
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 100000
+	hold_block abcdef0001
+	# One slot left: puts churn through it, never through the pinned one.
+	put_block b abcdef0002 100000
+	put_block c abcdef0003 100000
+	get_equals a abcdef0001
+	[ "$(stat_of pins)" -eq 1 ]
+	release_hold
+	[ "$(stat_of pins)" -eq 0 ]
+}
+
+@test "kvoffd: malformed frames close only that client" {
+	requires python3
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 100000
+	hold_block abcdef0001
+	run python3 - "$SOCK" <<'PY'
+import os, socket, sys
+for payload in (os.urandom(512), b"KVOD" + bytes(508), b"\x4b\x56\x4f\x44\x01\x00\x05\x00" + bytes(504)):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    hello = b""
+    while len(hello) < 512:
+        hello += s.recv(512 - len(hello))
+    s.sendall(payload)
+    assert s.recv(512) == b"", "daemon answered a malformed frame"
+    s.close()
+PY
+	assert_success
+	[ "$(stat_of protocol_errors)" -eq 3 ]
+	# The earlier client is still served: its release succeeds.
+	release_hold
+	get_equals a abcdef0001
+}
+
+@test "kvoffd: a peer with another uid and group is refused" {
+	requires root setpriv
+	public_socket
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 100000
+	# The 0660 socket already keeps it out ...
+	run setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$OFFD_CLIENT" get "$SOCK" "$MODEL" 0 0 abcdef0001
+	assert_failure 4
+	# ... and with the file opened up, SO_PEERCRED still does.
+	chmod 666 "$SOCK"
+	run setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$OFFD_CLIENT" get "$SOCK" "$MODEL" 0 0 abcdef0001
+	assert_failure 4
+	assert_output --partial "Permission denied"
+	[ "$(stat_of refused)" -eq 1 ]
+	get_equals a abcdef0001
+}
+
+@test "kvoffd: a peer in the socket's group is served" {
+	requires root setpriv
+	public_socket
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 100000
+	chgrp 65534 "$SOCK"
+	run setpriv --reuid=65534 --regid=100 --groups=65534 \
+		"$OFFD_CLIENT" get "$SOCK" "$MODEL" 0 0 abcdef0001
+	assert_success
+	[ "$(stat_of refused)" -eq 0 ]
+}
+
+@test "kvoffd: memory stays within --cpu-bytes plus a small fixed overhead" {
+	local i rss_kb pool_alloc
+	start_daemon --cpu-bytes 64M
+	random_file "$BATS_TEST_TMPDIR/blk" 2097152
+	for i in $(seq 100 163); do
+		client put "$SOCK" "$MODEL" 0 0 "abcdef0$i" "$BATS_TEST_TMPDIR/blk"
+	done
+	# The newest blocks are still in RAM; reading them maps their pages here too.
+	for i in $(seq 156 163); do
+		client get "$SOCK" "$MODEL" 0 0 "abcdef0$i" >/dev/null
+	done
+	[ "$(stat_of slots_used)" -eq 32 ]
+	rss_kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$DPID/status")
+	echo "VmRSS ${rss_kb} kB"
+	[ "$rss_kb" -le $(( (64 + 16) * 1024 )) ]
+	# The pool's pages, mapped by clients or not, are the memfd's.
+	pool_alloc=$(stat -L -c '%b * %B' "/proc/$DPID/fd/$(ls -l "/proc/$DPID/fd" |
+		awk '/memfd:kvoffd-pool/ { print $9 }')")
+	echo "pool $((pool_alloc)) bytes"
+	[ $((pool_alloc)) -le $((64 << 20)) ]
+}
+
+@test "kvoffd: metrics are Prometheus text, rewritten on exit" {
+	requires python3
+	start_daemon --cpu-bytes 8M --metrics-file "$BATS_TEST_TMPDIR/metrics"
+	[ -s "$BATS_TEST_TMPDIR/metrics" ]
+	put_block a abcdef0001 300000
+	get_equals a abcdef0001
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	run python3 - "$BATS_TEST_TMPDIR/metrics" <<'PY'
+import re, sys
+line_re = re.compile(r'^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (\S+)$')
+m = {}
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("# HELP ") or line.startswith("# TYPE "):
+        continue
+    g = line_re.match(line)
+    assert g, line
+    m[g.group(1) + (g.group(2) or "")] = float(g.group(4))
+assert m['kv_offload_bytes_total{direction="put"}'] == 300000, m
+assert m['kv_offload_bytes_total{direction="get"}'] == 300000, m
+assert m['kv_offload_bytes_total{direction="spill"}'] == 300000, m
+assert m['kv_offload_transfer_bytes_count{direction="put"}'] == 1, m
+assert m['kv_offload_transfer_bytes_bucket{direction="put",le="1048576"}'] == 1, m
+assert m['kv_offload_transfer_bytes_bucket{direction="put",le="262144"}'] == 0, m
+assert m["kv_offload_hits_total"] == 1 and m["kv_offload_misses_total"] == 0, m
+assert m["kv_offload_pool_bytes"] == 8 << 20, m
+assert m["kv_offload_writebehind_drops_total"] == 0, m
+assert "kv_offload_writebehind_queue_depth" in m
+PY
+	assert_success
+}
+
+@test "kvoffd: SIGHUP reopens the events file" {
+	start_daemon --cpu-bytes 8M --events "$BATS_TEST_TMPDIR/events"
+	put_block a abcdef0001 1000
+	mv "$BATS_TEST_TMPDIR/events" "$BATS_TEST_TMPDIR/events.1"
+	kill -HUP "$DPID"
+	# The stats round trip is served after the signal was handled.
+	stat_of pid >/dev/null
+	put_block b abcdef0002 1000
+	grep -q '"hash":"abcdef0001"' "$BATS_TEST_TMPDIR/events.1"
+	grep -q '"hash":"abcdef0002"' "$BATS_TEST_TMPDIR/events"
+	! grep -q '"hash":"abcdef0002"' "$BATS_TEST_TMPDIR/events.1"
+}
+
+@test "kvoffd: a second daemon on a live socket fails; a stale socket is replaced" {
+	start_daemon --cpu-bytes 4M
+	run kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 3
+	assert_output --partial "another daemon is serving it"
+	stop_daemon KILL
+	[ -S "$SOCK" ]
+	start_daemon --cpu-bytes 4M
+	put_block a abcdef0001 1000
+	get_equals a abcdef0001
+}
+
+@test "kvoffd: a block larger than a slot is refused, the client stays usable" {
+	start_daemon --cpu-bytes 4M --slot-bytes 64K
+	random_file "$BATS_TEST_TMPDIR/big" 70000
+	run client put "$SOCK" "$MODEL" 0 0 abcdef0001 "$BATS_TEST_TMPDIR/big"
+	assert_failure 3
+	assert_output --partial "File too large"
+	put_block a abcdef0002 65536
+	get_equals a abcdef0002
+}
