@@ -36,5 +36,6 @@ const char *kv_strerror(int err);
 #include <kv/dma.h>
 #include <kv/numa.h>
 #include <kv/tier.h>
+#include <kv/gds.h>
 
 #endif
