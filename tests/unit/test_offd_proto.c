@@ -1,0 +1,253 @@
+/* kvoffd frames: round trips, strict rejection, canonical form under
+ * mutation, and the client's answers when no daemon listens. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <kv/kv.h>
+
+static int failures;
+
+#define CHECK(cond) do { if (!(cond)) { \
+	fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+
+#define MODEL "meta-llama_Llama-3.1-8B_0123456789ab"
+
+static unsigned char buf[KV_OFFD_FRAME_BYTES];
+
+static struct kv_offd_frame keyed(uint16_t type)
+{
+	struct kv_offd_frame f = { .type = type, .rank = 3, .group = 1 };
+
+	strcpy(f.model_dir, MODEL);
+	strcpy(f.hash, "0123456789abcdef");
+	return f;
+}
+
+static int decode(struct kv_offd_frame *out)
+{
+	return kv_offd_frame_decode(buf, sizeof(buf), out);
+}
+
+static int frame_eq(const struct kv_offd_frame *a, const struct kv_offd_frame *b)
+{
+	return a->type == b->type && a->status == b->status && a->slot == b->slot &&
+	       a->rank == b->rank && a->group == b->group && a->len == b->len &&
+	       a->arg == b->arg && !strcmp(a->model_dir, b->model_dir) &&
+	       !strcmp(a->hash, b->hash) &&
+	       !memcmp(&a->stats, &b->stats, sizeof(a->stats));
+}
+
+/* Encode f, then check decode gives it back and re-encodes identically. */
+static void round_trip(const struct kv_offd_frame *f)
+{
+	unsigned char again[KV_OFFD_FRAME_BYTES];
+	struct kv_offd_frame g;
+
+	CHECK(kv_offd_frame_encode(f, buf, sizeof(buf)) == 0);
+	CHECK(decode(&g) == 0);
+	CHECK(frame_eq(f, &g));
+	CHECK(kv_offd_frame_encode(&g, again, sizeof(again)) == 0);
+	CHECK(memcmp(buf, again, sizeof(buf)) == 0);
+}
+
+static void test_round_trips(void)
+{
+	struct kv_offd_frame f;
+
+	f = keyed(KV_OFFD_ALLOC);
+	f.len = 2 << 20;
+	round_trip(&f);
+	f = keyed(KV_OFFD_LOOKUP);
+	round_trip(&f);
+	f = keyed(KV_OFFD_HAS);
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_COMMIT, .slot = 7 };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_RELEASE, .slot = 0xffffffffu };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_LIST, .arg = 12 };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .slot = 4,
+				    .len = 8 << 20, .arg = 2 << 20 };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .status = -EACCES };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY, .status = -ENOENT };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_ALLOC | KV_OFFD_REPLY, .status = -KV_EBADPATH };
+	round_trip(&f);
+	f = keyed(KV_OFFD_LIST | KV_OFFD_REPLY);
+	f.slot = 3;
+	f.len = 100;
+	f.arg = 2 | 1ull << 32;
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_STATS | KV_OFFD_REPLY };
+	for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++)
+		memcpy((char *)&f.stats + 8 * i, &(uint64_t){ 1000 + i * 0x0101010101ull }, 8);
+	round_trip(&f);
+	CHECK(kv_offd_stats_value(&f.stats, 0) == 1000);
+	CHECK(!strcmp(kv_offd_stats_name(0), "pool_bytes"));
+	CHECK(!strcmp(kv_offd_stats_name(KV_OFFD_STATS_COUNT - 1), "pid"));
+	CHECK(kv_offd_stats_name(KV_OFFD_STATS_COUNT) == NULL);
+}
+
+static void test_encode_rejects(void)
+{
+	struct kv_offd_frame f;
+
+	f = keyed(KV_OFFD_ALLOC);
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf) - 1) == -KV_EPROTO);
+	f.slot = 1;			/* ALLOC carries no slot */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_COMMIT);	/* COMMIT carries no key */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_LOOKUP);
+	f.status = -ENOENT;		/* requests carry no status */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_HELLO);	/* clients never send HELLO */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_TYPE_MAX);
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_LOOKUP);
+	strcpy(f.hash, "0123ABCD");	/* upper case is the caller's to fold */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = keyed(KV_OFFD_LOOKUP);
+	strcpy(f.model_dir, "..");
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	strcpy(f.model_dir, "a/b_0123456789ab");
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY, .status = 5 };
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+}
+
+static void test_decode_rejects(void)
+{
+	struct kv_offd_frame f = keyed(KV_OFFD_ALLOC), g;
+	unsigned char good[KV_OFFD_FRAME_BYTES];
+
+	f.len = 4096;
+	CHECK(kv_offd_frame_encode(&f, good, sizeof(good)) == 0);
+	CHECK(kv_offd_frame_decode(good, sizeof(good) - 1, &g) == -KV_EPROTO);
+	CHECK(kv_offd_frame_decode(NULL, sizeof(good), &g) == -KV_EPROTO);
+
+	memcpy(buf, good, sizeof(buf));
+	buf[0] ^= 1;				/* magic */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[4] = 2;				/* version */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[6] = 0x42;				/* type */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[7] = 1;				/* type high byte */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[44] = 1;				/* reserved */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[511] = 1;				/* padding after the key */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[48 + strlen(MODEL) + 1] = 'x';	/* bytes past model_len */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[40] = 0xff;				/* model_len past its field */
+	buf[41] = 0xff;
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[42] = 4;				/* hash shorter than 5 digits */
+	buf[43] = 0;
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[48 + 3] = '\0';			/* NUL inside the model name */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	buf[12] = 1;				/* a slot on ALLOC */
+	CHECK(decode(&g) == -KV_EPROTO);
+	memcpy(buf, good, sizeof(buf));
+	CHECK(decode(&g) == 0 && g.len == 4096 && g.rank == 3 && g.group == 1);
+}
+
+/* Any mutation either fails to decode or decodes to a frame that encodes
+ * back to exactly the same bytes: there is one spelling per frame. */
+static void test_mutations(void)
+{
+	struct kv_offd_frame seeds[4], g;
+	unsigned char good[KV_OFFD_FRAME_BYTES], again[KV_OFFD_FRAME_BYTES];
+	unsigned accepted = 0;
+
+	seeds[0] = keyed(KV_OFFD_ALLOC);
+	seeds[1] = keyed(KV_OFFD_LIST | KV_OFFD_REPLY);
+	seeds[2] = (struct kv_offd_frame){ .type = KV_OFFD_STATS | KV_OFFD_REPLY, .stats.pid = 9 };
+	seeds[3] = (struct kv_offd_frame){ .type = KV_OFFD_RELEASE, .slot = 2 };
+	srand(1);
+	for (int n = 0; n < 200000; n++) {
+		CHECK(kv_offd_frame_encode(&seeds[n % 4], good, sizeof(good)) == 0);
+		memcpy(buf, good, sizeof(buf));
+		for (int k = 1 + rand() % 3; k > 0; k--)
+			buf[rand() % (n % 2 ? 64 : KV_OFFD_FRAME_BYTES)] = (unsigned char)rand();
+		if (decode(&g))
+			continue;
+		accepted++;
+		CHECK(kv_offd_frame_encode(&g, again, sizeof(again)) == 0);
+		CHECK(memcmp(buf, again, sizeof(buf)) == 0);
+	}
+	CHECK(accepted > 0);
+}
+
+static void test_set_key(void)
+{
+	struct kv_offd_frame f = { .type = KV_OFFD_LOOKUP };
+	struct kv_block_ref ref = { .rank = 1, .group = 2 };
+
+	strcpy(ref.model_dir, MODEL);
+	strcpy(ref.hash, "ABCDEF0123");
+	CHECK(kv_offd_frame_set_key(&f, &ref) == 0);
+	CHECK(!strcmp(f.hash, "abcdef0123") && f.rank == 1 && f.group == 2);
+	strcpy(ref.hash, "abcz0123");
+	CHECK(kv_offd_frame_set_key(&f, &ref) == -KV_EBADHASH);
+	strcpy(ref.hash, "abc");
+	CHECK(kv_offd_frame_set_key(&f, &ref) == -KV_EBADHASH);
+	strcpy(ref.hash, "abcdef0123");
+	strcpy(ref.model_dir, "");
+	CHECK(kv_offd_frame_set_key(&f, &ref) == -KV_EBADPATH);
+}
+
+static void test_unreachable(void)
+{
+	char dir[] = "/tmp/test_offd_proto.XXXXXX", path[64];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_offd *c;
+	int fd;
+
+	if (!mkdtemp(dir)) {
+		failures++;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/sock", dir);
+	CHECK(kv_offd_connect(path, &c) == -ENOENT);
+	/* A socket file nobody listens on: a daemon that died. */
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	strcpy(sa.sun_path, path);
+	CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(kv_offd_connect(path, &c) == -ECONNREFUSED);
+	close(fd);
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	test_round_trips();
+	test_encode_rejects();
+	test_decode_rejects();
+	test_mutations();
+	test_set_key();
+	test_unreachable();
+	return failures ? 1 : 0;
+}
