@@ -139,7 +139,9 @@ static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_writ
 	s->done = 0;
 	s->tmp[0] = '\0';
 	if (is_write) {
-		flags |= O_WRONLY | O_CREAT | O_TRUNC;
+		/* In place overwrites the blocks already there, as a
+		 * rewrite of a same-sized block does; a temp is new. */
+		flags |= O_WRONLY | O_CREAT;
 		if (w->b->o.atomic) {
 			r = kv_layout_temp_name(path, s->tmp, sizeof(s->tmp));
 			if (r < 0) {
