@@ -1,0 +1,78 @@
+#!/usr/bin/env bats
+# kvbench dma: its usage, the answer without a GPU, and with one a
+# complete measurement in JSON.
+
+load test_helper
+
+no_gpu() {
+	if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+		skip "a GPU is present"
+	fi
+}
+
+@test "kvbench dma --help lists every option and exits 0" {
+	run kvbench dma --help
+	assert_success
+	assert_line --index 0 --partial "Usage: kvbench dma"
+	for opt in --device --layers --total --repeat --lanes --min-block \
+		--max-block --json --help --version; do
+		assert_output --partial -- "$opt"
+	done
+	run kvbench dma -h
+	assert_success
+	assert_line --index 0 --partial "Usage: kvbench dma"
+}
+
+@test "kvbench dma without a GPU says so on stderr and exits 1" {
+	no_gpu
+	run --separate-stderr kvbench dma
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[[ "$stderr" == "kvbench: dma: no CUDA device ("*")" ]] || fail "stderr: $stderr"
+	run --separate-stderr kvbench dma -J
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+}
+
+@test "kvbench dma rejects bad usage with exit 2" {
+	run --separate-stderr kvbench dma --bogus
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"unrecognized option '--bogus'"* ]] || fail "stderr: $stderr"
+	[[ "$stderr" == *"Try 'kvbench --help'"* ]] || fail "stderr: $stderr"
+	run kvbench dma --total 1K
+	[ "$status" -eq 2 ]
+	run kvbench dma --min-block 64M --max-block 1M
+	[ "$status" -eq 2 ]
+	run kvbench dma --layers 0
+	[ "$status" -eq 2 ]
+	run kvbench dma --device
+	[ "$status" -eq 2 ]
+	run kvbench dma extra
+	[ "$status" -eq 2 ]
+}
+
+@test "kvbench dma -J measures every combination against the reference" {
+	requires gpu python3
+	run --separate-stderr kvbench dma -J -t 64M -r 1 --min-block 1M --max-block 4M
+	assert_success
+	python3 - "$output" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+ref = d["reference"]
+assert ref["h2d_bytes_per_s"] > 0 and ref["d2h_bytes_per_s"] > 0, ref
+rows = d["results"]
+seen = {(r["direction"], r["host_memory"], r["submit"], r["layout"], r["method"])
+        for r in rows}
+for direction in ("h2d", "d2h"):
+    for host in ("pinned", "pageable"):
+        for submit in ("single", "batched"):
+            for layout in ("contiguous", "fragments"):
+                assert (direction, host, submit, layout, "copies") in seen
+            if host == "pinned":
+                assert (direction, host, submit, "fragments", "kernel") in seen
+assert {r["block_bytes"] for r in rows} == {1 << 20, 2 << 20, 4 << 20}
+assert all(r["bytes_per_s"] > 0 and r["elapsed_ns"] > 0 for r in rows)
+assert {(r["direction"], r["layout"]) for r in d["ratios"]} == {
+    (a, b) for a in ("h2d", "d2h") for b in ("contiguous", "fragments")}
+PY
+}
