@@ -223,3 +223,39 @@ assert (p, r["hash"], r["rank"], r["group"], r["size_bytes"]) == \
 ' "$output" "$want" "$KV_ROOT"
 	[ "$status" -eq 0 ] || fail "$output"
 }
+
+@test "racing kvput --config writers agree on one model dir and python's config.json" {
+	local cfg=$BATS_TEST_TMPDIR/cfg.json dir i pids=()
+	make_config 'Qwen/Qwen3-32B-ü中文🙂' 2 bfloat16 > "$cfg"
+	dir=$(py_layout "$cfg")
+	random_file "$BATS_TEST_TMPDIR/payload" 512
+	for i in 0 1 2 3 4 5 6 7; do
+		kvput --root "$KV_ROOT" --config "$cfg" "abcde0$i" "$BATS_TEST_TMPDIR/payload" &
+		pids+=($!)
+	done
+	for i in "${pids[@]}"; do
+		wait "$i" || fail "a racing kvput failed"
+	done
+	[ "$(ls -A "$KV_ROOT" | wc -l)" -eq 2 ]
+	[ "$(ls -A "$KV_ROOT/$dir")" = config.json ]
+	py_config_json "$cfg" "$BATS_TEST_TMPDIR/want.json"
+	cmp "$BATS_TEST_TMPDIR/want.json" "$KV_ROOT/$dir/config.json"
+	for i in 0 1 2 3 4 5 6 7; do
+		cmp "$BATS_TEST_TMPDIR/payload" "$KV_ROOT/$(py_layout "$cfg" 0 0 "abcde0$i")"
+	done
+}
+
+@test "kvput --config refuses a model dir whose config.json says otherwise" {
+	local cfg=$BATS_TEST_TMPDIR/cfg.json other=$BATS_TEST_TMPDIR/other.json dir
+	make_config meta-llama/Llama-3.1-8B 1 bfloat16 > "$cfg"
+	make_config meta-llama/Llama-3.1-8B 8 bfloat16 > "$other"
+	dir=$(py_layout "$cfg")
+	mkdir "$KV_ROOT/$dir"
+	py_config_json "$other" "$KV_ROOT/$dir/config.json"
+	cp "$KV_ROOT/$dir/config.json" "$BATS_TEST_TMPDIR/before"
+	echo data > "$BATS_TEST_TMPDIR/payload"
+	run kvput --root "$KV_ROOT" --config "$cfg" abcdef01 "$BATS_TEST_TMPDIR/payload"
+	[ "$status" -eq 3 ] || fail "exit $status: $output"
+	cmp "$BATS_TEST_TMPDIR/before" "$KV_ROOT/$dir/config.json"
+	[ -z "$(find "$KV_ROOT" -name '*.bin' -o -name '*.tmp')" ]
+}
