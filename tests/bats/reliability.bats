@@ -93,7 +93,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 
 @test "concurrency: writers, readers and an evictor: a miss or the right bytes" {
 	requires kvput kvget
-	run env KV_BIN="$KV_BIN" STRESS_DIR="$BATS_TEST_TMPDIR/conc" WRITERS=3 READERS=2 \
+	run env KV_BIN="$KV_BIN" STRESS_DIR="$BATS_TEST_TMPDIR/conc" WRITERS=3 READERS=2 DIR_GRACE=0 \
 		"$top/tests/stress/concurrency.sh" 40
 	echo "$output"
 	[ "$status" -eq 0 ]
@@ -208,7 +208,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	[ "$status" -eq 0 ] || fail "kvget on a read-only mount exited $status"
 	cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/old"
 	if command -v kvevict > /dev/null; then
-		run kvevict --root "$MNT" --max-bytes 0 --hot 0
+		run kvevict --root "$MNT" --max-bytes 1 --hot 0
 		[ "$status" -ne 0 ] || fail "kvevict on a read-only mount exited 0: $output"
 		cmp "$(block_file "$MNT" "$HASH")" "$BATS_TEST_TMPDIR/old"
 	fi
@@ -292,7 +292,7 @@ decoy_tree() {
 	[ "$(grep -c '"hash"' <<< "$output")" -eq 40 ] || fail "listed: $output"
 	[[ "$output" != *outside* ]]
 	if command -v kvevict > /dev/null; then
-		run kvevict --root "$KV_ROOT" --max-bytes 0 --hot 0 --orphans-after 0
+		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0 --orphans-after 0
 		[ "$status" -eq 0 ] || fail "kvevict exited $status: $output"
 		[ -z "$(find "$KV_ROOT" -name '*.bin')" ]
 	fi
@@ -319,9 +319,20 @@ decoy_tree() {
 	) &
 	swapper=$!
 	for i in 1 2 3 4 5; do
-		run kvevict --root "$KV_ROOT" --max-bytes 0 --hot 0
+		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0
 		[ "$status" -eq 0 ] || [ "$status" -eq 1 ] || fail "kvevict exited $status: $output"
 	done
 	wait "$swapper"
 	sha256sum -c --quiet "$BATS_TEST_TMPDIR/outside.sum"
+}
+
+@test "what kvevict leaves in a root is not a problem for kvls --check" {
+	requires kvput kvls kvevict
+	put_small
+	run kvls --root "$KV_ROOT" --check
+	[ "$status" -eq 0 ] || fail "a fresh tree is not clean: $output"
+	run kvevict --root "$KV_ROOT" --max-bytes 1T
+	[ "$status" -eq 0 ]
+	run kvls --root "$KV_ROOT" --check
+	[ "$status" -eq 0 ] || fail "kvls --check after kvevict exited $status: $output"
 }

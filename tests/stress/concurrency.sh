@@ -8,7 +8,8 @@
 # Usage: tests/stress/concurrency.sh [ROUNDS]          (default 300)
 # Environment: BUILD or KV_BIN for the binaries; WRITERS (default 4),
 # READERS (default 3); SHARED_KEYS (default 8) keys every writer puts;
-# BLOCK_BYTES (default 131072); NS=0 to stay in one mount namespace;
+# BLOCK_BYTES (default 131072); DIR_GRACE (default 10m) for the evictor's
+# --dir-grace, 0 to race bucket removal against puts; NS=0 to stay in one mount namespace;
 # STRESS_DIR to keep the tree (default a fresh temp dir, removed).
 #
 # Each put writes BLOCK_BYTES of identical 64-byte records naming the key,
@@ -22,7 +23,8 @@ PATH=$bin:$PATH
 block_bytes=${BLOCK_BYTES:-131072}
 shared_keys=${SHARED_KEYS:-8}
 
-hash_of() { printf '%08x%024x' "$1" "$2"; }
+# Key $2 of writer $1 (writer 0: the shared keys), spread over buckets.
+hash_of() { printf '%03x%05x%024x' $((($1 * 7 + $2) % 6)) "$1" "$2"; }
 record() { printf 'kvconc key=%s ver=%08d %*s' "$1" "$2" $((63 - 25 - ${#1})) x; }
 payload() { yes "$(record "$1" "$2")" | head -c "$block_bytes"; }
 block_path() { local h=$2; echo "$1/${model_dir}_r0/${h:0:3}/${h:3:2}_g0/$h.bin"; }
@@ -78,12 +80,12 @@ if [ "${1:-}" = --reader ]; then
 	exit 0
 fi
 if [ "${1:-}" = --evictor ]; then
-	root=$2 stopfile=$3 out=$4
+	root=$2 stopfile=$3 out=$4 dir_grace=$5
 	runs=0 failed=0
 	while [ ! -e "$stopfile" ]; do
-		# Keep the cache near a few blocks' worth so deletes race reads.
-		if kvevict --root "$root" --max-bytes $((block_bytes * 6)) \
-			--low-bytes $((block_bytes * 3)) --hot 0 > /dev/null 2>> "$out.err"; then
+		# Keep the cache near a dozen blocks so deletes race reads.
+		if kvevict --root "$root" --max-bytes $((block_bytes * 12)) \
+			--low-bytes $((block_bytes * 6)) --hot 0 --dir-grace "$dir_grace" > /dev/null 2>> "$out.err"; then
 			runs=$((runs + 1))
 		else
 			failed=$((failed + 1))
@@ -106,7 +108,7 @@ else
 	trap 'rm -rf "$work"' EXIT
 fi
 root=$work/root
-rm -rf "$root" "$work"/out.*; mkdir -p "$root"
+rm -rf "$root" "$work"/out.* "$work/stop"; mkdir -p "$root"
 cat > "$work/config.json" <<'JSON'
 {"model_name": "stress/concurrency", "hash_block_size": 16, "gpu_blocks_per_file": 16,
  "tp_size": 1, "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "bfloat16",
@@ -136,7 +138,7 @@ for ((n = 1; n <= readers; n++)); do
 done
 evicting=no
 if [ -x "$bin/kvevict" ]; then
-	bash "$self" --evictor "$root" "$work/stop" "$work/out.evict" &
+	bash "$self" --evictor "$root" "$work/stop" "$work/out.evict" "${DIR_GRACE:-10m}" &
 	evpid=$! evicting=yes
 fi
 status=0
