@@ -685,7 +685,8 @@ int kv_config_write(const struct kv_config *cfg, int dirfd, const char *path)
 	return ret;
 }
 
-/* 0 if dirfd/config.json describes the same fields as cfg. */
+/* 0 if dirfd/config.json describes the same fields as cfg; a different
+ * one hashes to another name than its dir's: -KV_EFINGERPRINT. */
 static int same_config(const struct kv_config *cfg, int dirfd)
 {
 	struct kv_config *old;
@@ -700,7 +701,7 @@ static int same_config(const struct kv_config *cfg, int dirfd)
 	if (ret == 0) {
 		ret = serialize(old, -1, &b, NULL);
 		if (ret == 0) {
-			ret = strcmp(a, b) ? -EEXIST : 0;
+			ret = strcmp(a, b) ? -KV_EFINGERPRINT : 0;
 			free(b);
 		}
 		free(a);

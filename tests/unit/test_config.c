@@ -353,7 +353,7 @@ static void test_files(const char *tmp)
 	/* A different config under the same name is refused, untouched. */
 	CHECK(kv_config_write(llama, mfd, KV_CONFIG_NAME) == 0);
 	CHECK(kv_config_ensure_model_dir(root, cfg, dir, sizeof(dir)) ==
-	      -EEXIST);
+	      -KV_EFINGERPRINT);
 	text = slurp(mfd, KV_CONFIG_NAME);
 	CHECK(text && strstr(text, "meta-llama/Llama-3.1-8B"));
 

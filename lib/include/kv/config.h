@@ -55,7 +55,8 @@ int kv_config_write(const struct kv_config *cfg, int dirfd, const char *path);
 
 /* Create <root>/<model_dir>/ and its config.json if missing (racing
  * writers agree: same content); model_dir gets the dir name.  -EEXIST is
- * never returned for an identical existing config. */
+ * never returned for an identical existing config; a different one is
+ * -KV_EFINGERPRINT, a malformed one -KV_EBADCONFIG, both left alone. */
 int kv_config_ensure_model_dir(int rootfd, const struct kv_config *cfg,
 			       char *model_dir, size_t len);
 
