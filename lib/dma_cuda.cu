@@ -152,7 +152,10 @@ extern "C" int kvi_cuda_memset(int device, void *p, int byte, size_t len)
 		return -EIO;
 	CK(cudaPointerGetAttributes(&a, p));
 	if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
+		/* cudaMemset may return before it is done, and our streams do
+		 * not wait for the legacy stream it runs on. */
 		CK(cudaMemset(p, byte, len));
+		CK(cudaStreamSynchronize(0));
 	} else {
 		memset(p, byte, len);
 	}
@@ -163,8 +166,12 @@ extern "C" int kvi_cuda_copy(int device, void *dst, const void *src, size_t len)
 {
 	if (use(device) < 0)
 		return -EIO;
-	if (len)
+	if (len) {
+		/* cudaMemcpy returns early for device-to-device copies and
+		 * staged pageable ones; the contract is a finished copy. */
 		CK(cudaMemcpy(dst, src, len, cudaMemcpyDefault));
+		CK(cudaStreamSynchronize(0));
+	}
 	return 0;
 }
 
@@ -260,6 +267,7 @@ static int copy_batch(struct kvi_cuda_stream *cs, const struct kv_dma_copy *c,
 	size_t attr_idx = 0;
 	cudaError_t e = cudaSuccess;
 	size_t done = 0;
+	int submitted = 0, r = 0, rm;
 
 	if (!dsts || !srcs || !sizes) {
 		free(dsts);
@@ -270,39 +278,54 @@ static int copy_batch(struct kvi_cuda_stream *cs, const struct kv_dma_copy *c,
 	memset(&attr, 0, sizeof(attr));
 	attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
 	while (done < n && e == cudaSuccess) {
-		size_t k = 0;
+		size_t k = 0, used = 0;
 
-		for (; k < chunk && done + k < n; k++) {
-			dsts[k] = c[done + k].dst;
-			srcs[k] = c[done + k].src;
-			sizes[k] = c[done + k].len;
+		/* Empty copies are left out: the batch form wants sizes > 0. */
+		for (; used < chunk && done + k < n; k++) {
+			if (!c[done + k].len)
+				continue;
+			dsts[used] = c[done + k].dst;
+			srcs[used] = c[done + k].src;
+			sizes[used++] = c[done + k].len;
+		}
+		if (used == 0) {
+			done += k;
+			continue;
 		}
 #if CUDART_VERSION >= 13000
-		e = cudaMemcpyBatchAsync(dsts, srcs, sizes, k, &attr, &attr_idx, 1,
+		e = cudaMemcpyBatchAsync(dsts, srcs, sizes, used, &attr, &attr_idx, 1,
 					 cs->stream[0]);
 #else
 		{
 			size_t fail_idx = 0;
 
-			e = cudaMemcpyBatchAsync(dsts, (void **)srcs, sizes, k, &attr,
+			e = cudaMemcpyBatchAsync(dsts, (void **)srcs, sizes, used, &attr,
 						 &attr_idx, 1, &fail_idx, cs->stream[0]);
 		}
 #endif
-		if (e == cudaSuccess)
+		if (e == cudaSuccess) {
 			done += k;
+			submitted = 1;
+		}
 	}
 	free(dsts);
 	free(srcs);
 	free(sizes);
 	if (e != cudaSuccess) {
-		if (done == 0 && (e == cudaErrorNotSupported ||
-				  e == cudaErrorCallRequiresNewerDriver)) {
+		/* A driver that refuses the batch form outright (too old, or
+		 * rejecting an operand it does not take in batches) gets the
+		 * per-copy form instead, which reports any real fault itself. */
+		if (!submitted && (e == cudaErrorNotSupported ||
+				  e == cudaErrorCallRequiresNewerDriver ||
+				  e == cudaErrorInvalidValue)) {
 			cudaGetLastError();
 			return -ENOTSUP;
 		}
-		return fail("cudaMemcpyBatchAsync", e);
+		r = fail("cudaMemcpyBatchAsync", e);
 	}
-	return mark_done(cs, 0);
+	/* Batches queued before a failure must still be waited for. */
+	rm = submitted ? mark_done(cs, 0) : 0;
+	return r ? r : rm;
 }
 #endif
 
@@ -310,6 +333,7 @@ extern "C" int kvi_cuda_copy_async(struct kvi_cuda_stream *cs,
 				   const struct kv_dma_copy *c, size_t n, int batch)
 {
 	unsigned used = 0;
+	int r = 0;
 
 	if (use(cs->device) < 0)
 		return -EIO;
@@ -319,26 +343,32 @@ extern "C" int kvi_cuda_copy_async(struct kvi_cuda_stream *cs,
 #else
 	(void)batch;
 #endif
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && r == 0; i++) {
 		unsigned lane = cs->next;
+		cudaError_t e;
 
 		if (!c[i].len)
 			continue;
+		e = cudaMemcpyAsync(c[i].dst, c[i].src, c[i].len, cudaMemcpyDefault,
+				    cs->stream[lane]);
+		if (e != cudaSuccess) {
+			r = fail("cudaMemcpyAsync", e);
+			break;
+		}
 		cs->next = (cs->next + 1) % cs->lanes;
-		CK(cudaMemcpyAsync(c[i].dst, c[i].src, c[i].len, cudaMemcpyDefault,
-				   cs->stream[lane]));
 		if (used < cs->lanes)
 			used++;
 	}
-	/* The lanes just used are the `used` ones before cs->next. */
+	/* The lanes just used are the `used` ones before cs->next; what
+	 * was queued before a failure must still be waited for. */
 	for (unsigned k = 0; k < used; k++) {
 		unsigned lane = (cs->next + cs->lanes - 1 - k) % cs->lanes;
-		int r = mark_done(cs, lane);
+		int rm = mark_done(cs, lane);
 
-		if (r < 0)
-			return r;
+		if (r == 0)
+			r = rm;
 	}
-	return 0;
+	return r;
 }
 
 extern "C" int kvi_cuda_sync(struct kvi_cuda_stream *cs)

@@ -97,8 +97,9 @@ struct kv_dma_copy {
 };
 
 /* Queue n copies: one cudaMemcpyBatchAsync where available, else one
- * cudaMemcpyAsync each, round-robin over the lanes.  Buffers must stay
- * valid until kv_dma_stream_sync. */
+ * cudaMemcpyAsync each, round-robin over the lanes.  Work queued on s
+ * between syncs may run concurrently and in any order; buffers must
+ * stay valid until kv_dma_stream_sync. */
 int kv_dma_copy_async(struct kv_dma_stream *s, const struct kv_dma_copy *copies,
 		      size_t n);
 
