@@ -479,6 +479,9 @@ int main(int argc, char **argv)
 	if (b.o.block_bytes > UINT32_MAX / 2)
 		tool_usage_fail("block of %llu bytes is too large for one I/O",
 				(unsigned long long)b.o.block_bytes);
+	if (b.o.direct == DIRECT_ON && b.o.block_bytes % KV_IO_ALIGN)
+		tool_usage_fail("--direct needs a block size that is a multiple of %d bytes",
+				KV_IO_ALIGN);
 	if (b.have_geo && !b.o.json && !b.o.ndjson) {
 		print_geometry(&b.geo, ga.hf);
 		putchar('\n');

@@ -1,0 +1,438 @@
+#!/usr/bin/env bats
+# kvbench: options, model geometry against hand-computed sizes, bad model
+# configs, tiny real runs of every phase checked through the JSON, the
+# verdict arithmetic, and the SVG plot.
+
+load test_helper
+
+HF=$BATS_TEST_DIRNAME/../fixtures/hf
+
+# A tiny run: 4 files of 256 KiB, small enough for a shared machine.
+tiny() {
+	kvbench run --dir "$D" --block-size 256K --size 1M --threads 2 --qd 2 \
+		--lookups 100 "$@"
+}
+
+setup() {
+	common_setup
+	D=$BATS_TEST_TMPDIR/scratch
+	mkdir -p "$D"
+}
+
+@test "help lists the subcommands; bad usage exits 2 with a hint" {
+	run kvbench --help
+	assert_success
+	assert_output --partial "kvbench geometry"
+	assert_output --partial "kvbench verdict"
+	run --separate-stderr kvbench frobnicate
+	assert_equal "$status" 2
+	[[ "$stderr" == *"unknown command 'frobnicate'"* ]]
+	[[ "$stderr" == *"Try 'kvbench --help'"* ]]
+	run --separate-stderr kvbench run
+	assert_equal "$status" 2
+	[[ "$stderr" == *"needs --dir"* ]]
+	run --separate-stderr kvbench run --dir "$D" --threads many
+	assert_equal "$status" 2
+	[[ "$stderr" == *"invalid --threads value 'many'"* ]]
+	run --separate-stderr kvbench run --dir "$D" --engine aio
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --phases write,scan
+	assert_equal "$status" 2
+	[[ "$stderr" == *"scan"* ]]
+	run --separate-stderr kvbench run --dir "$D" --fsync sometimes
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --size 1x
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --mix 101
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --qd 0
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" -J --ndjson
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --engine psync --sqpoll
+	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" stray
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --qd 4
+	assert_equal "$status" 2
+	[[ "$stderr" == *"--qd does not apply to 'verdict'"* ]]
+	run --separate-stderr kvbench geometry --dir "$D"
+	assert_equal "$status" 2
+	run --separate-stderr kvbench geometry
+	assert_equal "$status" 2
+	# Nothing ran, so nothing was written.
+	[ -z "$(ls -A "$D")" ]
+}
+
+@test "geometry: Llama-3.1-8B is 128 KiB per token in bf16 at tp 1" {
+	run kvbench geometry --hf-config "$HF/llama-3.1-8b.json"
+	assert_success
+	assert_output --partial "= 2 * 32 * 8 * 128 * 2 = 131072"
+	assert_output --partial "per token:     131072 bytes (128K)"
+	run kvbench geometry --hf-config "$HF/llama-3.1-8b.json" -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	assert_equal "$(jq .gpu_block_bytes <<<"$output")" $((131072 * 16))
+	assert_equal "$(jq .file_bytes <<<"$output")" $((131072 * 256))
+	assert_equal "$(jq .head_dim <<<"$output")" 128
+	assert_equal "$(jq .version <<<"$output")" 1
+	# TP splits the 8 KV heads; beyond 8 ranks each holds one copy.
+	run kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --tp 2 -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 65536
+	run kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --tp 16 -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 16384
+	run --separate-stderr kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --tp 3
+	assert_equal "$status" 2
+	[[ "$stderr" == *"tp 3 does not divide the 8 KV heads"* ]]
+	# fp8 KV cache halves it; other file and GPU block sizes.
+	run kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --dtype fp8 \
+		--tokens-per-file 64 --gpu-block-tokens 32 -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 65536
+	assert_equal "$(jq .file_bytes <<<"$output")" $((65536 * 64))
+	assert_equal "$(jq .gpu_block_bytes <<<"$output")" $((65536 * 32))
+	run --separate-stderr kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --tokens-per-file 40
+	assert_equal "$status" 2
+}
+
+@test "geometry: DeepSeek-V3 MLA is one 576-wide latent per layer on every rank" {
+	# 61 layers * (512 + 64) * 2 bytes = 70272, whatever the tp.
+	for tp in 1 8; do
+		run kvbench geometry --hf-config "$HF/deepseek-v3.json" --tp $tp -J
+		assert_success
+		assert_equal "$(jq .bytes_per_token <<<"$output")" 70272
+		assert_equal "$(jq .mla <<<"$output")" true
+		assert_equal "$(jq .file_bytes <<<"$output")" 17989632
+	done
+	run kvbench geometry --hf-config "$HF/deepseek-v3.json"
+	assert_output --partial "= 61 * (512 + 64) * 2 = 70272"
+}
+
+@test "geometry: Qwen2.5-7B, Gemma 3 27B and Mistral 7B by hand" {
+	# Qwen2.5-7B: head_dim 3584/28 = 128; 2 * 28 * 4 * 128 * 2; window off.
+	run kvbench geometry --hf-config "$HF/qwen2.5-7b.json" -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 57344
+	assert_equal "$(jq .sliding_layers <<<"$output")" 0
+	# Gemma 3 27B (text_config): 2 * 62 * 16 * 128 * 2; every 6th of 62
+	# layers is global, so 52 slide over 1024 tokens.
+	run kvbench geometry --hf-config "$HF/gemma-3-27b.json" -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 507904
+	assert_equal "$(jq .sliding_layers <<<"$output")" 52
+	assert_equal "$(jq .sliding_window_tokens <<<"$output")" 1024
+	run kvbench geometry --hf-config "$HF/gemma-3-27b.json"
+	assert_output --partial "sliding window: 1024 tokens on 52 of 62 layers"
+	# Mistral 7B, float16 under "dtype": 2 * 32 * 8 * 128 * 2, all sliding.
+	run kvbench geometry --hf-config "$HF/mistral-7b.json" -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	assert_equal "$(jq -r .dtype <<<"$output")" float16
+	assert_equal "$(jq .sliding_layers <<<"$output")" 32
+}
+
+@test "bad model configs: exit 3 naming the problem; missing dtype is exit 2" {
+	run --separate-stderr kvbench geometry --hf-config "$HF/bad-malformed.json"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"bad-malformed.json' is not a usable model config: line "* ]]
+	run --separate-stderr kvbench geometry --hf-config "$HF/bad-missing-layers.json"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"missing field 'num_hidden_layers'"* ]]
+	run --separate-stderr kvbench geometry --hf-config "$HF/bad-type.json"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"'num_hidden_layers' is not an integer"* ]]
+	run --separate-stderr kvbench geometry --hf-config "$HF/bad-dtype.json"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"unknown torch_dtype 'int3'"* ]]
+	run --separate-stderr kvbench geometry --hf-config "$BATS_TEST_TMPDIR/none.json"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"cannot read"*"No such file or directory"* ]]
+	printf '\x00\xff garbage' > "$BATS_TEST_TMPDIR/bin.json"
+	run --separate-stderr kvbench geometry --hf-config "$BATS_TEST_TMPDIR/bin.json"
+	assert_equal "$status" 3
+	run --separate-stderr kvbench geometry --hf-config "$HF"
+	assert_equal "$status" 3
+	# A config without a dtype needs --dtype, which then sizes it.
+	run --separate-stderr kvbench geometry --hf-config "$HF/no-dtype.json"
+	assert_equal "$status" 2
+	[[ "$stderr" == *"give --dtype"* ]]
+	run kvbench geometry --hf-config "$HF/no-dtype.json" --dtype bf16 -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	run --separate-stderr kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --dtype int4
+	assert_equal "$status" 2
+}
+
+@test "a tiny run of every phase: counts and schema in the JSON document" {
+	run --separate-stderr tiny -J
+	assert_success
+	doc=$output
+	jq -e . <<<"$doc" >/dev/null
+	assert_equal "$(jq .version <<<"$doc")" 1
+	assert_equal "$(jq -c '[.phases[].phase]' <<<"$doc")" '["write","read","lookup","mixed"]'
+	assert_equal "$(jq '.config.files' <<<"$doc")" 4
+	assert_equal "$(jq '.config.block_bytes' <<<"$doc")" 262144
+	assert_equal "$(jq '.config.size_bytes' <<<"$doc")" 1048576
+	assert_equal "$(jq -r '.config.engine' <<<"$doc")" uring
+	assert_equal "$(jq '.config.queue_depth' <<<"$doc")" 2
+	assert_equal "$(jq '.config.direct' <<<"$doc")" true
+	assert_equal "$(jq '.config.atomic' <<<"$doc")" true
+	# write: every file once, through a temp and a rename.
+	w='.phases[] | select(.phase == "write")'
+	assert_equal "$(jq "$w | .ops" <<<"$doc")" 4
+	assert_equal "$(jq "$w | .writes" <<<"$doc")" 4
+	assert_equal "$(jq "$w | .bytes" <<<"$doc")" 1048576
+	assert_equal "$(jq "$w | .latency.rename.count" <<<"$doc")" 4
+	assert_equal "$(jq "$w | .latency.open.count" <<<"$doc")" 4
+	assert_equal "$(jq "$w | .latency.write.count" <<<"$doc")" 4
+	# read: cold through O_DIRECT, atime stamped.
+	r='.phases[] | select(.phase == "read")'
+	assert_equal "$(jq "$r | .reads" <<<"$doc")" 4
+	assert_equal "$(jq "$r | .bytes" <<<"$doc")" 1048576
+	assert_equal "$(jq -r "$r | .cache_drop" <<<"$doc")" direct
+	assert_equal "$(jq "$r | .latency.touch.count" <<<"$doc")" 4
+	# lookup: half the keys present, half absent.
+	l='.phases[] | select(.phase == "lookup")'
+	assert_equal "$(jq "$l | .ops" <<<"$doc")" 100
+	assert_equal "$(jq "$l | .hits" <<<"$doc")" 50
+	assert_equal "$(jq "$l | .misses" <<<"$doc")" 50
+	assert_equal "$(jq "$l | .latency.lookup.count" <<<"$doc")" 100
+	m='.phases[] | select(.phase == "mixed")'
+	assert_equal "$(jq "$m | .reads + .writes" <<<"$doc")" 4
+	# Every phase has rates and percentiles; every latency is in _ns.
+	for k in throughput_Bps iops elapsed_ns ops bytes latency; do
+		assert_equal "$(jq "[.phases[] | has(\"$k\")] | all" <<<"$doc")" true
+	done
+	for k in count min_ns mean_ns p50_ns p90_ns p99_ns p999_ns max_ns; do
+		assert_equal "$(jq "[.phases[].latency[] | has(\"$k\")] | all" <<<"$doc")" true
+	done
+	assert_equal "$(jq '[.phases[].latency[] | .p50_ns <= .p99_ns and .p99_ns <= .max_ns] | all' <<<"$doc")" true
+	# The environment.
+	assert_equal "$(jq -r '.environment.kernel.release' <<<"$doc")" "$(uname -r)"
+	assert_equal "$(jq -r '.environment.filesystem.type' <<<"$doc")" "$(stat -f -c %T "$D" | sed 's/ext2\/ext3/ext4/')"
+	jq -e '.environment.cpu.numa_nodes >= 1 and .environment.cpu.online >= 1' <<<"$doc" >/dev/null
+	jq -e '.environment.filesystem.mount_options | length > 0' <<<"$doc" >/dev/null
+	jq -e '.environment.gpus | type == "array"' <<<"$doc" >/dev/null
+	# It cleaned up after itself.
+	[ -z "$(ls -A "$D")" ]
+}
+
+@test "--keep leaves block files in the vLLM layout with a matching config.json" {
+	requires python3
+	run tiny --phases write --keep -J
+	assert_success
+	model=$(jq -r .config.model_dir <<<"$output")
+	[ -f "$D/$model/config.json" ]
+	assert_equal "${model##*_}" "$(py_fingerprint "$D/$model/config.json")"
+	run find "$D/${model}_r0" -type f -name '*.bin'
+	assert_equal "${#lines[@]}" 4
+	for f in "${lines[@]}"; do
+		[[ "$f" =~ /${model}_r0/([0-9a-f]{3})/([0-9a-f]{2})_g0/([0-9a-f]{16})\.bin$ ]]
+		[ "${BASH_REMATCH[3]:0:3}" = "${BASH_REMATCH[1]}" ]
+		[ "${BASH_REMATCH[3]:3:2}" = "${BASH_REMATCH[2]}" ]
+		assert_equal "$(stat -c %s "$f")" 262144
+	done
+	[ -z "$(find "$D" -name '*.tmp')" ]
+}
+
+@test "psync, buffered, in place, fsync dir: counts, cold cache by fadvise" {
+	run tiny --engine psync --buffered --in-place --fsync dir --phases write,read -J
+	assert_success
+	assert_equal "$(jq '.config.direct' <<<"$output")" false
+	assert_equal "$(jq '.config.queue_depth' <<<"$output")" 1
+	w='.phases[] | select(.phase == "write")'
+	assert_equal "$(jq "$w | .writes" <<<"$output")" 4
+	assert_equal "$(jq "$w | .latency.fsync.count" <<<"$output")" 4
+	assert_equal "$(jq "$w | .latency.dirsync.count" <<<"$output")" 4
+	assert_equal "$(jq "$w | .latency | has(\"rename\")" <<<"$output")" false
+	assert_equal "$(jq -r '.phases[] | select(.phase == "read") | .cache_drop' <<<"$output")" fadvise
+	assert_equal "$(jq '.phases[] | select(.phase == "read") | .reads' <<<"$output")" 4
+}
+
+@test "io_uring with registered buffers and a model geometry" {
+	# 16 tokens per file of Llama-3.1-8B at tp 8: 16384 * 16 = 256 KiB.
+	run tiny --hf-config "$HF/llama-3.1-8b.json" --tp 8 --tokens-per-file 16 \
+		--registered-buffers --phases write,read -J
+	assert_success
+	assert_equal "$(jq .geometry.bytes_per_token <<<"$output")" 16384
+	assert_equal "$(jq .config.block_bytes <<<"$output")" 262144
+	assert_equal "$(jq .config.registered_buffers <<<"$output")" true
+	assert_equal "$(jq '.phases[] | select(.phase == "read") | .bytes' <<<"$output")" 1048576
+}
+
+@test "read-only phases populate the working set first; --duration runs on" {
+	run tiny --phases lookup --duration 300ms -J
+	assert_success
+	assert_equal "$(jq -c '[.phases[].phase]' <<<"$output")" '["lookup"]'
+	jq -e '.phases[0].elapsed_ns >= 300000000' <<<"$output" >/dev/null
+	jq -e '.phases[0].hits > 0 and .phases[0].misses > 0' <<<"$output" >/dev/null
+	# Present keys are always found, absent never: alternate exactly.
+	jq -e '.phases[0].hits - .phases[0].misses | fabs <= 2' <<<"$output" >/dev/null
+}
+
+@test "--ndjson: per-second samples, then one record per phase" {
+	run --separate-stderr tiny --phases write,read --ndjson
+	assert_success
+	while IFS= read -r line; do
+		jq -e . <<<"$line" >/dev/null
+	done <<<"$output"
+	assert_equal "$(jq -s '[.[] | select(.type == "phase")] | length' <<<"$output")" 2
+	jq -se '[.[] | select(.type == "sample")] | length >= 2' <<<"$output" >/dev/null
+	jq -se '[.[] | select(.type == "sample") | has("throughput_Bps") and has("t_ns")] | all' <<<"$output" >/dev/null
+	# Samples of a phase add up to its totals.
+	assert_equal "$(jq -s '[.[] | select(.type == "sample" and .phase == "read") | .bytes] | add' <<<"$output")" 1048576
+	[ -z "$stderr" ]
+}
+
+@test "--plot writes a well-formed SVG" {
+	requires python3
+	run tiny --plot "$BATS_TEST_TMPDIR/run.svg"
+	assert_success
+	run python3 -c '
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+lines = root.findall(".//{http://www.w3.org/2000/svg}polyline")
+assert len(lines) >= 4, len(lines)
+print("ok")' "$BATS_TEST_TMPDIR/run.svg"
+	assert_success
+	assert_output ok
+	run --separate-stderr tiny --phases write --plot "$BATS_TEST_TMPDIR/no/such/dir.svg"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"cannot write"* ]]
+}
+
+@test "O_DIRECT: used where the filesystem takes it, refused loudly when asked" {
+	mount_tmpfs 8m
+	D=$MNT
+	# Kernels before 6.6 refuse O_DIRECT on tmpfs; newer ones take it.
+	if dd if=/dev/zero of="$D/probe" bs=4096 count=1 oflag=direct 2>/dev/null; then
+		want=true
+	else
+		want=false
+		run --separate-stderr tiny --direct --phases write
+		assert_equal "$status" 3
+		[[ "$stderr" == *"O_DIRECT"*"--buffered"* ]]
+	fi
+	rm -f "$D/probe"
+	run tiny --phases write,read -J
+	assert_success
+	assert_equal "$(jq .config.direct <<<"$output")" "$want"
+	assert_equal "$(jq -r .environment.filesystem.type <<<"$output")" tmpfs
+	# A block O_DIRECT cannot move whole: buffered by default, an error
+	# when --direct insists.
+	D=$BATS_TEST_TMPDIR/scratch
+	run kvbench run --dir "$D" --block-size 1000 --size 4000 --phases write,read -J
+	assert_success
+	assert_equal "$(jq .config.direct <<<"$output")" false
+	assert_equal "$(jq '.phases[1].bytes' <<<"$output")" 4000
+	run --separate-stderr kvbench run --dir "$D" --block-size 1000 --direct
+	assert_equal "$status" 2
+	[[ "$stderr" == *"multiple of 4096"* ]]
+}
+
+@test "a full filesystem is a runtime failure that leaves no files behind" {
+	mount_tmpfs 1m
+	D=$MNT
+	run --separate-stderr kvbench run --dir "$D" --block-size 256K --size 4M --phases write
+	assert_equal "$status" 3
+	[[ "$stderr" == *"No space left on device"* ]]
+	[ -z "$(find "$D" -type f)" ]
+}
+
+@test "an unwritable --dir is a runtime failure" {
+	requires root setpriv
+	chmod 755 "$D"
+	run --separate-stderr setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$KV_BIN/kvbench" run --dir "$D" --block-size 256K --size 1M
+	assert_equal "$status" 3
+	[[ "$stderr" == *"Permission denied"* ]]
+	run --separate-stderr kvbench run --dir "$BATS_TEST_TMPDIR/absent"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"cannot open"*"No such file or directory"* ]]
+}
+
+@test "verdict: break-even, bandwidth needed and the context table, by hand" {
+	# 131072 B/token, 10000 tokens/s, 2 GiB/s, 10 ms: per token load is
+	# 131072/2^31 s = 61.03515625 us against 100 us of prefill, so
+	# n* = 0.01 / (100e-6 - 61.03515625e-6) = 256.64 -> 257 tokens.
+	run kvbench verdict --hf-config "$HF/llama-3.1-8b.json" --prefill-tokens-per-s 10000 \
+		--read-bandwidth 2G --latency 10ms -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	assert_equal "$(jq .required_read_Bps <<<"$output")" 1310720000
+	assert_equal "$(jq .break_even_tokens <<<"$output")" 257
+	assert_equal "$(jq .read_Bps <<<"$output")" 2147483648
+	assert_equal "$(jq .latency_ns <<<"$output")" 10000000
+	# 1024 tokens: 10 ms + 1024 * 61.03515625 us = 72.5 ms; 102.4 ms.
+	assert_equal "$(jq -c '.contexts[0] | [.tokens, .load_ns, .recompute_ns, .faster]' <<<"$output")" \
+		'[1024,72500000,102400000,"load"]'
+	# 131072 tokens: 10 ms + 8 s; 13.1072 s.
+	assert_equal "$(jq -c '.contexts[-1] | [.tokens, .bytes, .load_ns, .recompute_ns]' <<<"$output")" \
+		'[131072,17179869184,8010000000,13107200000]'
+	assert_equal "$(jq '.contexts | length' <<<"$output")" 8
+	run kvbench verdict --hf-config "$HF/llama-3.1-8b.json" --prefill-tokens-per-s 10000 \
+		--read-bandwidth 2G --latency 10ms
+	assert_success
+	assert_output --partial "break-even prefix: 257 tokens"
+	assert_output --partial "1310720000 B/s"
+}
+
+@test "verdict: prefill estimated from params, FLOP/s and MFU" {
+	# 1000e12 * 0.4 / (2 * 8e9) = 25000 tokens/s; at 1 GiB/s a token
+	# loads in 122 us but recomputes in 40 us: loading never wins.
+	run kvbench verdict --hf-config "$HF/llama-3.1-8b.json" --params 8B \
+		--gpu-tflops 1000 --read-bandwidth 1G -J
+	assert_success
+	assert_equal "$(jq .prefill_tokens_per_s <<<"$output")" 25000
+	assert_equal "$(jq .prefill_estimate.mfu <<<"$output")" 0.4
+	assert_equal "$(jq .required_read_Bps <<<"$output")" 3276800000
+	assert_equal "$(jq .break_even_tokens <<<"$output")" null
+	assert_equal "$(jq -c '[.contexts[].faster] | unique' <<<"$output")" '["recompute"]'
+	# tp 8 of DeepSeek-V3 (70272 B/token on each of 8 GPUs), 37B active,
+	# 500 TFLOP/s, MFU 0.5: 8 * 500e12 * 0.5 / 74e9 = 27027.03 tokens/s.
+	run kvbench verdict --hf-config "$HF/deepseek-v3.json" --tp 8 --params 37e9 \
+		--gpu-tflops 500 --mfu 0.5 --read-bandwidth 4G -J
+	assert_success
+	jq -e '.prefill_tokens_per_s | . > 27027.02 and . < 27027.03' <<<"$output" >/dev/null
+	assert_equal "$(jq .required_read_Bps <<<"$output")" \
+		"$(awk 'BEGIN { printf "%.0f", 70272 * 8 * 500e12 * 0.5 / 74e9 }')"
+	# A bare block size: 4 MiB per 256-token file is 16384 B/token.
+	run kvbench verdict --block-size 4M --prefill-tokens-per-s 1000 --read-bandwidth 1G -J
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 16384
+	assert_equal "$(jq .break_even_tokens <<<"$output")" 1
+}
+
+@test "verdict: bandwidth and latency from a kvbench run" {
+	tiny -J > "$BATS_TEST_TMPDIR/run.json"
+	bw=$(jq '.phases[] | select(.phase == "read") | .throughput_Bps' "$BATS_TEST_TMPDIR/run.json")
+	lat=$(jq '([.phases[] | select(.phase == "read") | .latency.open.p50_ns] + [.phases[] | select(.phase == "lookup") | .latency.lookup.p50_ns]) | add' "$BATS_TEST_TMPDIR/run.json")
+	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --block-size 256K \
+		--prefill-tokens-per-s 5000 -J
+	assert_success
+	assert_equal "$(jq .read_Bps <<<"$output")" "$bw"
+	assert_equal "$(jq .latency_ns <<<"$output")" "$lat"
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 1024
+}
+
+@test "verdict: missing inputs are usage errors" {
+	L=$HF/llama-3.1-8b.json
+	run --separate-stderr kvbench verdict --hf-config "$L" --read-bandwidth 1G
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --hf-config "$L" --prefill-tokens-per-s 1000
+	assert_equal "$status" 2
+	[[ "$stderr" == *"--read-bandwidth"* ]]
+	run --separate-stderr kvbench verdict --prefill-tokens-per-s 1000 --read-bandwidth 1G
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --hf-config "$L" --params 8B --read-bandwidth 1G
+	assert_equal "$status" 2
+	[[ "$stderr" == *"--gpu-tflops"* ]]
+	run --separate-stderr kvbench verdict --hf-config "$L" --params 8B --gpu-tflops 900 \
+		--prefill-tokens-per-s 9 --read-bandwidth 1G
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --hf-config "$L" --prefill-tokens-per-s fast \
+		--read-bandwidth 1G
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --hf-config "$L" --prefill-tokens-per-s 1000 \
+		--read-bandwidth 1G --mfu 1.5
+	assert_equal "$status" 2
+	run --separate-stderr kvbench verdict --from-run "$BATS_TEST_TMPDIR/none.json" \
+		--block-size 1M --prefill-tokens-per-s 1000
+	assert_equal "$status" 3
+}
