@@ -35,7 +35,8 @@ struct model {
 	char *name;		/* model_name from config.json */
 	char *dtype;
 	int64_t tp;
-	int has_config;
+	int has_config;		/* a config.json that parsed */
+	int has_config_file;	/* a config.json, parsed or not */
 	int has_dir;		/* some entry seen inside the model dir */
 	unsigned *ranks;	/* distinct, sorted */
 	size_t nranks;
@@ -583,6 +584,7 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 	if (!m)
 		return STOP_NOMEM;
 	m->has_dir = 1;
+	m->has_config_file = 1;
 	rc = kv_config_load(e->dirfd, e->name, &cfg);
 	if (rc < 0) {
 		if (ls->mode == MODE_CHECK)
@@ -621,12 +623,16 @@ static int open_noatime(const struct kv_walk_entry *e)
 static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 {
 	int fd = open_noatime(e), rc;
+	uint64_t stored;
 
 	if (fd == -ENOENT)
 		return 0;
 	if (fd < 0)
 		return problem(ls, "unreadable", e->path, kv_strerror(fd));
-	rc = kv_integrity_verify_fd(fd);
+	/* Ask for the checksum first: a block without one is not read. */
+	rc = kv_integrity_get(fd, &stored);
+	if (rc == 0)
+		rc = kv_integrity_verify_fd(fd);
 	close(fd);
 	switch (rc) {
 	case 0:
@@ -643,6 +649,9 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 		ls->mismatched++;
 		return problem(ls, "checksum", e->path,
 			       "payload does not match user.kv.xxh3");
+	case -EBADMSG:
+		ls->mismatched++;
+		return problem(ls, "checksum", e->path, "malformed user.kv.xxh3");
 	default:
 		return problem(ls, "unreadable", e->path, kv_strerror(rc));
 	}
@@ -713,6 +722,9 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 			 (int64_t)((ls->now_ns - e->mtime_ns) / 1000000000LL));
 		return problem(ls, "orphan-temp", e->path, detail);
 	case KV_WALK_FOREIGN:
+		/* kvevict's lock file is ours, not foreign. */
+		if (S_ISREG(e->mode) && !strcmp(e->path, KV_EVICT_LOCK_NAME))
+			return 0;
 		return ls->mode == MODE_CHECK ?
 		       problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
 	case KV_WALK_ERROR:
@@ -736,7 +748,7 @@ static int check_models(struct ls *ls)
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
 
-		if (m->has_config)
+		if (m->has_config_file)
 			continue;
 		if (m->has_dir && problem(ls, "no-config", m->model_dir,
 					  "model dir without config.json"))
