@@ -2,6 +2,7 @@
  * promotion and write-through, LRU order, and failures that lose
  * nothing. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,59 @@ static int check_user_memory(struct kv_dma *dma)
 	return 0;
 }
 
+struct worker {
+	struct kv_tier *t;
+	int id;
+	int bad;
+};
+
+/* Each thread keeps writing and reading back its own blocks while the
+ * others do the same, so spills and promotions interleave. */
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	static __thread unsigned char buf[BLOCK];
+
+	for (int round = 0; round < 40; round++) {
+		for (int k = w->id; k < NBLOCKS; k += 4) {
+			size_t len = 0;
+
+			if ((round + k) % 3 == 0 &&
+			    kv_tier_put(w->t, keys[k], data[k], BLOCK) < 0)
+				w->bad++;
+			if (kv_tier_get(w->t, keys[k], buf, sizeof(buf), &len) == 0 &&
+			    (len != BLOCK || memcmp(buf, data[k], BLOCK)))
+				w->bad++;
+		}
+	}
+	return NULL;
+}
+
+static int check_threads(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *mem, *file;
+	struct worker w[4];
+	pthread_t th[4];
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .t = mem, .id = i };
+		CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(w[i].bad == 0, "thread %d saw %d bad blocks", i, w[i].bad);
+	}
+	for (int i = 0; i < NBLOCKS; i++)
+		CHECK(expect(mem, i, BLOCK) == 0, "after threads: block %d", i);
+	kv_tier_close(mem);
+	kv_tier_close(file);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kv-test-tier-XXXXXX";
@@ -230,6 +284,12 @@ int main(void)
 	}
 	check_mem_file(a, NULL);
 	check_mem_file(b, cpu);
+	snprintf(a, sizeof(a), "%s/c", root);
+	if (mkdir(a, 0755) < 0) {
+		perror("mkdir");
+		return 1;
+	}
+	check_threads(a);
 	check_write_through(root);
 	check_failed_spill();
 	check_user_memory(cpu);
