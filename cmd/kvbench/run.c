@@ -767,8 +767,12 @@ static int probe_direct(struct bench *b, int rootfd)
 	err = errno;
 	if (err == EINVAL && b->o.direct == DIRECT_AUTO)
 		return 0;
-	snprintf(b->err, sizeof(b->err), "cannot use O_DIRECT in '%s': %s%s", b->o.dir,
-		 strerror(err), err == EINVAL ? " (try --buffered)" : "");
+	if (err == EINVAL)
+		snprintf(b->err, sizeof(b->err), "cannot use O_DIRECT in '%s': %s (try --buffered)",
+			 b->o.dir, strerror(err));
+	else
+		snprintf(b->err, sizeof(b->err), "cannot create a file in '%s': %s", b->o.dir,
+			 strerror(err));
 	return -err;
 }
 
