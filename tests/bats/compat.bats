@@ -125,7 +125,7 @@ setup() {
 }
 
 @test "kvput puts blocks where python's layout puts them, any hash length" {
-	local cfg=$BATS_TEST_TMPDIR/cfg.json want hash rank group
+	local cfg=$BATS_TEST_TMPDIR/cfg.json want hash rank group spec
 	make_config deepseek-ai/DeepSeek-V3 8 bfloat16 > "$cfg"
 	random_file "$BATS_TEST_TMPDIR/payload" 100
 	for spec in "0 0 ABCDEF0123456789" "13 2 $(sha256sum "$cfg" | cut -c1-64)" \
