@@ -429,3 +429,25 @@ PY
 	put_block a abcdef0002 65536
 	get_equals a abcdef0002
 }
+
+@test "kvoffd: a full file tier costs write-behind, never a put" {
+	requires mount
+	mount_tmpfs 1m
+	KV_ROOT=$MNT
+	# One writer: the queue is written in order, so the first block fits.
+	start_daemon --cpu-bytes 8M --write-policy always --write-threads 1
+	put_block a abcdef0001 700000
+	put_block b abcdef0002 700000
+	put_block c abcdef0003 700000
+	until [ $(( $(stat_of spills) + $(stat_of wb_errors) )) -eq 3 ]; do :; done
+	[ "$(stat_of spills)" -eq 1 ]
+	[ "$(stat_of wb_errors)" -eq 2 ]
+	get_equals b abcdef0002
+	get_equals c abcdef0003
+	grep -q "cannot write '${MODEL}_r0/abc/de_g0/abcdef000[23].bin': No space left on device" \
+		"$BATS_TEST_TMPDIR/kvoffd.log"
+	# The drain tries the unwritten blocks once more, then exits 0.
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	cmp "$MNT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" "$BATS_TEST_TMPDIR/a"
+}
