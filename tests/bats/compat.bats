@@ -259,3 +259,33 @@ assert (p, r["hash"], r["rank"], r["group"], r["size_bytes"]) == \
 	cmp "$BATS_TEST_TMPDIR/before" "$KV_ROOT/$dir/config.json"
 	[ -z "$(find "$KV_ROOT" -name '*.bin' -o -name '*.tmp')" ]
 }
+
+@test "kvget reads python-written blocks byte for byte, and their tails as vLLM does" {
+	local mdir rank group hash path size n
+	py_tree "$KV_ROOT" "$BATS_TEST_TMPDIR/manifest"
+	python3 -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+for r in (recs[0], recs[len(recs) // 2], recs[-1]):
+    print(r["model_dir"], r["rank"], r["group"], r["hash"], r["path"], r["size_bytes"])
+' "$BATS_TEST_TMPDIR/manifest" > "$BATS_TEST_TMPDIR/picked"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/picked")" -eq 3 ]
+	while read -r mdir rank group hash path size; do
+		run kvget --root "$KV_ROOT" --model-dir "$mdir" --rank "$rank" \
+			--group "$group" -o "$BATS_TEST_TMPDIR/out" "$hash"
+		[ "$status" -eq 0 ] || fail "kvget $path: $output"
+		cmp "$KV_ROOT/$path" "$BATS_TEST_TMPDIR/out"
+		n=$((size / 3))
+		[ "$n" -gt 0 ] || continue
+		kvget --root "$KV_ROOT" --model-dir "$mdir" --rank "$rank" --group "$group" \
+			--blocks 2 --block-bytes "$n" "$hash" > "$BATS_TEST_TMPDIR/tail"
+		tail -c $((2 * n)) "$KV_ROOT/$path" | cmp - "$BATS_TEST_TMPDIR/tail"
+	done < "$BATS_TEST_TMPDIR/picked"
+
+	# Every block kvls finds, kvget finds.
+	kvls --root "$KV_ROOT" --blocks --ndjson > "$BATS_TEST_TMPDIR/listed"
+	run --separate-stderr kvget --root "$KV_ROOT" --batch --exists < "$BATS_TEST_TMPDIR/listed"
+	[ "$status" -eq 0 ] || fail "kvget --batch: $stderr"
+	[ "$(grep -c '"hit":true' <<< "$output")" -eq "$(wc -l < "$BATS_TEST_TMPDIR/manifest")" ]
+	[ "$(grep -c '"hit":false' <<< "$output")" -eq 0 ]
+}
