@@ -174,6 +174,12 @@ size_t kv_offd_slot_bytes(const struct kv_offd *c)
 	return c->slot_bytes;
 }
 
+void *kv_offd_pool(const struct kv_offd *c, size_t *pool_bytes)
+{
+	*pool_bytes = c->pool_bytes;
+	return c->pool;
+}
+
 /* One request, one reply of the same type.  A reply that does not decode
  * or names a slot outside the pool is a protocol error. */
 static int request(struct kv_offd *c, const struct kv_offd_frame *req,

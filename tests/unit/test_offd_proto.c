@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <kv/kv.h>
 
@@ -241,6 +243,75 @@ static void test_unreachable(void)
 	rmdir(dir);
 }
 
+/* A fake daemon on a socketpair: HELLO with a memfd, then one LOOKUP
+ * answered with slot 1, so the client's pointer must land in slot 1. */
+static void test_client_mapping(void)
+{
+	struct kv_offd_frame hello = { .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .slot = 4,
+				       .len = 4 * 8192, .arg = 8192 };
+	struct kv_offd_frame req, rep = { .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY,
+					  .slot = 1, .len = 5 };
+	char dir[] = "/tmp/test_offd_map.XXXXXX", path[64];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_block_ref ref = { .rank = 0 };
+	union {
+		struct cmsghdr hdr;
+		char space[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl.space, .msg_controllen = sizeof(ctl.space) };
+	struct cmsghdr *cm;
+	struct kv_offd *c = NULL;
+	const void *p;
+	size_t len, pool_bytes;
+	uint32_t slot;
+	int lfd, sfd, mfd;
+	pid_t pid;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/sock", dir);
+	strcpy(sa.sun_path, path);
+	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0);
+	mfd = memfd_create("test", 0);
+	CHECK(mfd >= 0 && ftruncate(mfd, 4 * 8192) == 0);
+	CHECK(pwrite(mfd, "hello", 5, 8192) == 5);
+	pid = fork();
+	if (pid == 0) {
+		sfd = accept(lfd, NULL, NULL);
+		kv_offd_frame_encode(&hello, buf, sizeof(buf));
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+		if (sendmsg(sfd, &msg, 0) != (ssize_t)sizeof(buf) ||
+		    recv(sfd, buf, sizeof(buf), MSG_WAITALL) != (ssize_t)sizeof(buf) ||
+		    kv_offd_frame_decode(buf, sizeof(buf), &req) || req.type != KV_OFFD_LOOKUP)
+			_exit(1);
+		kv_offd_frame_encode(&rep, buf, sizeof(buf));
+		_exit(send(sfd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) ? 0 : 1);
+	}
+	CHECK(kv_offd_connect(path, &c) == 0);
+	if (c) {
+		CHECK(kv_offd_slot_bytes(c) == 8192);
+		CHECK(kv_offd_pool(c, &pool_bytes) != NULL && pool_bytes == 4 * 8192);
+		strcpy(ref.model_dir, MODEL);
+		strcpy(ref.hash, "abcdef01");
+		CHECK(kv_offd_lookup(c, &ref, &slot, &p, &len) == 0);
+		CHECK(slot == 1 && len == 5 && !memcmp(p, "hello", 5));
+		/* The fake daemon is gone: the next request sees the reset. */
+		CHECK(kv_offd_has(c, &ref, NULL) == -ECONNRESET);
+		kv_offd_close(c);
+	}
+	CHECK(waitpid(pid, &(int){ 0 }, 0) == pid);
+	close(mfd);
+	close(lfd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_round_trips();
@@ -249,5 +320,6 @@ int main(void)
 	test_mutations();
 	test_set_key();
 	test_unreachable();
+	test_client_mapping();
 	return failures ? 1 : 0;
 }

@@ -133,6 +133,10 @@ void kv_offd_close(struct kv_offd *c);
 /* The largest block the pool takes (its slot size). */
 size_t kv_offd_slot_bytes(const struct kv_offd *c);
 
+/* The shared pool as mapped here, e.g. to register it with the GPU
+ * (cudaHostRegister) so blocks are DMA'd straight into slots. */
+void *kv_offd_pool(const struct kv_offd *c, size_t *pool_bytes);
+
 /* Copy len bytes into the RAM tier under ref's key (replacing any older
  * block there).  -EFBIG over the slot size, -ENOSPC when every slot is
  * pinned or being written.  Errors on a lost connection: -ECONNRESET. */
