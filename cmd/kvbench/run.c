@@ -517,7 +517,7 @@ static void progress(enum phase ph, uint64_t t_ns,
 static int sample_loop(struct bench *b, struct shared *sh, struct worker *ws,
 		       int64_t start)
 {
-	int tty = isatty(STDERR_FILENO) && !b->o.ndjson;
+	int tty = isatty(STDERR_FILENO);
 	uint64_t last_ops = 0, last_bytes = 0, last_t = 0;
 	int64_t next = start + (int64_t)SAMPLE_NS;
 	int done = 0, r;
