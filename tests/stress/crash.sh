@@ -4,6 +4,9 @@
 # lost, and that kvevict's orphan rule reclaims the temps the dead writers
 # left behind.
 #
+# Then the same for kvoffd's write-behind: a daemon with --write-policy
+# always is killed while clients put, ITERATIONS/10 times.
+#
 # Usage: tests/stress/crash.sh [ITERATIONS]      (default 1000)
 # Environment: BUILD (default build) or KV_BIN for the binaries; KEYS
 # (default 16) distinct block hashes; BLOCK_BYTES (default 262144);
@@ -119,11 +122,50 @@ for ((i = 1; i <= iterations; i++)); do
 		fail "iteration $i: $h vanished after a finished put"
 	fi
 done
+# Phase two: kill -9 kvoffd while it writes blocks behind to the file tier
+# (--write-policy always), one tenth as many rounds, on keys of its own.
+# Whatever reached the tier must be whole; RAM-only blocks may be lost.
+offd_rounds=0 offd_keys=0
+client=$work/offd_client
+if [ -x "$bin/kvoffd" ] && cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' \
+	-Ilib/include bench/offd_client.c lib/offd_client.c lib/offd_proto.c lib/kv.c \
+	lib/units.c -o "$client" 2>/dev/null; then
+	offd_keys=4
+	for ((k = keys; k < keys + offd_keys; k++)); do done_ver[k]=-1; done
+	for ((i = 1; i <= iterations / 10; i++)); do
+		sock=$work/offd.sock
+		rm -f "$sock"
+		exec {ready}<> <(:)
+		kvoffd --root "$root" --socket "$sock" --cpu-bytes 4M --slot-bytes "$block_bytes" \
+			--write-policy always --ready-fd "$ready" 2>/dev/null &
+		dpid=$!
+		read -r -u "$ready" _ || { fail "kvoffd did not start"; break; }
+		exec {ready}<&-
+		(
+			for ((k = keys; k < keys + offd_keys; k++)); do
+				payload "$(hash_of "$k")" $((iterations + i)) > "$work/offd.$k"
+				"$client" put "$sock" "$model_dir" 0 0 "$(hash_of "$k")" "$work/offd.$k" 2>/dev/null
+			done
+		) &
+		cpid=$!
+		pause_us $(( (RANDOM * 32768 + RANDOM) % (window_us * offd_keys * 2) ))
+		kill -9 "$dpid" 2>/dev/null
+		{ wait "$dpid"; wait "$cpid"; } 2>/dev/null
+		offd_rounds=$i
+		for ((k = keys; k < keys + offd_keys; k++)); do
+			h=$(hash_of "$k")
+			if [ -e "$(block_path "$h")" ]; then
+				check_block "$h" -1 > /dev/null && checked=$((checked + 1))
+			fi
+		done
+	done
+fi
+
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 
 # Final sweep: every visible block of every key, and the temps left behind.
 bins=0
-for ((k = 0; k < keys; k++)); do
+for ((k = 0; k < keys + offd_keys; k++)); do
 	h=$(hash_of "$k")
 	if [ -e "$(block_path "$h")" ]; then
 		check_block "$h" "${done_ver[k]}" > /dev/null && bins=$((bins + 1))
@@ -161,7 +203,8 @@ if [ -x "$bin/kvevict" ]; then
 	fi
 fi
 echo "crash: $iterations iterations in ${elapsed_ms} ms (window ${window_us} us):" \
-	"$killed killed, $finished finished, $checked checks during the run," \
+	"$killed killed, $finished finished; $offd_rounds kvoffd write-behind kills;" \
+	"$checked checks during the run," \
 	"$bins blocks whole at the end, xxh3 verified by kvls: $verified, $temps temps left," \
 	"reclaimed $reclaimed, $fails failures"
 [ "$fails" -eq 0 ]
