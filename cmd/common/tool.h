@@ -47,6 +47,16 @@ uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max);
 void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		    char *out, size_t len);
 
+/* kvoffd for --daemon: the option, else $KV_DAEMON, else NULL. */
+const char *tool_daemon(const char *opt);
+
+/* Connect to the daemon at sock, or say why not and exit 4 (3 for a
+ * failure that is not about reaching it). */
+struct kv_offd *tool_daemon_connect(const char *sock);
+
+/* The exit status for a failed daemon call: 4 unreachable, else 3. */
+int tool_daemon_exit(int err);
+
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);
 

@@ -51,15 +51,12 @@ static int print_stats(const char *sock)
 	json_t *o;
 	int err;
 
-	err = kv_offd_connect(sock, &c);
-	if (!err) {
-		err = kv_offd_stats(c, &st);
-		kv_offd_close(c);
-	}
+	c = tool_daemon_connect(sock);
+	err = kv_offd_stats(c, &st);
+	kv_offd_close(c);
 	if (err) {
-		tool_err("cannot reach daemon at '%s': %s", sock, kv_strerror(err));
-		return err == -ENOENT || err == -ECONNREFUSED || err == -ECONNRESET ||
-		       err == -EACCES ? EXIT_DAEMON : EXIT_RUNTIME;
+		tool_err("cannot get statistics from '%s': %s", sock, kv_strerror(err));
+		return tool_daemon_exit(err);
 	}
 	o = json_object();
 	for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++)
