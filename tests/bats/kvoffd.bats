@@ -451,3 +451,19 @@ PY
 	[ "$DRC" -eq 0 ]
 	cmp "$MNT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" "$BATS_TEST_TMPDIR/a"
 }
+
+@test "kvoffd: a read-through of a damaged block fails its checksum, not silently" {
+	requires xattr
+	start_daemon --cpu-bytes 8M
+	put_block a abcdef0001 300000
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	printf 'X' | dd of="$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" bs=1 seek=1000 \
+		conv=notrunc status=none
+	start_daemon --cpu-bytes 8M
+	run client get "$SOCK" "$MODEL" 0 0 abcdef0001
+	assert_failure 3
+	assert_output --partial "checksum mismatch"
+	[ "$(stat_of blocks)" -eq 0 ]
+	[ "$(stat_of slots_used)" -eq 0 ]
+}
