@@ -1,21 +1,28 @@
 /*
  * LRU eviction with bounded memory.  A round scans (one walk) into an
- * atime histogram of the candidates, picks the boundary bucket where the
- * bytes to free run out, narrows it with linear histograms while it holds
- * more files than the stash, then deletes (a second walk) every candidate
- * older than the boundary and afterwards the boundary's oldest from a
- * bounded heap until the target is met.  Per-model quotas are rounds of
- * their own over that model's dirs, before the global round.
+ * atime histogram of the candidates and a heap of the oldest ones with
+ * their paths, capped in bytes.  When the heap covers what must be freed,
+ * its files are deleted oldest first and the round is over.  Otherwise
+ * the histogram gives the boundary bucket where the bytes to free run
+ * out, linear histograms narrow it while it holds more files than the
+ * stash, and a second walk deletes every candidate older than the
+ * boundary, then the boundary's oldest from a small heap until the target
+ * is met.  Per-model quotas are rounds of their own over that model's
+ * dirs, before the global round.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/openat2.h>
 #include <kv/kv.h>
 #include <kv/evict.h>
 
@@ -25,7 +32,10 @@
 #define HALF_COUNT	(SUB_COUNT / 2)
 #define LOG_BUCKETS	(SUB_COUNT + (64 - SUB_BITS) * HALF_COUNT)
 #define REFINE_BUCKETS	65536u
-/* Boundary files kept (with their paths) for exact order. */
+/* Victims the scan may keep with their paths, and the bytes they may use. */
+#define SCAN_HEAP_BYTES	(32u << 20)
+#define SCAN_HEAP_MAX	(SCAN_HEAP_BYTES / 64)
+/* Boundary files the second walk keeps for exact order. */
 #define STASH_MAX	8192u
 /* How often the fs-use target is re-read while deleting. */
 #define STATVFS_EVERY	256u
@@ -42,7 +52,19 @@ struct hist {
 struct stash_item {
 	int64_t atime_ns;
 	uint64_t ino;
+	uint64_t alloc_bytes;
 	char *path;
+};
+
+/* A max-heap on (atime, ino): the youngest is dropped first, so what it
+ * holds is always the oldest of what it was offered. */
+struct heap {
+	struct stash_item *v;
+	unsigned n, cap, max_n;
+	size_t mem, max_mem;	/* array and paths */
+	uint64_t bytes;		/* allocated bytes of the files held */
+	uint64_t prune_need;	/* drop the youngest while the rest covers this */
+	int dropped;		/* something offered is not held */
 };
 
 struct problem {
@@ -71,8 +93,7 @@ struct ctx {
 	int first_unlink_done;
 	struct hist h;
 	struct problem *p;
-	struct stash_item *heap;
-	unsigned nheap;
+	struct heap heap;
 };
 
 static int is_hot(const struct kv_evict_opts *o, int64_t now, int64_t atime, int64_t mtime)
@@ -309,30 +330,80 @@ static void sift_down(struct stash_item *h, unsigned n, unsigned i)
 	}
 }
 
-static int stash_push(struct ctx *c, int64_t atime, uint64_t ino, const char *path)
+static void heap_init(struct heap *h, unsigned max_n, size_t max_mem, uint64_t prune_need)
 {
-	struct stash_item it = { atime, ino, NULL }, t;
+	memset(h, 0, sizeof(*h));
+	h->max_n = max_n;
+	h->max_mem = max_mem;
+	h->prune_need = prune_need;
+}
+
+static void heap_pop(struct heap *h)
+{
+	h->dropped = 1;
+	h->bytes -= h->v[0].alloc_bytes;
+	h->mem -= strlen(h->v[0].path) + 1;
+	free(h->v[0].path);
+	h->v[0] = h->v[--h->n];
+	sift_down(h->v, h->n, 0);
+}
+
+static void heap_free(struct heap *h)
+{
 	unsigned i;
 
-	if (c->nheap == STASH_MAX) {
-		if (!key_less(&it, &c->heap[0]))
+	for (i = 0; i < h->n; i++)
+		free(h->v[i].path);
+	free(h->v);
+	memset(h, 0, sizeof(*h));
+}
+
+static int heap_push(struct heap *h, int64_t atime, uint64_t ino, uint64_t alloc,
+		     const char *path)
+{
+	struct stash_item it = { atime, ino, alloc, NULL }, t;
+	unsigned i, cap;
+	void *v;
+
+	if (h->n == h->max_n) {
+		h->dropped = 1;
+		if (!key_less(&it, &h->v[0]))
 			return 0;
-		free(c->heap[0].path);
-		c->heap[0] = c->heap[--c->nheap];
-		sift_down(c->heap, c->nheap, 0);
+		heap_pop(h);
+	}
+	if (h->n == h->cap) {
+		cap = h->cap ? h->cap * 2 : 1024;
+		if (cap > h->max_n)
+			cap = h->max_n;
+		v = realloc(h->v, cap * sizeof(*h->v));
+		if (!v)
+			return -ENOMEM;
+		h->mem += (cap - h->cap) * sizeof(*h->v);
+		h->v = v;
+		h->cap = cap;
 	}
 	it.path = strdup(path);
 	if (!it.path)
 		return -ENOMEM;
-	i = c->nheap++;
-	c->heap[i] = it;
-	while (i > 0 && key_less(&c->heap[(i - 1) / 2], &c->heap[i])) {
-		t = c->heap[i];
-		c->heap[i] = c->heap[(i - 1) / 2];
-		c->heap[(i - 1) / 2] = t;
+	h->mem += strlen(path) + 1;
+	h->bytes += alloc;
+	i = h->n++;
+	h->v[i] = it;
+	while (i > 0 && key_less(&h->v[(i - 1) / 2], &h->v[i])) {
+		t = h->v[i];
+		h->v[i] = h->v[(i - 1) / 2];
+		h->v[(i - 1) / 2] = t;
 		i = (i - 1) / 2;
 	}
+	while (h->n > 1 && (h->mem > h->max_mem ||
+			    h->bytes - h->v[0].alloc_bytes >= h->prune_need))
+		heap_pop(h);
 	return 0;
+}
+
+static int path_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct stash_item *)a)->path, ((const struct stash_item *)b)->path);
 }
 
 static int stash_cmp(const void *a, const void *b)
@@ -345,22 +416,18 @@ static int stash_cmp(const void *a, const void *b)
 /* ---- removal ---- */
 
 /*
- * Re-check and unlink one block at dirfd/name.  ino 0: no inode to
- * compare.  1 removed, 0 skipped.
+ * Re-check and unlink one block at dirfd/name; cb_lock (or NULL)
+ * serializes the callback.  1 removed, 0 skipped.
  */
 static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r,
-			dev_t dev, int *first_done, int dirfd, const char *name,
-			uint64_t ino, const char *path, const struct kv_block_ref *ref)
+			dev_t dev, int dirfd, const char *name, uint64_t ino,
+			const char *path, const struct kv_block_ref *ref,
+			pthread_mutex_t *cb_lock)
 {
 	struct stat st;
 	struct kv_evict_block b;
 	int64_t atime, mtime;
 
-	if (first_done && !*first_done) {
-		*first_done = 1;
-		if (o->before_first_unlink)
-			o->before_first_unlink(o->arg);
-	}
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 	    st.st_dev != dev || (ino && st.st_ino != ino)) {
 		r->skipped_other++;
@@ -386,58 +453,107 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
 		b.size_bytes = (uint64_t)st.st_size;
 		b.alloc_bytes = (uint64_t)st.st_blocks * 512;
 		b.atime_ns = atime;
+		if (cb_lock)
+			pthread_mutex_lock(cb_lock);
 		o->removed(&b, o->arg);
+		if (cb_lock)
+			pthread_mutex_unlock(cb_lock);
 	}
 	return 1;
 }
 
+/* One directory below dirfd, as a dirfd for *at() calls: not a
+ * symlink, not a mount point. */
+static int open_dir_at(int dirfd, const char *name, dev_t dev)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
+	};
+	struct stat st;
+	long fd;
+
+	fd = syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
+	if (fd >= 0)
+		return (int)fd;
+	if (errno != ENOSYS)
+		return -errno;
+	/* Kernels before 5.6: the same checks by hand. */
+	fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat((int)fd, &st) < 0 || st.st_dev != dev) {
+		close((int)fd);
+		return -EXDEV;
+	}
+	return (int)fd;
+}
+
+/* The rank and top bucket dirs of the last block opened: blocks taken in
+ * path order share them, which saves two lookups and opens per block. */
+struct dircache {
+	int fd[2];
+	char name[2][KV_NAME_MAX + 1];
+};
+
+static void dircache_init(struct dircache *dc)
+{
+	dc->fd[0] = dc->fd[1] = -1;
+}
+
+static void dircache_drop(struct dircache *dc, int level)
+{
+	for (; level < 2; level++) {
+		if (dc->fd[level] >= 0)
+			close(dc->fd[level]);
+		dc->fd[level] = -1;
+	}
+}
+
 /*
- * Open the directory holding relpath's last component, one component at
- * a time with O_NOFOLLOW and on the root's filesystem only; *name points
- * into relpath.
+ * Open the bucket dir holding block path relpath ("<rank>/<hhh>/<hh>_g<n>/
+ * <name>") one component at a time from the root, through no symlink and
+ * across no mount point; *name points into relpath.  The caller closes
+ * the fd.
  */
-static int open_parent(int rootfd, dev_t dev, const char *relpath, const char **name)
+static int open_parent(int rootfd, dev_t dev, struct dircache *dc, const char *relpath,
+		       const char **name)
 {
 	char comp[KV_NAME_MAX + 1];
 	const char *p = relpath, *slash;
-	int fd = rootfd, nfd;
-	struct stat st;
+	int fd = rootfd, level;
 	size_t len;
 
-	while ((slash = strchr(p, '/'))) {
-		len = (size_t)(slash - p);
-		if (len == 0 || len > KV_NAME_MAX) {
-			nfd = -EINVAL;
-			goto fail;
-		}
+	for (level = 0; level < 3; level++) {
+		slash = strchr(p, '/');
+		len = slash ? (size_t)(slash - p) : 0;
+		if (!len || len > KV_NAME_MAX)
+			return -EINVAL;
 		memcpy(comp, p, len);
 		comp[len] = '\0';
-		nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (nfd < 0) {
-			nfd = -errno;
-			goto fail;
-		}
-		if (fd != rootfd)
-			close(fd);
-		fd = nfd;
-		if (fstat(fd, &st) < 0 || st.st_dev != dev) {
-			nfd = -EXDEV;
-			goto fail;
-		}
 		p = slash + 1;
+		if (level == 2)
+			break;
+		if (dc->fd[level] < 0 || strcmp(dc->name[level], comp)) {
+			dircache_drop(dc, level);
+			dc->fd[level] = open_dir_at(fd, comp, dev);
+			if (dc->fd[level] < 0)
+				return dc->fd[level];
+			memcpy(dc->name[level], comp, len + 1);
+		}
+		fd = dc->fd[level];
 	}
+	if (strchr(p, '/'))
+		return -EINVAL;
 	*name = p;
-	return fd;
-fail:
-	if (fd != rootfd)
-		close(fd);
-	return nfd;
+	return open_dir_at(fd, comp, dev);
 }
 
 int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o,
 		  struct kv_evict_report *r)
 {
 	struct kv_block_ref ref;
+	struct dircache dc;
 	struct stat st;
 	const char *name;
 	dev_t dev;
@@ -451,7 +567,9 @@ int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o
 	if (fstat(rootfd, &st) < 0)
 		return -errno;
 	dev = st.st_dev;
-	fd = open_parent(rootfd, dev, relpath, &name);
+	dircache_init(&dc);
+	fd = open_parent(rootfd, dev, &dc, relpath, &name);
+	dircache_drop(&dc, 0);
 	if (fd >= 0 && fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		close(fd);
 		fd = -errno;
@@ -467,7 +585,7 @@ int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o
 		r->skipped_other++;
 		return S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL;
 	}
-	rc = remove_block(o, r, dev, NULL, fd, name, st.st_ino, relpath, &ref);
+	rc = remove_block(o, r, dev, fd, name, st.st_ino, relpath, &ref, NULL);
 	close(fd);
 	return rc;
 }
@@ -544,7 +662,7 @@ static int scan_cb(const struct kv_walk_entry *e, void *arg)
 		}
 		p->cand_bytes += e->alloc_bytes;
 		hist_add(&c->h, e->atime_ns, e->alloc_bytes);
-		break;
+		return heap_push(&c->heap, e->atime_ns, e->ino, e->alloc_bytes, e->path);
 	case KV_WALK_CONFIG:
 	case KV_WALK_TEMP:
 		p->cache_bytes += e->alloc_bytes;
@@ -585,6 +703,13 @@ static int fs_target_met(struct ctx *c)
 	return pct(used, total) <= c->o->low_pct;
 }
 
+static void first_unlink(struct ctx *c)
+{
+	if (!c->first_unlink_done && c->o->before_first_unlink)
+		c->o->before_first_unlink(c->o->arg);
+	c->first_unlink_done = 1;
+}
+
 static int delete_cb(const struct kv_walk_entry *e, void *arg)
 {
 	struct ctx *c = arg;
@@ -594,20 +719,22 @@ static int delete_cb(const struct kv_walk_entry *e, void *arg)
 	if (p->stop || !candidate(c, e))
 		return 0;
 	if (p->delete_all || e->atime_ns < p->lo) {
+		first_unlink(c);
 		before = c->r->bytes_deleted;
-		if (remove_block(c->o, c->r, c->dev, &c->first_unlink_done, e->dirfd,
-				 e->name, e->ino, e->path, &e->ref))
+		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino, e->path,
+				 &e->ref, NULL))
 			p->freed += c->r->bytes_deleted - before;
 		if (fs_target_met(c))
 			p->stop = 1;
 	} else if (e->atime_ns <= p->hi) {
 		if (!p->ties)
-			return stash_push(c, e->atime_ns, e->ino, e->path);
+			return heap_push(&c->heap, e->atime_ns, e->ino, e->alloc_bytes, e->path);
 		if (p->boundary_freed >= p->boundary_need)
 			return 0;
+		first_unlink(c);
 		before = c->r->bytes_deleted;
-		if (remove_block(c->o, c->r, c->dev, &c->first_unlink_done, e->dirfd,
-				 e->name, e->ino, e->path, &e->ref)) {
+		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino, e->path,
+				 &e->ref, NULL)) {
 			p->freed += c->r->bytes_deleted - before;
 			p->boundary_freed += c->r->bytes_deleted - before;
 		}
@@ -630,43 +757,147 @@ static int walk(struct ctx *c, unsigned flags, kv_walk_fn fn)
 	return kv_walk(c->root, &wo, fn, c);
 }
 
-static void stash_clear(struct ctx *c)
+/* A held file (its path parsed by the walk): open its dir safely,
+ * re-check, unlink. */
+static int remove_held(struct ctx *c, struct kv_evict_report *r, const struct stash_item *it,
+		       struct dircache *dc, pthread_mutex_t *cb_lock)
 {
-	unsigned i;
-
-	for (i = 0; i < c->nheap; i++)
-		free(c->heap[i].path);
-	c->nheap = 0;
-}
-
-/* Delete the stashed boundary files oldest first until need is met. */
-static void drain_stash(struct ctx *c)
-{
-	struct problem *p = c->p;
 	struct kv_block_ref ref;
 	const char *name;
-	uint64_t before;
-	unsigned i;
-	int fd;
+	int fd, rc;
 
-	qsort(c->heap, c->nheap, sizeof(*c->heap), stash_cmp);
-	for (i = 0; i < c->nheap && p->freed < p->need && !p->stop; i++) {
-		if (kv_layout_block_parse(c->heap[i].path, &ref) < 0) {
-			c->r->skipped_other++;
-			continue;
-		}
-		fd = open_parent(c->rootfd, c->dev, c->heap[i].path, &name);
-		if (fd < 0) {
-			c->r->skipped_other++;
-			continue;
-		}
-		before = c->r->bytes_deleted;
-		if (remove_block(c->o, c->r, c->dev, &c->first_unlink_done, fd, name,
-				 c->heap[i].ino, c->heap[i].path, &ref))
-			p->freed += c->r->bytes_deleted - before;
-		close(fd);
+	/* Only the callback needs the ref back. */
+	if (c->o->removed && kv_layout_block_parse(it->path, &ref) < 0) {
+		r->skipped_other++;
+		return 0;
 	}
-	stash_clear(c);
+	fd = open_parent(c->rootfd, c->dev, dc, it->path, &name);
+	if (fd < 0) {
+		r->skipped_other++;
+		return 0;
+	}
+	rc = remove_block(c->o, r, c->dev, fd, name, it->ino, it->path, &ref, cb_lock);
+	close(fd);
+	return rc;
+}
+
+/* Files below this many are not worth threads; each takes this many
+ * neighbours (in path order) at a time. */
+#define DRAIN_PARALLEL_MIN	256u
+#define DRAIN_CHUNK		64u
+#define DRAIN_MAX_THREADS	8u
+
+struct drain_job {
+	struct ctx *c;
+	const struct stash_item *v;
+	unsigned end;
+	atomic_uint next;
+	pthread_mutex_t lock;	/* the callback and the merge */
+};
+
+static void *drain_worker(void *arg)
+{
+	struct drain_job *j = arg;
+	struct kv_evict_report t = { 0 }, *r = j->c->r;
+	struct dircache dc;
+	unsigned i, last;
+
+	dircache_init(&dc);
+	while ((i = atomic_fetch_add(&j->next, DRAIN_CHUNK)) < j->end) {
+		last = i + DRAIN_CHUNK < j->end ? i + DRAIN_CHUNK : j->end;
+		for (; i < last; i++)
+			remove_held(j->c, &t, &j->v[i], &dc, &j->lock);
+	}
+	dircache_drop(&dc, 0);
+	pthread_mutex_lock(&j->lock);
+	r->files_deleted += t.files_deleted;
+	r->bytes_deleted += t.bytes_deleted;
+	r->skipped_hot += t.skipped_hot;
+	r->skipped_other += t.skipped_other;
+	if (t.cutoff_atime_ns > r->cutoff_atime_ns)
+		r->cutoff_atime_ns = t.cutoff_atime_ns;
+	j->c->p->freed += t.bytes_deleted;
+	pthread_mutex_unlock(&j->lock);
+	return NULL;
+}
+
+/* Remove v[0, end) on several threads: the set is exact, so the order
+ * within it does not matter; path order lets neighbours share dirs and
+ * unlinks on a shared filesystem overlap. */
+static void drain_parallel(struct ctx *c, struct stash_item *v, unsigned end)
+{
+	struct drain_job j = { .c = c, .v = v, .end = end };
+	pthread_t tid[DRAIN_MAX_THREADS];
+	unsigned n = c->o->threads, started = 0, i;
+	long cpus;
+
+	if (!n) {
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 0 ? (unsigned)cpus : 1;
+	}
+	if (n > DRAIN_MAX_THREADS)
+		n = DRAIN_MAX_THREADS;
+	if (end < DRAIN_PARALLEL_MIN)
+		n = 1;
+	qsort(v, end, sizeof(*v), path_cmp);
+	atomic_init(&j.next, 0);
+	pthread_mutex_init(&j.lock, NULL);
+	while (started + 1 < n && pthread_create(&tid[started], NULL, drain_worker, &j) == 0)
+		started++;
+	drain_worker(&j);
+	for (i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&j.lock);
+}
+
+/* Delete the held files oldest first until need is met: the oldest
+ * prefix that covers it at once, then one by one past any skipped. */
+static void drain(struct ctx *c)
+{
+	struct problem *p = c->p;
+	struct heap *h = &c->heap;
+	uint64_t acc = p->freed, before;
+	struct dircache dc;
+	unsigned end, i;
+
+	qsort(h->v, h->n, sizeof(*h->v), stash_cmp);
+	for (end = 0; end < h->n && acc < p->need; end++)
+		acc += h->v[end].alloc_bytes;
+	if (end) {
+		first_unlink(c);
+		drain_parallel(c, h->v, end);
+	}
+	dircache_init(&dc);
+	for (i = end; i < h->n && p->freed < p->need && !p->stop; i++) {
+		before = c->r->bytes_deleted;
+		if (remove_held(c, c->r, &h->v[i], &dc, NULL))
+			p->freed += c->r->bytes_deleted - before;
+		if (fs_target_met(c))
+			p->stop = 1;
+	}
+	dircache_drop(&dc, 0);
+	heap_free(h);
+}
+
+/* Bytes to free for the fs-use target now: 0 under --high. */
+static int fs_need(struct ctx *c, uint64_t *need)
+{
+	const struct kv_evict_opts *o = c->o;
+	uint64_t used, total, low;
+	int rc;
+
+	*need = 0;
+	if (o->high_pct < 0)
+		return 0;
+	rc = fs_bytes(c->rootfd, &used, &total);
+	if (rc < 0)
+		return rc;
+	if (pct(used, total) >= o->high_pct) {
+		low = (uint64_t)((double)total * o->low_pct / 100.0);
+		if (used > low)
+			*need = used - low;
+	}
+	return 0;
 }
 
 /* The global need from fs use and the byte budget, after the scan. */
@@ -674,19 +905,12 @@ static int global_need(struct ctx *c, uint64_t *need)
 {
 	const struct kv_evict_opts *o = c->o;
 	struct problem *p = c->p;
-	uint64_t used, total, low, n = 0;
+	uint64_t n;
 	int rc;
 
-	if (o->high_pct >= 0) {
-		rc = fs_bytes(c->rootfd, &used, &total);
-		if (rc < 0)
-			return rc;
-		if (pct(used, total) >= o->high_pct) {
-			low = (uint64_t)((double)total * o->low_pct / 100.0);
-			if (used > low)
-				n = used - low;
-		}
-	}
+	rc = fs_need(c, &n);
+	if (rc < 0)
+		return rc;
 	if (o->max_bytes && p->cache_bytes > o->max_bytes && p->cache_bytes - o->low_bytes > n)
 		n = p->cache_bytes - o->low_bytes;
 	*need = n;
@@ -722,25 +946,12 @@ static int refine(struct ctx *c)
 	return 0;
 }
 
-static int run_round(struct ctx *c, struct problem *p)
+/* The second walk: all older than the boundary, then its oldest. */
+static int delete_by_boundary(struct ctx *c, struct problem *p)
 {
 	uint64_t left = 0, count = 0;
 	int rc;
 
-	c->p = p;
-	c->now = kv_now_ns();
-	rc = hist_init_log(&c->h, c->now);
-	if (rc == 0)
-		rc = walk(c, p->global ? KV_WALK_DIRS : 0, scan_cb);
-	if (rc == 0 && p->global)
-		rc = global_need(c, &p->need);
-	else if (rc == 0 && p->cache_bytes > p->max_bytes)
-		p->need = p->cache_bytes - p->low_bytes;
-	if (rc < 0 || p->need == 0) {
-		hist_free(&c->h);
-		return rc;
-	}
-	c->r->bytes_needed += p->need;
 	if (p->need >= p->cand_bytes)
 		p->delete_all = 1;
 	else
@@ -753,11 +964,46 @@ static int run_round(struct ctx *c, struct problem *p)
 		if (rc < 0)
 			return rc;
 	}
+	heap_init(&c->heap, STASH_MAX, SIZE_MAX, UINT64_MAX);
 	c->now = kv_now_ns();
 	rc = walk(c, 0, delete_cb);
 	if (rc == 0)
-		drain_stash(c);
-	stash_clear(c);
+		drain(c);
+	heap_free(&c->heap);
+	return rc;
+}
+
+static int run_round(struct ctx *c, struct problem *p)
+{
+	uint64_t est = UINT64_MAX;
+	int rc;
+
+	c->p = p;
+	/* With only an fs target the need is known before the scan, and the
+	 * scan keeps no more victims than cover it. */
+	rc = p->global && c->o->high_pct >= 0 && !c->o->max_bytes ? fs_need(c, &est) : 0;
+	c->now = kv_now_ns();
+	if (rc == 0)
+		rc = hist_init_log(&c->h, c->now);
+	heap_init(&c->heap, SCAN_HEAP_MAX,
+		  c->o->scan_heap_bytes ? c->o->scan_heap_bytes : SCAN_HEAP_BYTES, est);
+	if (rc == 0)
+		rc = walk(c, p->global ? KV_WALK_DIRS : 0, scan_cb);
+	if (rc == 0 && p->global)
+		rc = global_need(c, &p->need);
+	else if (rc == 0 && p->cache_bytes > p->max_bytes)
+		p->need = p->cache_bytes - p->low_bytes;
+	if (rc == 0 && p->need) {
+		c->r->bytes_needed += p->need;
+		if (c->heap.bytes >= p->need || !c->heap.dropped) {
+			drain(c);
+		} else {
+			heap_free(&c->heap);
+			rc = delete_by_boundary(c, p);
+		}
+	}
+	hist_free(&c->h);
+	heap_free(&c->heap);
 	return rc;
 }
 
@@ -780,9 +1026,6 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		return -errno;
 	rc = fstat(c.rootfd, &st) < 0 ? -errno : fs_bytes(c.rootfd, &used0, &total0);
 	c.dev = st.st_dev;
-	c.heap = malloc(STASH_MAX * sizeof(*c.heap));
-	if (rc == 0 && !c.heap)
-		rc = -ENOMEM;
 	for (i = 0; rc == 0 && i < o->nquotas; i++) {
 		/* kv_walk maps a model name with '/' to its dirs. */
 		struct problem q = {
@@ -798,7 +1041,6 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 	}
 	if (rc == 0)
 		rc = run_round(&c, &g);
-	free(c.heap);
 	if (rc == 0) {
 		if (g.freed < g.need && !g.stop)
 			reached = 0;

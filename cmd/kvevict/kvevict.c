@@ -407,7 +407,9 @@ int main(int argc, char **argv)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
 	s.root = tool_root(root_opt);
 	o.quotas = quotas;
-	o.removed = on_removed;
+	/* Without a listener the library skips re-parsing each victim's path. */
+	if (s.out == OUT_NDJSON || (s.out == OUT_TEXT && o.dry_run))
+		o.removed = on_removed;
 	o.before_first_unlink = pause_before_unlink;
 	o.arg = &s;
 	s.pause_fifo = getenv("KV_EVICT_TEST_PAUSE_BEFORE_UNLINK");

@@ -12,6 +12,7 @@
  * See kvevict(8).
  */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <kv/layout.h>
 
@@ -55,6 +56,10 @@ struct kv_evict_opts {
 	uint64_t dir_grace_ns;		/* empty bucket dirs older than this go */
 	int dry_run;
 	unsigned threads;		/* for kv_walk; 0: its default */
+	/* Memory the scan may spend keeping victims so that it can delete
+	 * them without a second walk; 0: 32 MiB.  Beyond it the round takes
+	 * the histogram path (a second walk, O(1) memory). */
+	size_t scan_heap_bytes;
 	kv_evict_removed_fn removed;	/* optional, per removed block */
 	/* Optional, called once just before the first unlink of a run, after
 	 * the scan decided what goes (tests use it to race a reader). */
