@@ -336,3 +336,33 @@ decoy_tree() {
 	run kvls --root "$KV_ROOT" --check
 	[ "$status" -eq 0 ] || fail "kvls --check after kvevict exited $status: $output"
 }
+
+@test "a flipped bit in a block: kvget exits 3 with nothing on stdout, kvls --verify names it" {
+	requires kvput kvget kvls xattr
+	random_file "$BATS_TEST_TMPDIR/new" 65536
+	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+	f=$(block_file "$KV_ROOT" "$HASH")
+	printf '\x5a' | dd of="$f" bs=1 seek=40000 conv=notrunc status=none
+	run --separate-stderr kvget --root "$KV_ROOT" --config "$CFG" "$HASH"
+	[ "$status" -eq 3 ]
+	[ -z "$output" ] || fail "kvget wrote ${#output} bytes of a corrupt block"
+	[[ "$stderr" == kvget:* ]]
+	run kvget --root "$KV_ROOT" --config "$CFG" -o "$BATS_TEST_TMPDIR/got" "$HASH"
+	[ "$status" -eq 3 ]
+	[ ! -e "$BATS_TEST_TMPDIR/got" ]
+	run kvls --root "$KV_ROOT" --verify
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"$HASH"* ]]
+	[ -f "$f" ] || fail "the corrupt block was removed; it is left for fsck"
+}
+
+@test "kvget -o onto a full filesystem: exit 3 and no partial output file" {
+	requires kvput kvget
+	random_file "$BATS_TEST_TMPDIR/new" $((2 * 1024 * 1024))
+	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+	mount_tmpfs 1m
+	run --separate-stderr kvget --root "$KV_ROOT" --config "$CFG" -o "$MNT/out.bin" "$HASH"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == kvget:*"No space left on device"* ]] || fail "stderr: $stderr"
+	[ -z "$(ls -A "$MNT")" ] || fail "left behind: $(ls -A "$MNT")"
+}
