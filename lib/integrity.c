@@ -5,6 +5,16 @@
 #include <unistd.h>
 #include <sys/xattr.h>
 #include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+/* libxxhash's runtime dispatch picks AVX2/AVX-512 where the CPU has
+ * them: the same hash, several times faster than the SSE2 baseline. */
+#include <xxh_x86dispatch.h>
+#define xxh3_64(buf, len)		XXH3_64bits_dispatch(buf, len)
+#define xxh3_64_update(st, buf, len)	XXH3_64bits_update_dispatch(st, buf, len)
+#else
+#define xxh3_64(buf, len)		XXH3_64bits(buf, len)
+#define xxh3_64_update(st, buf, len)	XXH3_64bits_update(st, buf, len)
+#endif
 #include <kv/kv.h>
 
 #define XXH3_HEX_LEN	16
@@ -12,7 +22,7 @@
 
 uint64_t kv_xxh3(const void *buf, size_t len)
 {
-	return XXH3_64bits(buf, len);
+	return xxh3_64(buf, len);
 }
 
 /* struct kv_xxh3_state is never defined: it is libxxhash's state under a
@@ -30,7 +40,7 @@ int kv_xxh3_new(struct kv_xxh3_state **out)
 
 void kv_xxh3_update(struct kv_xxh3_state *st, const void *buf, size_t len)
 {
-	XXH3_64bits_update((XXH3_state_t *)(void *)st, buf, len);
+	xxh3_64_update((XXH3_state_t *)(void *)st, buf, len);
 }
 
 uint64_t kv_xxh3_digest(const struct kv_xxh3_state *st)

@@ -568,6 +568,11 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 			}
 			s = io->free[--nfree];
 			if (start(io, s, req) == 0) {
+				/* Off to the kernel now, not after the next
+				 * next(), which may take a while (a payload to
+				 * load, dirs to make). */
+				if (io->have_ring)
+					io_uring_submit(&io->ring);
 				inflight++;
 				continue;
 			}
