@@ -228,13 +228,17 @@ static char *put_json_str(char *p, const char *str)
 
 	*p++ = '"';
 	while (*s) {
+		const unsigned char *run = s;
 		uint32_t cp;
 		int n;
 
-		if (*s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') {
-			*p++ = (char)*s++;
-			continue;
-		}
+		/* Plain ASCII, nearly every byte of a layout path, in one copy. */
+		while (*s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
+			s++;
+		memcpy(p, run, (size_t)(s - run));
+		p += s - run;
+		if (!*s)
+			break;
 		switch (*s) {
 		case '"': p = put_lit(p, "\\\""); s++; continue;
 		case '\\': p = put_lit(p, "\\\\"); s++; continue;
