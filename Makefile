@@ -169,6 +169,13 @@ uninstall:
 	for c in completions/bash/*; do rm -f $(DESTDIR)$(BASHCOMPDIR)/$${c##*/}; done
 	for c in completions/zsh/_*; do rm -f $(DESTDIR)$(ZSHCOMPDIR)/$${c##*/}; done
 
+# Debian packages from the committed tree (needs debhelper, dpkg-dev).
+deb:
+	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb
+	git archive --prefix=kvtools/ HEAD | tar -x -C $(BUILD)/deb
+	cd $(BUILD)/deb/kvtools && dpkg-buildpackage -us -uc -b
+	@ls $(BUILD)/deb/*.deb
+
 clean:
 	rm -rf build build-*
 
