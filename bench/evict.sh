@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# bench/evict.sh: kvevict against an exact-LRU shell pipeline.
+#
+# A FILES-file tree (default 100,000) of 8 KiB blocks in the vLLM/llm-d
+# layout on an 850 MiB tmpfs, topped up to 92% use with a filler file,
+# every block with its own atime (spread over SPREAD_S seconds, in an
+# order unrelated to directory order).  Each side gets an identical,
+# freshly built tree and must take use from 92% to 50% (kvevict --high 80
+# --low 50; the pipeline frees the same bytes):
+#
+#   find ROOT -name '*.bin' -printf '%A@ %s %p\n' | sort -n |
+#       awk (take until enough bytes) | xargs rm -f
+#
+# Reports seconds to reach the target, LRU precision (the fraction of
+# deleted files that are among the oldest that many) and kvevict's peak
+# RSS (/usr/bin/time -v), median of RUNS runs.  Needs root (mount).
+# CPU seconds (user + system, all processes) are reported beside the
+# wall-clock seconds: on a shared machine they vary less.
+#
+# Usage: [BUILD=build] [FILES=100000] [RUNS=5] [SPREAD_S=86400] bench/evict.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+KVEVICT=$PWD/$BUILD/bin/kvevict
+FILES=${FILES:-100000}
+RUNS=${RUNS:-5}
+SPREAD_S=${SPREAD_S:-86400}
+HIGH=80
+LOW=50
+
+[ "$(id -u)" -eq 0 ] || { echo "bench/evict.sh: needs root to mount tmpfs" >&2; exit 77; }
+[ -x "$KVEVICT" ] || { echo "bench/evict.sh: build $KVEVICT first" >&2; exit 2; }
+if [ ! -x /usr/bin/time ]; then
+	apt-get install -y time >/dev/null
+fi
+
+work=$(mktemp -d /tmp/kvevict-bench.XXXXXX)
+mnt=$work/mnt
+mkdir -p "$mnt"
+trap 'umount "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# A fresh tree, identical for the same seed; writes the manifest
+# ("atime_ns path" per block) to $work/manifest.
+make_tree() {
+	umount "$mnt" 2>/dev/null || true
+	mount -t tmpfs -o size=850m tmpfs "$mnt"
+	python3 - "$mnt" "$FILES" "$SPREAD_S" > "$work/manifest" <<'PY'
+import os, random, sys
+root, n, spread = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(20261122)
+models = ["meta-llama_Llama-3.1-8B_0123456789ab", "Qwen_Qwen3-8B_ba9876543210"]
+for m in models:
+    os.mkdir(os.path.join(root, m))
+    with open(os.path.join(root, m, "config.json"), "w") as f:
+        f.write("{}\n")
+now = 1_790_000_000 * 10**9
+base = now - 30 * 86400 * 10**9
+step = spread * 10**9 // n
+ages = list(range(n))
+rng.shuffle(ages)
+payload = bytes(8192)
+out = []
+for i in range(n):
+    h = "%016x" % rng.getrandbits(64)
+    rank = i % 4
+    d = os.path.join(root, "%s_r%d" % (models[rank // 2], rank % 2), h[:3], h[3:5] + "_g0")
+    os.makedirs(d, exist_ok=True)
+    p = os.path.join(d, h + ".bin")
+    with open(p, "wb") as f:
+        f.write(payload)
+    t = base + ages[i] * step + rng.randrange(step)
+    os.utime(p, ns=(t, t))
+    out.append("%d %s" % (t, os.path.relpath(p, root)))
+sv = os.statvfs(root)
+total = (sv.f_blocks - sv.f_bfree + sv.f_bavail) * sv.f_frsize
+used = (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+fill = int(total * 0.92) - used
+if fill > 0:
+    with open(os.path.join(root, "filler"), "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, fill)
+sys.stdout.write("\n".join(out) + "\n")
+PY
+}
+
+use_pct() { df --output=pcent "$mnt" | tail -1 | tr -dc 0-9; }
+
+# Fraction of the deleted files that are among the oldest that many.
+precision() {
+	python3 - "$mnt" "$work/manifest" <<'PY'
+import os, sys
+root = sys.argv[1]
+rows = sorted((int(t), p) for t, p in (l.split() for l in open(sys.argv[2])))
+gone = [p for _, p in rows if not os.path.exists(os.path.join(root, p))]
+k = len(gone)
+oldest = {p for _, p in rows[:k]}
+print("%d %.4f" % (k, sum(p in oldest for p in gone) / k if k else 0.0))
+PY
+}
+
+now_ns() { date +%s%N; }
+
+# awk stops early, so sort dies of SIGPIPE: that is how it ends.
+pipeline() (
+	set +o pipefail
+	local used avail need
+	read -r used avail < <(df -B1 --output=used,avail "$mnt" | tail -1)
+	need=$((used - (used + avail) * LOW / 100))
+	find "$mnt" -name '*.bin' -type f -printf '%A@ %s %p\n' | sort -n |
+		awk -v need="$need" '{ if (freed >= need) exit; freed += $2; print $3 }' |
+		xargs -d '\n' rm -f
+)
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# cpu_s FILE: user + system seconds from a /usr/bin/time -v report.
+cpu_s() {
+	awk -F': ' '/User time|System time/ { t += $2 } END { printf "%.2f", t }' "$1"
+}
+
+echo "files=$FILES spread=${SPREAD_S}s runs=$RUNS high=$HIGH low=$LOW tmpfs=850m cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
+printf '%-9s %4s %8s %6s %8s %9s %10s %8s\n' tool run seconds cpu_s deleted precision use% rss_kib
+for f in k_s p_s k_cpu p_cpu k_rss k_prec p_prec; do : > "$work/$f"; done
+for run in $(seq 1 "$RUNS"); do
+	make_tree
+	before=$(use_pct)
+	t0=$(now_ns)
+	/usr/bin/time -v -o "$work/time" "$KVEVICT" --root "$mnt" --high $HIGH --low $LOW \
+		--hot 60m -J > "$work/report.json"
+	t1=$(now_ns)
+	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time")
+	cpu=$(cpu_s "$work/time")
+	read -r k prec < <(precision)
+	s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+	printf '%-9s %4d %8s %6s %8d %9s %4s->%-3s %8s\n' kvevict "$run" "$s" "$cpu" "$k" \
+		"$prec" "$before" "$(use_pct)" "$rss"
+	echo "$s" >> "$work/k_s"; echo "$cpu" >> "$work/k_cpu"
+	echo "$rss" >> "$work/k_rss"; echo "$prec" >> "$work/k_prec"
+
+	make_tree
+	before=$(use_pct)
+	t0=$(now_ns)
+	/usr/bin/time -v -o "$work/time" bash -c "$(declare -f pipeline); mnt='$mnt' LOW=$LOW pipeline"
+	t1=$(now_ns)
+	cpu=$(cpu_s "$work/time")
+	read -r k prec < <(precision)
+	s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+	printf '%-9s %4d %8s %6s %8d %9s %4s->%-3s %8s\n' pipeline "$run" "$s" "$cpu" "$k" \
+		"$prec" "$before" "$(use_pct)" -
+	echo "$s" >> "$work/p_s"; echo "$cpu" >> "$work/p_cpu"; echo "$prec" >> "$work/p_prec"
+done
+ks=$(median < "$work/k_s"); ps=$(median < "$work/p_s")
+kc=$(median < "$work/k_cpu"); pc=$(median < "$work/p_cpu")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+echo "median seconds: kvevict $ks, pipeline $ps, ratio $(ratio "$ks" "$ps") (target <= 0.50)"
+echo "median cpu seconds: kvevict $kc, pipeline $pc, ratio $(ratio "$kc" "$pc")"
+echo "kvevict precision (min): $(sort -n "$work/k_prec" | head -1) (target 1.0); pipeline: $(sort -n "$work/p_prec" | head -1)"
+echo "kvevict peak RSS (max): $(sort -n "$work/k_rss" | tail -1) KiB (target < 65536)"
