@@ -1,7 +1,10 @@
 /*
  * The file engine.  Data moves through io_uring, up to queue_depth
- * transfers in flight; the metadata steps around them (mkdir, open,
- * xattr, rename) are plain syscalls between completions.  Each request
+ * transfers in flight.  A put's slow metadata steps (creating bucket
+ * dirs and its temp file, which journal) go through the ring too where
+ * the kernel has those opcodes, so they overlap other blocks' data; the
+ * quick ones (xattr, rename, a get's open) are plain syscalls between
+ * completions.  Each request
  * occupies one slot from start to finish and has at most one SQE
  * outstanding, so a ring of queue_depth entries never runs out.  Where
  * no ring can be set up (an old kernel, a sandbox that forbids
@@ -25,11 +28,11 @@
 #define MAX_QUEUE_DEPTH		1024
 #define MAX_SQE_BYTES		(1u << 30)	/* one SQE moves at most this */
 #define TEMP_OPEN_TRIES		8
-#define MKDIR_TRIES		3	/* an evictor may rmdir an empty bucket meanwhile */
+#define MKDIR_TRIES		3
 
 enum { DIRECT_UNKNOWN = -1, DIRECT_NO = 0, DIRECT_YES = 1 };
 
-enum step { STEP_DATA, STEP_FSYNC, STEP_DIRSYNC };
+enum step { STEP_MKDIR, STEP_OPEN, STEP_DATA, STEP_FSYNC, STEP_DIRSYNC };
 
 struct slot {
 	struct kv_io_req *req;	/* NULL while the slot is free */
@@ -38,12 +41,17 @@ struct slot {
 	enum step step;
 	int direct;
 	int whole;		/* get: the read covers the whole file */
+	int oflags;		/* put: how the temp is opened */
+	int temp_made;		/* put: the temp exists and is ours to remove */
+	unsigned opens, mkdirs;	/* put: attempts so far */
+	size_t mkdir_at;	/* put: where the next bucket dir name starts */
 	off_t off;		/* file offset where the transfer starts */
 	size_t want;		/* bytes the transfer must move */
 	size_t xfer;		/* bytes asked for: want, rounded up for direct reads */
 	size_t done;
 	int res;		/* without a ring: the result of the last step */
-	char tmp[PATH_MAX];	/* put: temp path relative to the root, "" once renamed */
+	char tmp[PATH_MAX];	/* put: temp path relative to the root, or the
+				   bucket dir being made */
 };
 
 struct kv_io {
@@ -54,6 +62,7 @@ struct kv_io {
 	int used_direct;
 	int broken;		/* -errno once the ring failed; the handle is spent */
 	int have_ring;
+	int ring_meta;		/* the ring does openat and mkdirat */
 	struct io_uring ring;
 	struct slot *slots;
 	struct slot **free;
@@ -108,6 +117,14 @@ int kv_io_open(const char *root, const struct kv_io_opts *opts,
 	for (i = 0; i < io->qd; i++)
 		io->free[i] = &io->slots[i];
 	io->have_ring = io_uring_queue_init(io->qd, &io->ring, 0) == 0;
+	if (io->have_ring) {
+		struct io_uring_probe *probe = io_uring_get_probe_ring(&io->ring);
+
+		io->ring_meta = probe && io_uring_opcode_supported(probe, IORING_OP_OPENAT) &&
+				io_uring_opcode_supported(probe, IORING_OP_MKDIRAT);
+		if (probe)
+			io_uring_free_probe(probe);
+	}
 	*out = io;
 	return 0;
 }
@@ -161,38 +178,30 @@ static int relpath_ok(const char *p)
 	}
 }
 
-/* mkdir -p of the first dirlen bytes of rel (which end in '/'). */
-static int make_dirs(struct kv_io *io, const char *rel, size_t dirlen)
-{
-	char dir[PATH_MAX];
-	size_t i;
-
-	memcpy(dir, rel, dirlen);
-	dir[dirlen] = '\0';
-	for (i = 0; i < dirlen; i++) {
-		if (dir[i] != '/')
-			continue;
-		dir[i] = '\0';
-		if (mkdirat(io->rootfd, dir, 0777) < 0 && errno != EEXIST)
-			return -errno;
-		dir[i] = '/';
-	}
-	return 0;
-}
-
-/* The same step without a ring, done now and queued as completed. */
+/* A step done now, as a plain syscall, and queued as completed. */
 static void issue_sync(struct kv_io *io, struct slot *s, char *p, size_t n)
 {
 	ssize_t r;
 
-	if (s->step == STEP_FSYNC)
+	switch (s->step) {
+	case STEP_MKDIR:
+		r = mkdirat(io->rootfd, s->tmp, 0777);
+		break;
+	case STEP_OPEN:
+		r = openat(io->rootfd, s->tmp, s->oflags, 0666);
+		break;
+	case STEP_FSYNC:
 		r = fsync(s->fd);
-	else if (s->step == STEP_DIRSYNC)
+		break;
+	case STEP_DIRSYNC:
 		r = fsync(s->dirfd);
-	else if (s->req->op == KV_IO_OP_PUT)
-		r = pwrite(s->fd, p, n, s->off + s->done);
-	else
-		r = pread(s->fd, p, n, s->off + s->done);
+		break;
+	default:
+		if (s->req->op == KV_IO_OP_PUT)
+			r = pwrite(s->fd, p, n, s->off + s->done);
+		else
+			r = pread(s->fd, p, n, s->off + s->done);
+	}
 	s->res = r < 0 ? -errno : (int)r;
 	io->ready[io->nready++] = s;
 }
@@ -202,10 +211,11 @@ static void issue(struct kv_io *io, struct slot *s)
 	struct io_uring_sqe *sqe;
 	char *p = (char *)s->req->buf + s->done;
 	size_t n = s->xfer - s->done;
+	int meta = s->step == STEP_MKDIR || s->step == STEP_OPEN;
 
 	if (n > MAX_SQE_BYTES)
 		n = MAX_SQE_BYTES;
-	if (!io->have_ring) {
+	if (!io->have_ring || (meta && !io->ring_meta)) {
 		issue_sync(io, s, p, n);
 		return;
 	}
@@ -213,14 +223,25 @@ static void issue(struct kv_io *io, struct slot *s)
 	 * an entry per slot; submitting only makes room sooner. */
 	while (!(sqe = io_uring_get_sqe(&io->ring)))
 		io_uring_submit(&io->ring);
-	if (s->step == STEP_FSYNC)
+	switch (s->step) {
+	case STEP_MKDIR:
+		io_uring_prep_mkdirat(sqe, io->rootfd, s->tmp, 0777);
+		break;
+	case STEP_OPEN:
+		io_uring_prep_openat(sqe, io->rootfd, s->tmp, s->oflags, 0666);
+		break;
+	case STEP_FSYNC:
 		io_uring_prep_fsync(sqe, s->fd, 0);
-	else if (s->step == STEP_DIRSYNC)
+		break;
+	case STEP_DIRSYNC:
 		io_uring_prep_fsync(sqe, s->dirfd, 0);
-	else if (s->req->op == KV_IO_OP_PUT)
-		io_uring_prep_write(sqe, s->fd, p, n, s->off + s->done);
-	else
-		io_uring_prep_read(sqe, s->fd, p, n, s->off + s->done);
+		break;
+	default:
+		if (s->req->op == KV_IO_OP_PUT)
+			io_uring_prep_write(sqe, s->fd, p, n, s->off + s->done);
+		else
+			io_uring_prep_read(sqe, s->fd, p, n, s->off + s->done);
+	}
 	io_uring_sqe_set_data(sqe, s);
 }
 
@@ -235,9 +256,9 @@ static int finish(struct kv_io *io, struct slot *s, int result)
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	s->fd = s->dirfd = -1;
-	if (s->tmp[0])
+	if (s->temp_made)
 		unlinkat(io->rootfd, s->tmp, 0);
-	s->tmp[0] = '\0';
+	s->temp_made = 0;
 	req->result = result;
 	req->done = s->done;
 	if (result == 0 && req->op != KV_IO_OP_HAS)
@@ -261,52 +282,94 @@ static int stat_block(struct kv_io *io, const char *relpath, uint64_t *size)
 	return 0;
 }
 
+/* Length of the bucket dirs part of a relpath, through its last '/'. */
+static size_t dir_len(const char *relpath)
+{
+	const char *slash = strrchr(relpath, '/');
+
+	return slash ? (size_t)(slash - relpath) + 1 : 0;
+}
+
+/* Create the temp under a fresh name. */
 static int put_open(struct kv_io *io, struct slot *s)
 {
-	struct kv_io_req *req = s->req;
-	const char *slash = strrchr(req->relpath, '/');
-	const char *base = slash ? slash + 1 : req->relpath;
-	size_t dirlen = slash ? (size_t)(slash - req->relpath) + 1 : 0;
-	int direct = io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
-		     req->len && req->len % KV_IO_ALIGN == 0 && is_aligned(req->buf);
-	int made_dirs = 0, tries, fd = -1, ret;
+	const char *rel = s->req->relpath;
+	size_t dirlen = dir_len(rel);
+	int ret;
 
+	if (++s->opens > TEMP_OPEN_TRIES)
+		return finish(io, s, -EEXIST);
 	if (dirlen >= sizeof(s->tmp))
-		return -ENAMETOOLONG;
-	for (tries = 0; tries < TEMP_OPEN_TRIES; tries++) {
-		memcpy(s->tmp, req->relpath, dirlen);
-		ret = kv_layout_temp_name(base, s->tmp + dirlen, sizeof(s->tmp) - dirlen);
-		if (ret < 0)
-			break;
-		fd = openat(io->rootfd, s->tmp,
-			    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
-			    0666);
-		if (fd >= 0)
-			break;
-		ret = -errno;
-		if (ret == -EINVAL && direct && io->direct == DIRECT_UNKNOWN) {
-			io->direct = DIRECT_NO;
-			direct = 0;
-		} else if (ret == -ENOENT && dirlen && made_dirs < MKDIR_TRIES &&
-			   !(io->flags & KV_IO_NO_MKDIR)) {
-			ret = make_dirs(io, req->relpath, dirlen);
-			if (ret < 0)
-				break;
-			made_dirs++;
-		} else if (ret != -EEXIST) {
-			break;
-		}
-	}
-	if (fd < 0) {
-		s->tmp[0] = '\0';
-		return ret;
-	}
-	if (direct)
-		io->direct = DIRECT_YES;
-	s->fd = fd;
-	s->direct = direct;
-	s->want = s->xfer = req->len;
+		return finish(io, s, -ENAMETOOLONG);
+	memcpy(s->tmp, rel, dirlen);
+	ret = kv_layout_temp_name(rel + dirlen, s->tmp + dirlen, sizeof(s->tmp) - dirlen);
+	if (ret < 0)
+		return finish(io, s, ret);
+	s->step = STEP_OPEN;
+	issue(io, s);
 	return 0;
+}
+
+/* mkdir -p of the bucket dirs, one level per step, top down. */
+static int put_mkdir_next(struct kv_io *io, struct slot *s)
+{
+	const char *rel = s->req->relpath;
+	const char *slash = strchr(rel + s->mkdir_at, '/');
+
+	if (!slash || (size_t)(slash - rel) >= dir_len(rel))
+		return put_open(io, s);
+	memcpy(s->tmp, rel, slash - rel);
+	s->tmp[slash - rel] = '\0';
+	s->mkdir_at = slash - rel + 1;
+	s->step = STEP_MKDIR;
+	issue(io, s);
+	return 0;
+}
+
+static int put_begin(struct kv_io *io, struct slot *s)
+{
+	struct kv_io_req *req = s->req;
+
+	s->direct = io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
+		    req->len && req->len % KV_IO_ALIGN == 0 && is_aligned(req->buf);
+	s->oflags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (s->direct ? O_DIRECT : 0);
+	s->want = s->xfer = req->len;
+	return put_open(io, s);
+}
+
+static int put_written(struct kv_io *io, struct slot *s);
+
+/* The temp's openat came back: write into it, or find out why not. */
+static int put_opened(struct kv_io *io, struct slot *s, int res)
+{
+	if (res >= 0) {
+		s->fd = res;
+		s->temp_made = 1;
+		if (s->direct)
+			io->direct = DIRECT_YES;
+		if (!s->want)
+			return put_written(io, s);
+		s->step = STEP_DATA;
+		issue(io, s);
+		return 0;
+	}
+	if (res == -EINVAL && s->direct && io->direct != DIRECT_YES) {
+		io->direct = DIRECT_NO;
+		s->direct = 0;
+		s->oflags &= ~O_DIRECT;
+		return put_open(io, s);
+	}
+	/* An evictor may remove an empty bucket between our mkdir and
+	 * open: a few rounds, not one. */
+	if (res == -ENOENT && dir_len(s->req->relpath) && s->mkdirs < MKDIR_TRIES &&
+	    !(io->flags & KV_IO_NO_MKDIR)) {
+		s->mkdirs++;
+		s->mkdir_at = 0;
+		return put_mkdir_next(io, s);
+	}
+	if (res == -EEXIST)
+		return put_open(io, s);
+	return finish(io, s, res);
 }
 
 static int put_commit(struct kv_io *io, struct slot *s)
@@ -320,7 +383,7 @@ static int put_commit(struct kv_io *io, struct slot *s)
 		return finish(io, s, -errno);
 	if (renameat(io->rootfd, s->tmp, io->rootfd, s->req->relpath) < 0)
 		return finish(io, s, -errno);
-	s->tmp[0] = '\0';
+	s->temp_made = 0;
 	if (!(io->flags & KV_IO_FSYNC))
 		return finish(io, s, 0);
 	/* The rename is durable only once its directory is. */
@@ -450,22 +513,17 @@ static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
 	s->req = req;
 	s->fd = s->dirfd = -1;
 	s->step = STEP_DATA;
-	s->direct = s->whole = 0;
+	s->direct = s->whole = s->temp_made = 0;
+	s->opens = s->mkdirs = 0;
 	s->off = 0;
 	s->want = s->xfer = s->done = 0;
-	s->tmp[0] = '\0';
 	if (!relpath_ok(req->relpath))
 		return finish(io, s, -KV_EBADPATH);
 	switch (req->op) {
 	case KV_IO_OP_HAS:
 		return finish(io, s, stat_block(io, req->relpath, &size));
 	case KV_IO_OP_PUT:
-		ret = put_open(io, s);
-		if (ret < 0)
-			return finish(io, s, ret);
-		if (!s->want)
-			return put_written(io, s);
-		break;
+		return put_begin(io, s);
 	case KV_IO_OP_GET:
 	case KV_IO_OP_GET_TAIL:
 		ret = get_open(io, s);
@@ -489,6 +547,13 @@ static int complete(struct kv_io *io, struct slot *s, int res)
 	if (res == -EINTR || res == -EAGAIN) {
 		issue(io, s);
 		return 0;
+	}
+	if (s->step == STEP_OPEN)
+		return put_opened(io, s, res);
+	if (s->step == STEP_MKDIR) {
+		if (res < 0 && res != -EEXIST)
+			return finish(io, s, res);
+		return put_mkdir_next(io, s);
 	}
 	if (s->step == STEP_FSYNC)
 		return res < 0 ? finish(io, s, res) : put_commit(io, s);
@@ -515,14 +580,15 @@ static int complete(struct kv_io *io, struct slot *s, int res)
 	return put ? put_written(io, s) : get_read(io, s);
 }
 
-/* Wait for at least one completion; -errno if the ring itself failed. */
+/* Submit what is queued and, unless a step already finished without
+ * the ring, wait for a completion; -errno if the ring itself failed. */
 static int wait_some(struct kv_io *io)
 {
 	int r;
 
 	if (!io->have_ring)
 		return 0;
-	r = io_uring_submit_and_wait(&io->ring, 1);
+	r = io->nready ? io_uring_submit(&io->ring) : io_uring_submit_and_wait(&io->ring, 1);
 	if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
 		return r;
 	return 0;
@@ -533,14 +599,12 @@ static int reap(struct kv_io *io, struct slot **s, int *res)
 {
 	struct io_uring_cqe *cqe;
 
-	if (!io->have_ring) {
-		if (!io->nready)
-			return 0;
+	if (io->nready) {
 		*s = io->ready[--io->nready];
 		*res = (*s)->res;
 		return 1;
 	}
-	if (io_uring_peek_cqe(&io->ring, &cqe) != 0)
+	if (!io->have_ring || io_uring_peek_cqe(&io->ring, &cqe) != 0)
 		return 0;
 	*s = io_uring_cqe_get_data(cqe);
 	*res = cqe->res;

@@ -160,7 +160,7 @@ static int payload_fd(struct payload *p, int fd)
 
 	payload_release(p);
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-		p->map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+		p->map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (p->map != MAP_FAILED) {
 			p->map_len = p->len = st.st_size;
 			p->data = p->map;
