@@ -111,7 +111,7 @@ all: $(BUILD)/tests/libfaultinj.so
 # The long crash and concurrency runs behind tests/RELIABILITY.md.
 stress: all
 	BUILD=$(BUILD) tests/stress/crash.sh 1000
-	BUILD=$(BUILD) tests/stress/concurrency.sh
+	DIR_GRACE=0 BUILD=$(BUILD) tests/stress/concurrency.sh 500
 
 check: all
 	BUILD=$(BUILD) tests/run.sh
