@@ -455,7 +455,8 @@ static size_t models_print(struct ls *ls)
 	json_t *all = json_array();
 	size_t listed = 0;
 
-	qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
+	if (ls->nmodels)
+		qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
 	for (size_t i = 0; i < ls->nmodels; i++)
 		listed += model_listed(ls, &ls->models[i]) ? 1 : 0;
 	if (ls->out == OUT_TABLE) {
@@ -748,7 +749,8 @@ static int check_models(struct ls *ls)
 {
 	char path[KV_NAME_MAX + 32];
 
-	qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
+	if (ls->nmodels)
+		qsort(ls->models, ls->nmodels, sizeof(*ls->models), cmp_model);
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
 
