@@ -366,3 +366,42 @@ decoy_tree() {
 	[[ "$stderr" == kvget:*"No space left on device"* ]] || fail "stderr: $stderr"
 	[ -z "$(ls -A "$MNT")" ] || fail "left behind: $(ls -A "$MNT")"
 }
+
+# stat_field NAME: one counter from kvoffd --stats on $SOCK.
+stat_field() {
+	kvoffd --stats "$SOCK" | grep -o "\"$1\":[0-9]*" | cut -d: -f2
+}
+
+@test "kvoffd writing behind onto a full filesystem: errors counted, no partial file, RAM still serves" {
+	requires kvoffd cc
+	client=$BATS_TEST_TMPDIR/offd_client
+	cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' -I"$top/lib/include" \
+		"$top/bench/offd_client.c" "$top"/lib/{offd_client,offd_proto,kv,units}.c -o "$client" ||
+		skip "cannot build bench/offd_client.c"
+	mount_tmpfs 1m
+	model=stress_faults_0123456789ab
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	mkfifo "$BATS_TEST_TMPDIR/ready"
+	kvoffd --root "$MNT" --socket "$SOCK" --cpu-bytes 16M --write-policy always \
+		--ready-fd 3 3>"$BATS_TEST_TMPDIR/ready" 2>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	dpid=$!
+	read -r _ < "$BATS_TEST_TMPDIR/ready"
+	for i in 1 2 3 4; do
+		random_file "$BATS_TEST_TMPDIR/b$i" 600000
+		"$client" put "$SOCK" "$model" 0 0 "abcdef000$i" "$BATS_TEST_TMPDIR/b$i"
+	done
+	# The queue drains on its own; wait for it rather than for a time.
+	until [ "$(stat_field wb_queue_depth)" -eq 0 ]; do sleep 0.1; done
+	[ "$(stat_field wb_errors)" -ge 1 ] || fail "no write-behind error counted on a full tier"
+	for i in 1 2 3 4; do
+		"$client" get "$SOCK" "$model" 0 0 "abcdef000$i" > "$BATS_TEST_TMPDIR/got"
+		cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/b$i"
+	done
+	kill -TERM "$dpid"
+	wait "$dpid"
+	assert_no_temps "$MNT"
+	for i in 1 2 3 4; do
+		f=$(block_file "$MNT" "abcdef000$i")
+		[ -z "$f" ] || cmp "$f" "$BATS_TEST_TMPDIR/b$i"
+	done
+}
