@@ -860,7 +860,8 @@ static void drain(struct ctx *c)
 	struct dircache dc;
 	unsigned end, i;
 
-	qsort(h->v, h->n, sizeof(*h->v), stash_cmp);
+	if (h->n)
+		qsort(h->v, h->n, sizeof(*h->v), stash_cmp);
 	for (end = 0; end < h->n && acc < p->need; end++)
 		acc += h->v[end].alloc_bytes;
 	if (end) {
