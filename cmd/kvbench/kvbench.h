@@ -51,6 +51,7 @@ struct bench_opts {
 	uint64_t lookups;
 	int drop_caches;
 	int registered_buffers;
+	int registered_files;		/* open/fsync/close through the ring */
 	int sqpoll;
 	uint64_t seed;
 	int keep;

@@ -24,7 +24,7 @@ enum {
 	OPT_HF = 256, OPT_TP, OPT_TPF, OPT_GBT, OPT_DTYPE, OPT_BLOCK, OPT_DIR,
 	OPT_PHASES, OPT_ENGINE, OPT_THREADS, OPT_QD, OPT_SIZE, OPT_DURATION,
 	OPT_DIRECT, OPT_BUFFERED, OPT_ATOMIC, OPT_INPLACE, OPT_FSYNC, OPT_MIX,
-	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
+	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
 	OPT_READBW, OPT_LATENCY, OPT_FROMRUN,
 };
@@ -52,6 +52,7 @@ static const struct option longopts[] = {
 	{ "lookups", required_argument, NULL, OPT_LOOKUPS },
 	{ "drop-caches", no_argument, NULL, OPT_DROP },
 	{ "registered-buffers", no_argument, NULL, OPT_REGBUF },
+	{ "registered-files", no_argument, NULL, OPT_REGFILES },
 	{ "sqpoll", no_argument, NULL, OPT_SQPOLL },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "keep", no_argument, NULL, OPT_KEEP },
@@ -121,6 +122,7 @@ static void usage(void)
 	       "      --lookups N           presence checks in the lookup phase (default 100000)\n"
 	       "      --drop-caches         cold reads via /proc/sys/vm/drop_caches\n"
 	       "      --registered-buffers  register buffers with io_uring\n"
+	       "      --registered-files    open, fsync, close through io_uring, fixed files\n"
 	       "      --sqpoll              io_uring kernel submission thread\n"
 	       "      --seed N              block hashes and mix choices (default 1)\n"
 	       "      --keep                leave the files in DIR\n"
@@ -374,6 +376,7 @@ int main(int argc, char **argv)
 		case OPT_LOOKUPS: b.o.lookups = tool_parse_uint("--lookups", optarg, UINT64_MAX); break;
 		case OPT_DROP: b.o.drop_caches = 1; break;
 		case OPT_REGBUF: b.o.registered_buffers = 1; break;
+		case OPT_REGFILES: b.o.registered_files = 1; break;
 		case OPT_SQPOLL: b.o.sqpoll = 1; break;
 		case OPT_SEED: b.o.seed = tool_parse_uint("--seed", optarg, UINT64_MAX); break;
 		case OPT_KEEP: b.o.keep = 1; break;
@@ -468,8 +471,9 @@ int main(int argc, char **argv)
 
 	if (!b.o.dir)
 		tool_usage_fail("run needs --dir (a scratch directory)");
-	if (b.o.engine != ENGINE_URING && (b.o.registered_buffers || b.o.sqpoll))
-		tool_usage_fail("--registered-buffers and --sqpoll need --engine uring");
+	if (b.o.engine != ENGINE_URING &&
+	    (b.o.registered_buffers || b.o.registered_files || b.o.sqpoll))
+		tool_usage_fail("--registered-buffers, --registered-files and --sqpoll need --engine uring");
 	if (!b.o.threads || !b.o.qd)
 		tool_usage_fail("--threads and --qd must be at least 1");
 	if (b.o.size_bytes == 0)

@@ -167,6 +167,7 @@ static json_t *config_json(const struct bench *b)
 	json_object_set_new(j, "lookups", json_integer((json_int_t)o->lookups));
 	json_object_set_new(j, "drop_caches", json_boolean(o->drop_caches));
 	json_object_set_new(j, "registered_buffers", json_boolean(o->registered_buffers));
+	json_object_set_new(j, "registered_files", json_boolean(o->registered_files));
 	json_object_set_new(j, "sqpoll", json_boolean(o->sqpoll));
 	json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
 	for (i = 0; i < PH_COUNT; i++)

@@ -28,9 +28,16 @@ const char *const lat_names[LAT_COUNT] = {
 #define HASH_HEX	16
 #define SAMPLE_NS	1000000000ULL
 
+/* Where a block operation stands when its requests go through the ring
+ * (--registered-files opens, syncs and closes there too). */
+enum stage { ST_OPEN, ST_DATA, ST_FSYNC, ST_CLOSE };
+
 struct slot {
-	int fd;
+	int fd;			/* or its fixed-file index */
 	int is_write;
+	int failed;		/* an earlier request of this operation failed */
+	int flags;		/* for openat */
+	const char *path;	/* what is opened: the target or the temp */
 	uint64_t file;
 	uint64_t done;			/* bytes moved so far */
 	int64_t t_file, t_data;
@@ -125,40 +132,51 @@ static void record(struct worker *w, enum lat l, int64_t from, int64_t to)
 	kv_hist_record(w->lat[l], (uint64_t)(to - from));
 }
 
-/* Open the file an operation works on; the data transfer follows. */
-static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_write)
+/* Choose what an operation opens, and how. */
+static int name_op(struct worker *w, struct slot *s, uint64_t file, int is_write)
 {
 	struct shared *sh = w->sh;
-	const char *path = sh->paths[file];
-	int flags = O_CLOEXEC | (w->b->direct ? O_DIRECT : 0);
-	int64_t t0;
 	int r;
 
 	s->file = file;
 	s->is_write = is_write;
 	s->done = 0;
+	s->failed = 0;
 	s->tmp[0] = '\0';
+	s->path = sh->paths[file];
+	s->flags = O_CLOEXEC | (w->b->direct ? O_DIRECT : 0);
 	if (is_write) {
 		/* In place overwrites the blocks already there, as a
 		 * rewrite of a same-sized block does; a temp is new. */
-		flags |= O_WRONLY | O_CREAT;
+		s->flags |= O_WRONLY | O_CREAT;
 		if (w->b->o.atomic) {
-			r = kv_layout_temp_name(path, s->tmp, sizeof(s->tmp));
+			r = kv_layout_temp_name(s->path, s->tmp, sizeof(s->tmp));
 			if (r < 0) {
-				set_err(sh, r, "cannot name a temp for '%s': %s", path);
+				set_err(sh, r, "cannot name a temp for '%s': %s", s->path);
 				return r;
 			}
-			path = s->tmp;
+			s->path = s->tmp;
 		}
 	} else {
-		flags |= O_RDONLY;
+		s->flags |= O_RDONLY;
 	}
+	return 0;
+}
+
+/* Open the file an operation works on; the data transfer follows. */
+static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_write)
+{
+	int64_t t0;
+	int r;
+
+	if ((r = name_op(w, s, file, is_write)) < 0)
+		return r;
 	t0 = kv_monotonic_ns();
-	s->fd = openat(sh->rootfd, path, flags, 0644);
+	s->fd = openat(w->sh->rootfd, s->path, s->flags, 0644);
 	s->t_data = kv_monotonic_ns();
 	if (s->fd < 0) {
 		r = -errno;
-		set_err(sh, r, "cannot open '%s': %s", path);
+		set_err(w->sh, r, "cannot open '%s': %s", s->path);
 		return r;
 	}
 	s->t_file = t0;
@@ -166,38 +184,24 @@ static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_writ
 	return 0;
 }
 
-/* After the data: fsync, close, rename into place, dir fsync, atime. */
-static int finish_op(struct worker *w, struct slot *s)
+/* After the file is closed: rename into place, dir fsync, atime, and
+ * the operation counted.  t is when the close returned. */
+static int finish_meta(struct worker *w, struct slot *s, int64_t t)
 {
 	struct shared *sh = w->sh;
 	struct bench *b = w->b;
 	const char *path = sh->paths[s->file];
-	int64_t t = kv_monotonic_ns(), t2;
+	int64_t t2;
 	int r = 0, dfd;
 	char dir[PATH_MAX], *slash;
 
-	record(w, s->is_write ? LAT_WRITE : LAT_READ, s->t_data, t);
-	if (s->is_write && b->o.fsync != FSYNC_NONE) {
-		if (fsync(s->fd) < 0 && !r) {
-			r = -errno;
-			set_err(sh, r, "cannot fsync '%s': %s", path);
-		}
-		t2 = kv_monotonic_ns();
-		record(w, LAT_FSYNC, t, t2);
-		t = t2;
-	}
-	close(s->fd);
-	s->fd = -1;
-	t2 = kv_monotonic_ns();
-	record(w, LAT_CLOSE, t, t2);
-	t = t2;
 	if (s->is_write && s->tmp[0]) {
-		if (!r && renameat(sh->rootfd, s->tmp, sh->rootfd, path) < 0) {
+		if (renameat(sh->rootfd, s->tmp, sh->rootfd, path) < 0) {
 			r = -errno;
 			set_err(sh, r, "cannot rename into '%s': %s", path);
-		}
-		if (r)
 			unlinkat(sh->rootfd, s->tmp, 0);
+		}
+		s->tmp[0] = '\0';
 		t2 = kv_monotonic_ns();
 		record(w, LAT_RENAME, t, t2);
 		t = t2;
@@ -238,6 +242,36 @@ static int finish_op(struct worker *w, struct slot *s)
 	atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&w->live_bytes, b->o.block_bytes, memory_order_relaxed);
 	return 0;
+}
+
+/* After the data, with system calls: fsync, close, then the rest. */
+static int finish_op(struct worker *w, struct slot *s)
+{
+	struct shared *sh = w->sh;
+	int64_t t = kv_monotonic_ns(), t2;
+	int r = 0;
+
+	record(w, s->is_write ? LAT_WRITE : LAT_READ, s->t_data, t);
+	if (s->is_write && w->b->o.fsync != FSYNC_NONE) {
+		if (fsync(s->fd) < 0) {
+			r = -errno;
+			set_err(sh, r, "cannot fsync '%s': %s", sh->paths[s->file]);
+		}
+		t2 = kv_monotonic_ns();
+		record(w, LAT_FSYNC, t, t2);
+		t = t2;
+	}
+	close(s->fd);
+	s->fd = -1;
+	t2 = kv_monotonic_ns();
+	record(w, LAT_CLOSE, t, t2);
+	if (r) {
+		if (s->tmp[0])
+			unlinkat(sh->rootfd, s->tmp, 0);
+		s->tmp[0] = '\0';
+		return r;
+	}
+	return finish_meta(w, s, t2);
 }
 
 static void abort_op(struct worker *w, struct slot *s)
@@ -283,14 +317,25 @@ static void run_psync(struct worker *w)
 	}
 }
 
+#define UDATA(i, st)	(((uint64_t)(i) << 2) | (st))
+
+static struct io_uring_sqe *get_sqe(struct worker *w, unsigned i, enum stage st)
+{
+	/* The ring holds two entries per slot and a slot never has more
+	 * than two requests (open and data) outstanding. */
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+
+	io_uring_sqe_set_data64(sqe, UDATA(i, st));
+	return sqe;
+}
+
 static void prep_io(struct worker *w, unsigned i)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+	struct io_uring_sqe *sqe = get_sqe(w, i, ST_DATA);
 	struct slot *s = &w->slots[i];
 	uint64_t left = w->b->o.block_bytes - s->done;
 	char *buf = (char *)w->bufs[i] + s->done;
 
-	/* The ring has qd entries and at most qd slots are in flight. */
 	if (w->b->o.registered_buffers) {
 		if (s->is_write)
 			io_uring_prep_write_fixed(sqe, s->fd, buf, (unsigned)left, s->done, (int)i);
@@ -302,7 +347,118 @@ static void prep_io(struct worker *w, unsigned i)
 		else
 			io_uring_prep_read(sqe, s->fd, buf, (unsigned)left, s->done);
 	}
-	io_uring_sqe_set_data64(sqe, i);
+	if (w->b->o.registered_files)
+		sqe->flags |= IOSQE_FIXED_FILE;
+}
+
+/* Start an operation: a synchronous open and the data request, or with
+ * registered files an open into slot i of the file table linked to it. */
+static int start_op(struct worker *w, unsigned i, uint64_t file, int is_write)
+{
+	struct slot *s = &w->slots[i];
+	struct io_uring_sqe *sqe;
+	int r;
+
+	if (!w->b->o.registered_files) {
+		if ((r = begin_op(w, s, file, is_write)) < 0)
+			return r;
+		prep_io(w, i);
+		return 0;
+	}
+	if ((r = name_op(w, s, file, is_write)) < 0)
+		return r;
+	s->fd = (int)i;
+	s->t_file = kv_monotonic_ns();
+	sqe = get_sqe(w, i, ST_OPEN);
+	/* Direct descriptors are never in the fd table: no O_CLOEXEC. */
+	io_uring_prep_openat_direct(sqe, w->sh->rootfd, s->path, s->flags & ~O_CLOEXEC,
+				    0644, i);
+	sqe->flags |= IOSQE_IO_LINK;
+	prep_io(w, i);
+	return 0;
+}
+
+/* Ring-side fsync or close of a registered file. */
+static void prep_fd_op(struct worker *w, unsigned i, enum stage st)
+{
+	struct io_uring_sqe *sqe = get_sqe(w, i, st);
+
+	w->slots[i].t_data = kv_monotonic_ns();
+	if (st == ST_FSYNC) {
+		io_uring_prep_fsync(sqe, (int)i, 0);
+		sqe->flags |= IOSQE_FIXED_FILE;
+	} else {
+		io_uring_prep_close_direct(sqe, i);
+	}
+}
+
+static void fail_slot(struct worker *w, struct slot *s, int res, const char *fmt, const char *path)
+{
+	if (!s->failed)
+		set_err(w->sh, res < 0 ? res : -KV_ESHORT, fmt, path);
+	s->failed = 1;
+}
+
+/* One completion.  Returns 1 when the slot's operation is over. */
+static int complete(struct worker *w, unsigned i, enum stage st, int res)
+{
+	struct slot *s = &w->slots[i];
+	int regfiles = w->b->o.registered_files;
+	int64_t now = kv_monotonic_ns();
+
+	switch (st) {
+	case ST_OPEN:
+		/* On failure the linked data request completes -ECANCELED. */
+		if (res < 0)
+			fail_slot(w, s, res, "cannot open '%s': %s", s->path);
+		else
+			record(w, LAT_OPEN, s->t_file, now);
+		s->t_data = now;
+		return 0;
+	case ST_DATA:
+		if (s->failed && regfiles && res == -ECANCELED)
+			return 1;
+		if (res <= 0) {
+			fail_slot(w, s, res, s->is_write ? "cannot write '%s': %s"
+							 : "cannot read '%s': %s",
+				  w->sh->paths[s->file]);
+		} else if ((s->done += (uint64_t)res) < w->b->o.block_bytes) {
+			/* A short transfer: ask for the rest. */
+			prep_io(w, i);
+			return 0;
+		}
+		if (!regfiles) {
+			if (s->failed) {
+				abort_op(w, s);
+				return 1;
+			}
+			finish_op(w, s);
+			return 1;
+		}
+		if (!s->failed)
+			record(w, s->is_write ? LAT_WRITE : LAT_READ, s->t_data, now);
+		prep_fd_op(w, i, !s->failed && s->is_write &&
+			   w->b->o.fsync != FSYNC_NONE ? ST_FSYNC : ST_CLOSE);
+		return 0;
+	case ST_FSYNC:
+		if (res < 0)
+			fail_slot(w, s, res, "cannot fsync '%s': %s", w->sh->paths[s->file]);
+		else
+			record(w, LAT_FSYNC, s->t_data, now);
+		prep_fd_op(w, i, ST_CLOSE);
+		return 0;
+	case ST_CLOSE:
+		record(w, LAT_CLOSE, s->t_data, now);
+		if (s->failed || res < 0) {
+			if (s->tmp[0])
+				unlinkat(w->sh->rootfd, s->tmp, 0);
+			s->tmp[0] = '\0';
+			return 1;
+		}
+		finish_meta(w, s, now);
+		return 1;
+	}
+	return 1;
 }
 
 static void run_uring(struct worker *w)
@@ -322,12 +478,11 @@ static void run_uring(struct worker *w)
 	for (;;) {
 		while (!draining && nfree && next_op(w, &file, &is_write, &k)) {
 			i = freelist[--nfree];
-			if (begin_op(w, &w->slots[i], file, is_write) < 0) {
+			if (start_op(w, i, file, is_write) < 0) {
 				freelist[nfree++] = i;
 				draining = 1;
 				break;
 			}
-			prep_io(w, i);
 			inflight++;
 		}
 		if (!inflight)
@@ -335,33 +490,23 @@ static void run_uring(struct worker *w)
 		r = io_uring_submit_and_wait(&w->ring, 1);
 		if (r < 0 && r != -EINTR) {
 			set_err(w->sh, r, "io_uring submit failed%s: %s", "");
-			/* In-flight requests still complete; wait for them below. */
+			/* Requests already in the kernel still complete. */
 			draining = 1;
 			if (io_uring_wait_cqe(&w->ring, &cqe) < 0)
 				break;
 		}
 		seen = 0;
 		io_uring_for_each_cqe(&w->ring, head, cqe) {
-			struct slot *s;
+			uint64_t ud = io_uring_cqe_get_data64(cqe);
 
 			seen++;
-			i = (unsigned)io_uring_cqe_get_data64(cqe);
-			s = &w->slots[i];
-			if (cqe->res <= 0) {
-				set_err(w->sh, cqe->res < 0 ? cqe->res : -KV_ESHORT,
-					s->is_write ? "cannot write '%s': %s" : "cannot read '%s': %s",
-					w->sh->paths[s->file]);
-				abort_op(w, s);
-				draining = 1;
-			} else if ((s->done += (uint64_t)cqe->res) < w->b->o.block_bytes) {
-				/* A short transfer: ask for the rest. */
-				prep_io(w, i);
-				continue;
-			} else if (finish_op(w, s) < 0) {
-				draining = 1;
+			i = (unsigned)(ud >> 2);
+			if (complete(w, i, (enum stage)(ud & 3), cqe->res)) {
+				if (w->slots[i].failed)
+					draining = 1;
+				freelist[nfree++] = i;
+				inflight--;
 			}
-			freelist[nfree++] = i;
-			inflight--;
 		}
 		io_uring_cq_advance(&w->ring, seen);
 		if (atomic_load(&w->sh->stop))
@@ -450,10 +595,12 @@ static int worker_setup(struct bench *b, struct worker *w)
 		p.flags |= IORING_SETUP_SQPOLL;
 		p.sq_thread_idle = 100;
 	}
-	r = io_uring_queue_init_params(n, &w->ring, &p);
+	r = io_uring_queue_init_params(2 * n, &w->ring, &p);
 	if (r < 0)
 		return r;
 	w->have_ring = 1;
+	if (b->o.registered_files && (r = io_uring_register_files_sparse(&w->ring, n)) < 0)
+		return r;
 	if (b->o.registered_buffers) {
 		iov = calloc(n, sizeof(*iov));
 		if (!iov)

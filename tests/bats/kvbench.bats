@@ -256,6 +256,22 @@ setup() {
 	assert_equal "$(jq '.phases[] | select(.phase == "read") | .bytes' <<<"$output")" 1048576
 }
 
+@test "io_uring with registered files: open, fsync and close in the ring" {
+	run tiny --registered-files --registered-buffers --fsync file -J
+	assert_success
+	assert_equal "$(jq .config.registered_files <<<"$output")" true
+	w='.phases[] | select(.phase == "write")'
+	assert_equal "$(jq "$w | .writes" <<<"$output")" 4
+	for op in open write fsync close rename file; do
+		assert_equal "$(jq "$w | .latency.$op.count" <<<"$output")" 4
+	done
+	assert_equal "$(jq '.phases[] | select(.phase == "read") | .latency.read.count' <<<"$output")" 4
+	assert_equal "$(jq '.phases[] | select(.phase == "mixed") | .reads + .writes' <<<"$output")" 4
+	[ -z "$(ls -A "$D")" ]
+	run --separate-stderr kvbench run --dir "$D" --engine psync --registered-files
+	assert_equal "$status" 2
+}
+
 @test "read-only phases populate the working set first; --duration runs on" {
 	run tiny --phases lookup --duration 300ms -J
 	assert_success
@@ -330,10 +346,13 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 @test "a full filesystem is a runtime failure that leaves no files behind" {
 	mount_tmpfs 1m
 	D=$MNT
-	run --separate-stderr kvbench run --dir "$D" --block-size 256K --size 4M --phases write
-	assert_equal "$status" 3
-	[[ "$stderr" == *"No space left on device"* ]]
-	[ -z "$(find "$D" -type f)" ]
+	for engine in "--engine uring" "--engine uring --registered-files" "--engine psync"; do
+		run --separate-stderr kvbench run --dir "$D" --block-size 256K --size 4M \
+			--phases write $engine
+		assert_equal "$status" 3
+		[[ "$stderr" == *"No space left on device"* ]]
+		[ -z "$(find "$D" -type f)" ]
+	done
 }
 
 @test "an unwritable --dir is a runtime failure" {
