@@ -467,3 +467,23 @@ PY
 	[ "$(stat_of blocks)" -eq 0 ]
 	[ "$(stat_of slots_used)" -eq 0 ]
 }
+
+@test "kvoffd: the pool goes on huge pages when the kernel has them free" {
+	local free_pages
+	free_pages=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)
+	grep -q '^Hugepagesize: *2048 kB' /proc/meminfo && [ "${free_pages:-0}" -ge 4 ] ||
+		skip "fewer than 4 free 2 MiB huge pages (vm.nr_hugepages)"
+	start_daemon --cpu-bytes 8M
+	[ "$(stat_of hugepages)" -eq 1 ]
+	put_block a abcdef0001 2000000
+	get_equals a abcdef0001
+	grep -q "(huge pages)" "$BATS_TEST_TMPDIR/kvoffd.log"
+}
+
+@test "kvoffd: a slot size that is not a huge page multiple uses ordinary memory" {
+	start_daemon --cpu-bytes 8M --slot-bytes 1M
+	[ "$(stat_of hugepages)" -eq 0 ]
+	[ "$(stat_of slots)" -eq 8 ]
+	put_block a abcdef0001 1048576
+	get_equals a abcdef0001
+}
