@@ -346,10 +346,10 @@ int kv_dma_copy_async(struct kv_dma_stream *s, const struct kv_dma_copy *copies,
 		int batch = atomic_load(&s->dma->batch);
 
 		r = kvi_cuda_copy_async(s->cs, copies, n, batch);
-		if (r == -ENOTSUP && batch) {
+		if (r == KVI_BATCH_UNSUPPORTED)
 			atomic_store(&s->dma->batch, 0);
+		if (r == KVI_BATCH_UNSUPPORTED || r == KVI_BATCH_REFUSED)
 			r = kvi_cuda_copy_async(s->cs, copies, n, 0);
-		}
 		return r;
 	}
 #endif

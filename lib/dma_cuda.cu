@@ -312,14 +312,16 @@ static int copy_batch(struct kvi_cuda_stream *cs, const struct kv_dma_copy *c,
 	free(srcs);
 	free(sizes);
 	if (e != cudaSuccess) {
-		/* A driver that refuses the batch form outright (too old, or
-		 * rejecting an operand it does not take in batches) gets the
-		 * per-copy form instead, which reports any real fault itself. */
+		/* Refused before anything was queued: the per-copy form
+		 * takes over, and reports any real fault itself. */
 		if (!submitted && (e == cudaErrorNotSupported ||
-				  e == cudaErrorCallRequiresNewerDriver ||
-				  e == cudaErrorInvalidValue)) {
+				   e == cudaErrorCallRequiresNewerDriver)) {
 			cudaGetLastError();
-			return -ENOTSUP;
+			return KVI_BATCH_UNSUPPORTED;
+		}
+		if (!submitted && e == cudaErrorInvalidValue) {
+			cudaGetLastError();
+			return KVI_BATCH_REFUSED;
 		}
 		r = fail("cudaMemcpyBatchAsync", e);
 	}

@@ -39,8 +39,13 @@ int kvi_cuda_stream_open(int device, unsigned lanes,
 			 struct kvi_cuda_stream **out);
 void kvi_cuda_stream_close(struct kvi_cuda_stream *cs);
 
-/* batch: use cudaMemcpyBatchAsync.  -ENOTSUP (nothing queued) when the
- * driver refuses it, so the caller can go on without. */
+/* What copy_async answers, with nothing queued, when a batch is not
+ * taken: never by this driver, or not this one (an operand the batch
+ * form rejects); the caller goes on with per-copy submissions. */
+#define KVI_BATCH_UNSUPPORTED	(-100000)
+#define KVI_BATCH_REFUSED	(-100001)
+
+/* batch: use cudaMemcpyBatchAsync where it takes the copies. */
 int kvi_cuda_copy_async(struct kvi_cuda_stream *cs,
 			const struct kv_dma_copy *copies, size_t n, int batch);
 
