@@ -225,12 +225,15 @@ static int queue_write(struct offd *d, uint32_t i)
  * A slot for a new block: a free one, else the least recently used
  * unpinned block already in the file tier.  Dirty blocks met on the way
  * are queued for write-behind (-EAGAIN: the caller parks until one
- * lands); when the queue is full the oldest dirty block is dropped, so a
- * slow file tier costs blocks, never a stalled put.
+ * lands); when the queue was full already the oldest dirty block is
+ * dropped, so a slow file tier costs blocks, never a stalled put.
  */
 static int get_slot(struct offd *d, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
+	/* Only a queue that was already full means storage is behind; one
+	 * this call filled is worth waiting for. */
+	int behind = d->wb_inflight >= d->wr.wcap;
 
 	if (d->nfree) {
 		*out = pop_free(d);
@@ -246,7 +249,7 @@ static int get_slot(struct offd *d, uint32_t *out)
 				spills++;
 				continue;
 			}
-			if (d->wb_inflight < d->wr.wcap)
+			if (!behind)
 				continue;
 			d->st.wb_drops++;
 		}
