@@ -64,9 +64,14 @@ static void cdf_panel(FILE *f, const struct bench *b)
 		LEFT, TOP, plot_w, PANEL_H);
 	for (d = (int)x0; d <= (int)x1; d++) {
 		double x = LEFT + (d - x0) / (x1 - x0) * plot_w;
+		static const char *const units[] = { "ns", "us", "ms", "s" };
 		char lab[16];
 
-		format_ns((uint64_t)pow(10, d), lab, sizeof(lab));
+		/* Decades read best as 1, 10, 100 of a unit. */
+		if (d < 9)
+			snprintf(lab, sizeof(lab), "%d%s", (int)pow(10, d % 3), units[d / 3]);
+		else
+			snprintf(lab, sizeof(lab), "%.0f%s", pow(10, d - 9), units[3]);
 		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n",
 			x, TOP, x, TOP + PANEL_H);
 		fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",

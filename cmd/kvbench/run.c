@@ -564,7 +564,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int worker_setup(struct bench *b, struct worker *w)
+static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 {
 	unsigned n = b->o.engine == ENGINE_URING ? b->o.qd : 1, i;
 	struct io_uring_params p = { 0 };
@@ -574,6 +574,8 @@ static int worker_setup(struct bench *b, struct worker *w)
 	for (i = 0; i < LAT_COUNT; i++)
 		if ((r = kv_hist_new(&w->lat[i])) < 0)
 			return r;
+	if (ph == PH_LOOKUP)
+		return 0;	/* presence checks move no data */
 	w->slots = calloc(n, sizeof(*w->slots));
 	w->bufs = calloc(n, sizeof(*w->bufs));
 	if (!w->slots || !w->bufs)
@@ -582,8 +584,8 @@ static int worker_setup(struct bench *b, struct worker *w)
 		w->slots[i].fd = -1;
 		if ((r = posix_memalign(&w->bufs[i], KV_IO_ALIGN, b->o.block_bytes)))
 			return -r;
-		/* Incompressible, distinct per buffer. */
-		for (uint64_t j = 0; j + 8 <= b->o.block_bytes; j += 8) {
+		/* What is written is incompressible, distinct per buffer. */
+		for (uint64_t j = 0; ph != PH_READ && j + 8 <= b->o.block_bytes; j += 8) {
 			uint64_t v = splitmix(&w->rng);
 
 			memcpy((char *)w->bufs[i] + j, &v, 8);
@@ -764,7 +766,7 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 		ws[i].sh = sh;
 		ws[i].id = i;
 		ws[i].rng = b->o.seed * 1000003 + i + ph * 7919;
-		r = worker_setup(b, &ws[i]);
+		r = worker_setup(b, &ws[i], ph);
 	}
 	if (r < 0) {
 		snprintf(b->err, sizeof(b->err), "cannot set up workers: %s%s", kv_strerror(r),
