@@ -16,6 +16,8 @@
 #include "kvbench.h"
 #include "verdict.h"
 
+#define MAX_FILES	(4 << 20)
+
 enum cmd { CMD_RUN = 1, CMD_GEOMETRY = 2, CMD_VERDICT = 4 };
 static const char *const cmd_names[] = { [CMD_RUN] = "run", [CMD_GEOMETRY] = "geometry",
 					 [CMD_VERDICT] = "verdict" };
@@ -482,6 +484,12 @@ int main(int argc, char **argv)
 	b.o.block_bytes = ga.block ? ga.block : have_geo ? b.geo.bytes_per_file : 2ULL << 20;
 	if (b.o.block_bytes > UINT32_MAX / 2)
 		tool_usage_fail("block of %llu bytes is too large for one I/O",
+				(unsigned long long)b.o.block_bytes);
+	/* Each file's path is kept in memory; a working set of tiny blocks
+	 * should not need gigabytes of them. */
+	if ((b.o.size_bytes + b.o.block_bytes - 1) / b.o.block_bytes > MAX_FILES)
+		tool_usage_fail("--size of %llu bytes is more than %d files of %llu bytes",
+				(unsigned long long)b.o.size_bytes, MAX_FILES,
 				(unsigned long long)b.o.block_bytes);
 	if (b.o.direct == DIRECT_ON && b.o.block_bytes % KV_IO_ALIGN)
 		tool_usage_fail("--direct needs a block size that is a multiple of %d bytes",

@@ -47,6 +47,9 @@ setup() {
 	assert_equal "$status" 2
 	run --separate-stderr kvbench run --dir "$D" --qd 0
 	assert_equal "$status" 2
+	run --separate-stderr kvbench run --dir "$D" --block-size 4K --size 1T
+	assert_equal "$status" 2
+	[[ "$stderr" == *"files of 4096 bytes"* ]]
 	run --separate-stderr kvbench run --dir "$D" -J --ndjson
 	assert_equal "$status" 2
 	run --separate-stderr kvbench run --dir "$D" --engine psync --sqpoll
@@ -294,6 +297,19 @@ setup() {
 	# Samples of a phase add up to its totals.
 	assert_equal "$(jq -s '[.[] | select(.type == "sample" and .phase == "read") | .bytes] | add' <<<"$output")" 1048576
 	[ -z "$stderr" ]
+}
+
+@test "live progress goes to stderr only when it is a terminal" {
+	requires script
+	run script -qec "kvbench run --dir '$D' --block-size 256K --size 1M --threads 1 \
+		--phases lookup --duration 1500ms > '$BATS_TEST_TMPDIR/table'" /dev/null
+	assert_success
+	assert_output --partial "lookup: 1 s,"
+	assert_output --partial "ops/s"
+	# The table on stdout is not mixed with it.
+	run cat "$BATS_TEST_TMPDIR/table"
+	refute_output --partial "ops/s"
+	assert_output --partial "hits"
 }
 
 @test "--plot writes a well-formed SVG" {
