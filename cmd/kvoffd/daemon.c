@@ -321,7 +321,8 @@ static void reply_status(struct offd *d, struct client *c, uint16_t type, int st
 static void park(struct offd *d, struct client *c, const struct kv_offd_frame *f)
 {
 	c->wait = WAIT_SLOT;
-	c->saved = *f;
+	if (f != &c->saved)	/* a retry passes the saved request itself */
+		c->saved = *f;
 	c->next_waiter = NULL;
 	/* wake_parked retries the head first; one that still cannot go on
 	 * keeps its place at the head. */
@@ -344,7 +345,8 @@ static void wait_load(struct offd *d, struct client *c, const struct kv_offd_fra
 		      uint32_t i)
 {
 	c->wait = WAIT_LOAD;
-	c->saved = *f;
+	if (f != &c->saved)	/* a retry passes the saved request itself */
+		c->saved = *f;
 	c->wait_slot = i;
 	c->next_waiter = d->slots[i].waiters;
 	d->slots[i].waiters = c;
