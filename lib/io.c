@@ -1,10 +1,10 @@
 /*
  * The file engine.  Data moves through io_uring, up to queue_depth
- * transfers in flight.  A put's slow metadata steps (creating bucket
- * dirs and its temp file, which journal) go through the ring too where
- * the kernel has those opcodes, so they overlap other blocks' data; the
- * quick ones (xattr, rename, a get's open) are plain syscalls between
- * completions.  Each request
+ * transfers in flight.  The opens and mkdirs, which may wait on the
+ * journal or on directory reads from a cold cache, go through the ring
+ * too where the kernel has those opcodes, so they overlap other blocks'
+ * data; the quick steps (fstat, xattr, rename, atime) are plain syscalls
+ * between completions.  Each request
  * occupies one slot from start to finish and has at most one SQE
  * outstanding, so a ring of queue_depth entries never runs out.  Where
  * no ring can be set up (an old kernel, a sandbox that forbids
@@ -41,7 +41,9 @@ struct slot {
 	enum step step;
 	int direct;
 	int whole;		/* get: the read covers the whole file */
-	int oflags;		/* put: how the temp is opened */
+	const char *path;	/* what STEP_OPEN / STEP_MKDIR work on */
+	int oflags;		/* how the block or temp is opened */
+	int refused_direct;	/* get: the open said no to O_DIRECT */
 	int temp_made;		/* put: the temp exists and is ours to remove */
 	unsigned opens, mkdirs;	/* put: attempts so far */
 	size_t mkdir_at;	/* put: where the next bucket dir name starts */
@@ -185,10 +187,10 @@ static void issue_sync(struct kv_io *io, struct slot *s, char *p, size_t n)
 
 	switch (s->step) {
 	case STEP_MKDIR:
-		r = mkdirat(io->rootfd, s->tmp, 0777);
+		r = mkdirat(io->rootfd, s->path, 0777);
 		break;
 	case STEP_OPEN:
-		r = openat(io->rootfd, s->tmp, s->oflags, 0666);
+		r = openat(io->rootfd, s->path, s->oflags, 0666);
 		break;
 	case STEP_FSYNC:
 		r = fsync(s->fd);
@@ -225,10 +227,10 @@ static void issue(struct kv_io *io, struct slot *s)
 		io_uring_submit(&io->ring);
 	switch (s->step) {
 	case STEP_MKDIR:
-		io_uring_prep_mkdirat(sqe, io->rootfd, s->tmp, 0777);
+		io_uring_prep_mkdirat(sqe, io->rootfd, s->path, 0777);
 		break;
 	case STEP_OPEN:
-		io_uring_prep_openat(sqe, io->rootfd, s->tmp, s->oflags, 0666);
+		io_uring_prep_openat(sqe, io->rootfd, s->path, s->oflags, 0666);
 		break;
 	case STEP_FSYNC:
 		io_uring_prep_fsync(sqe, s->fd, 0);
@@ -305,6 +307,7 @@ static int put_open(struct kv_io *io, struct slot *s)
 	ret = kv_layout_temp_name(rel + dirlen, s->tmp + dirlen, sizeof(s->tmp) - dirlen);
 	if (ret < 0)
 		return finish(io, s, ret);
+	s->path = s->tmp;
 	s->step = STEP_OPEN;
 	issue(io, s);
 	return 0;
@@ -321,6 +324,7 @@ static int put_mkdir_next(struct kv_io *io, struct slot *s)
 	memcpy(s->tmp, rel, slash - rel);
 	s->tmp[slash - rel] = '\0';
 	s->mkdir_at = slash - rel + 1;
+	s->path = s->tmp;
 	s->step = STEP_MKDIR;
 	issue(io, s);
 	return 0;
@@ -420,44 +424,37 @@ static int put_written(struct kv_io *io, struct slot *s)
 	return put_commit(io, s);
 }
 
-static int get_open(struct kv_io *io, struct slot *s)
+static void get_begin(struct kv_io *io, struct slot *s)
+{
+	/* O_NOATIME keeps relatime from stamping what the caller asked us
+	 * to leave alone; only the owner may use it.  O_NONBLOCK: a FIFO
+	 * planted at a block path must not hang us; it goes before reads. */
+	s->oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+	if (io->flags & KV_IO_NO_TOUCH)
+		s->oflags |= O_NOATIME;
+	if (io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
+	    is_aligned(s->req->buf))
+		s->oflags |= O_DIRECT;
+	s->path = s->req->relpath;
+	s->step = STEP_OPEN;
+	issue(io, s);
+}
+
+/* Size up an open block and choose direct or buffered for its read. */
+static int get_sized(struct kv_io *io, struct slot *s)
 {
 	struct kv_io_req *req = s->req;
-	int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK, refused_direct = 0;
 	struct stat st;
 
-	/* O_NOATIME keeps relatime from stamping what the caller asked us
-	 * to leave alone; only the owner may use it. */
-	if (io->flags & KV_IO_NO_TOUCH)
-		oflags |= O_NOATIME;
-	if (io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
-	    is_aligned(req->buf))
-		oflags |= O_DIRECT;
-	for (;;) {
-		s->fd = openat(io->rootfd, req->relpath, oflags);
-		if (s->fd >= 0)
-			break;
-		if (errno == EPERM && (oflags & O_NOATIME)) {
-			oflags &= ~O_NOATIME;
-		} else if (errno == EINVAL && (oflags & O_DIRECT)) {
-			/* The filesystem, or a non-file at the path, said no. */
-			oflags &= ~O_DIRECT;
-			refused_direct = 1;
-		} else {
-			return -errno;
-		}
-	}
-	/* Opened non-blocking so a FIFO planted at a block path cannot hang
-	 * us; the flag goes before any read. */
 	if (fstat(s->fd, &st) < 0)
 		return -errno;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
-	if (oflags & O_DIRECT)
+	if (s->oflags & O_DIRECT)
 		io->direct = DIRECT_YES;
-	else if (refused_direct && io->direct == DIRECT_UNKNOWN)
+	else if (s->refused_direct && io->direct == DIRECT_UNKNOWN)
 		io->direct = DIRECT_NO;
 	if (req->op == KV_IO_OP_GET) {
 		if ((uint64_t)st.st_size > req->len)
@@ -471,12 +468,44 @@ static int get_open(struct kv_io *io, struct slot *s)
 		s->want = req->len;
 	}
 	s->whole = s->off == 0;
-	s->direct = s->want && (oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
+	s->direct = s->want && (s->oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
 		    (req->op == KV_IO_OP_GET ? round_up(s->want) <= req->len :
 					       s->want % KV_IO_ALIGN == 0);
 	s->xfer = s->direct ? round_up(s->want) : s->want;
-	if (fcntl(s->fd, F_SETFL, (s->direct ? O_DIRECT : 0) | (oflags & O_NOATIME)) < 0)
+	if (fcntl(s->fd, F_SETFL, (s->direct ? O_DIRECT : 0) | (s->oflags & O_NOATIME)) < 0)
 		return -errno;
+	return 0;
+}
+
+static int get_read(struct kv_io *io, struct slot *s);
+
+/* The block's openat came back: read it, or retry the open plainer. */
+static int get_opened(struct kv_io *io, struct slot *s, int res)
+{
+	int ret;
+
+	if (res == -EPERM && (s->oflags & O_NOATIME)) {
+		s->oflags &= ~O_NOATIME;
+		issue(io, s);
+		return 0;
+	}
+	if (res == -EINVAL && (s->oflags & O_DIRECT)) {
+		/* The filesystem, or a non-file at the path, said no. */
+		s->oflags &= ~O_DIRECT;
+		s->refused_direct = 1;
+		issue(io, s);
+		return 0;
+	}
+	if (res < 0)
+		return finish(io, s, res);
+	s->fd = res;
+	ret = get_sized(io, s);
+	if (ret < 0)
+		return finish(io, s, ret);
+	if (!s->want)
+		return get_read(io, s);
+	s->step = STEP_DATA;
+	issue(io, s);
 	return 0;
 }
 
@@ -508,12 +537,11 @@ static int get_read(struct kv_io *io, struct slot *s)
 static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
 {
 	uint64_t size;
-	int ret;
 
 	s->req = req;
 	s->fd = s->dirfd = -1;
 	s->step = STEP_DATA;
-	s->direct = s->whole = s->temp_made = 0;
+	s->direct = s->whole = s->temp_made = s->refused_direct = 0;
 	s->opens = s->mkdirs = 0;
 	s->off = 0;
 	s->want = s->xfer = s->done = 0;
@@ -526,17 +554,11 @@ static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
 		return put_begin(io, s);
 	case KV_IO_OP_GET:
 	case KV_IO_OP_GET_TAIL:
-		ret = get_open(io, s);
-		if (ret < 0)
-			return finish(io, s, ret);
-		if (!s->want)
-			return get_read(io, s);
-		break;
+		get_begin(io, s);
+		return 0;
 	default:
 		return finish(io, s, -EINVAL);
 	}
-	issue(io, s);
-	return 0;
 }
 
 /* A completion for slot s: 0 if it went back in flight, 1 if finished. */
@@ -549,7 +571,7 @@ static int complete(struct kv_io *io, struct slot *s, int res)
 		return 0;
 	}
 	if (s->step == STEP_OPEN)
-		return put_opened(io, s, res);
+		return put ? put_opened(io, s, res) : get_opened(io, s, res);
 	if (s->step == STEP_MKDIR) {
 		if (res < 0 && res != -EEXIST)
 			return finish(io, s, res);
@@ -616,7 +638,7 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 		       kv_io_done_fn done, void *arg)
 {
 	unsigned inflight = 0, nfree = io->qd, i;
-	int failed = 0, more = 1, ret = 0, res;
+	int failed = 0, more = 1, stop = 0, res;
 	struct kv_io_req *req;
 	struct slot *s;
 
@@ -625,9 +647,13 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 	for (;;) {
 		while (more && nfree) {
 			req = NULL;
-			ret = next(arg, &req);
-			if (ret <= 0) {
+			res = next(arg, &req);
+			if (res <= 0) {
+				/* Asked again once a done() may have queued more
+				 * work, unless it asked to stop. */
 				more = 0;
+				if (res < 0)
+					stop = res;
 				break;
 			}
 			s = io->free[--nfree];
@@ -644,6 +670,7 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 			io->free[nfree++] = s;
 			failed += req->result != 0;
 			done(arg, req);
+			more = !stop;
 		}
 		if (!inflight)
 			break;
@@ -670,9 +697,10 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 			inflight--;
 			failed += req->result != 0;
 			done(arg, req);
+			more = !stop;
 		}
 	}
-	return ret < 0 ? ret : failed;
+	return stop ? stop : failed;
 }
 
 struct array_walk {

@@ -20,7 +20,7 @@
 
 #define DEFAULT_QD	32
 #define MAX_QD		1024
-#define GET_TRIES	3	/* a block replaced by a bigger one while read */
+#define GET_TRIES	3	/* reads of a block that turned out bigger */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
        OPT_BUFFERED, OPT_QD };
@@ -44,6 +44,7 @@ struct slot {
 	char relpath[PATH_MAX];
 	void *buf;
 	size_t cap;
+	unsigned tries;		/* reads that found the block grown */
 };
 
 struct batch {
@@ -52,6 +53,8 @@ struct batch {
 	char *text;
 	size_t text_cap;
 	struct slot *free;
+	struct slot *retry;	/* blocks to read again, with a bigger buffer */
+	uint64_t size_hint;	/* the biggest block seen so far */
 };
 
 static void usage(void)
@@ -352,21 +355,29 @@ static int parse_hash(struct batch *b, char *text, struct slot *s)
 	return 0;
 }
 
-/* Make s a read request, or answer the line at once (miss, --exists):
- * 1 if s is ready for the engine, 0 if the line is done. */
+/*
+ * Make s a read request, or answer the line at once (miss, --exists):
+ * 1 if s is ready for the engine, 0 if the line is done.  Blocks of a
+ * model are mostly one size, so after the first the buffer is sized from
+ * the biggest seen rather than by a stat of its own; a bigger block comes
+ * back -EFBIG and is read again (batch_done).
+ */
 static int prepare(struct batch *b, struct slot *s)
 {
 	struct get *get = b->get;
-	uint64_t size;
-	int ret;
+	uint64_t size = b->size_hint;
+	int ret = 0;
 
-	s->line = b->line;
 	if (get->tail_bytes && !get->exists) {
 		ret = ensure_buf(&s->buf, &s->cap, get->tail_bytes);
 		s->req = (struct kv_io_req){ .op = KV_IO_OP_GET_TAIL, .relpath = s->relpath,
 					     .buf = s->buf, .len = get->tail_bytes, .user = s };
 	} else {
-		ret = kv_io_size(get->io, s->relpath, &size);
+		if (get->exists || s->tries || !size) {
+			ret = kv_io_size(get->io, s->relpath, &size);
+			if (ret == 0 && size > b->size_hint)
+				b->size_hint = size;
+		}
 		if (ret == 0 && get->exists) {
 			print_record(get, s->line, s->hash, s->relpath, 1, size, NULL);
 			return 0;
@@ -391,9 +402,19 @@ static int prepare(struct batch *b, struct slot *s)
 static int batch_next(void *arg, struct kv_io_req **req)
 {
 	struct batch *b = arg;
-	struct slot *s = b->free;
+	struct slot *s;
 	ssize_t n;
 
+	while ((s = b->retry)) {
+		b->retry = s->next_free;
+		if (prepare(b, s)) {
+			*req = &s->req;
+			return 1;
+		}
+		s->next_free = b->free;
+		b->free = s;
+	}
+	s = b->free;
 	if (!s) {
 		s = calloc(1, sizeof(*s));
 		if (!s)
@@ -409,6 +430,8 @@ static int batch_next(void *arg, struct kv_io_req **req)
 			continue;
 		if ((*p == '{' ? parse_record(b, p, s) : parse_hash(b, p, s)) < 0)
 			continue;
+		s->line = b->line;
+		s->tries = 0;
 		if (prepare(b, s)) {
 			*req = &s->req;
 			return 1;
@@ -431,6 +454,14 @@ static void batch_done(void *arg, struct kv_io_req *req)
 	char path[PATH_MAX];
 	int ret = req->result;
 
+	if (ret == -EFBIG && s->tries < GET_TRIES) {
+		s->tries++;
+		s->next_free = b->retry;
+		b->retry = s;
+		return;
+	}
+	if (ret == 0 && req->done > b->size_hint)
+		b->size_hint = req->done;
 	if (ret == 0 && get->out) {
 		if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path))
 			ret = -ENAMETOOLONG;

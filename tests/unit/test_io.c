@@ -310,6 +310,35 @@ static void stream_done(void *arg, struct kv_io_req *req)
 		st->order_ok = 0;
 }
 
+/* A done() that queues a retry: next() has none until it does. */
+struct requeue {
+	struct kv_io_req *req;
+	int pending, handed, retried;
+};
+
+static int requeue_next(void *arg, struct kv_io_req **req)
+{
+	struct requeue *rq = arg;
+
+	if (!rq->pending)
+		return 0;
+	rq->pending = 0;
+	rq->handed++;
+	*req = rq->req;
+	return 1;
+}
+
+static void requeue_done(void *arg, struct kv_io_req *req)
+{
+	struct requeue *rq = arg;
+
+	if (req->result == -EFBIG && !rq->retried) {
+		rq->retried = 1;
+		req->len *= 4;
+		rq->pending = 1;
+	}
+}
+
 static void batches(const char *root)
 {
 	enum { N = 96, QD = 8, MAXB = 256 * 1024 };
@@ -372,6 +401,20 @@ static void batches(const char *root)
 			      !memcmp(src[i] + lens[i] - 4096, dst[i], 4096));
 	}
 	CHECK(kv_io_batch(io, reqs, 0) == 0);
+
+	/* Too small a buffer, then the retry that done() queues. */
+	{
+		struct kv_io_req req = { .op = KV_IO_OP_GET, .relpath = rels[3],
+					 .buf = dst[3], .len = MAXB / 4 };
+		struct requeue rq = { .req = &req, .pending = 1 };
+
+		lens[3] = MAXB / 2 + 4096;
+		fill_random(src[3], lens[3]);
+		CHECK(kv_io_put(io, rels[3], src[3], lens[3]) == 0);
+		CHECK(kv_io_batch_stream(io, requeue_next, requeue_done, &rq) == 1);
+		CHECK(rq.handed == 2 && rq.retried && req.result == 0);
+		CHECK(req.done == lens[3] && !memcmp(src[3], dst[3], lens[3]));
+	}
 	kv_io_close(io);
 	for (i = 0; i < N; i++) {
 		kv_io_buf_free(src[i]);

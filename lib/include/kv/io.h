@@ -90,11 +90,13 @@ struct kv_io_req {
 int kv_io_batch(struct kv_io *io, struct kv_io_req *reqs, size_t n);
 
 /* kv_io_batch for work that arrives as it goes (a manifest on stdin):
- * next() hands over the next request (return 1; 0 when there are no
- * more; -errno to stop early), done() gets each finished one, whose
- * buffer is then the caller's again.  At most queue_depth requests are
- * between next() and done() at once, so queue_depth buffers suffice.
- * Returns the number that failed, or -errno. */
+ * next() hands over the next request (return 1; 0 when it has none,
+ * though it is asked again after each done(), which may queue a retry;
+ * -errno to stop early), done() gets each finished one, whose buffer is
+ * then the caller's again.  The batch ends when next() has none and
+ * nothing is in flight.  At most queue_depth requests are between
+ * next() and done() at once, so queue_depth buffers suffice.  Returns
+ * the number that failed, or -errno. */
 typedef int (*kv_io_next_fn)(void *arg, struct kv_io_req **req);
 typedef void (*kv_io_done_fn)(void *arg, struct kv_io_req *req);
 int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
