@@ -1020,8 +1020,13 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 	int rc, reached = 1;
 
 	memset(r, 0, sizeof(*r));
-	if (o->nquotas > KV_EVICT_MAX_QUOTAS)
+	if (o->nquotas > KV_EVICT_MAX_QUOTAS || o->high_pct > 100 ||
+	    (o->high_pct >= 0 && (o->low_pct < 0 || o->low_pct > o->high_pct)) ||
+	    o->low_bytes > o->max_bytes)
 		return -EINVAL;
+	for (i = 0; i < o->nquotas; i++)
+		if (!o->quotas[i].model || o->quotas[i].low_bytes > o->quotas[i].max_bytes)
+			return -EINVAL;
 	c.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c.rootfd < 0)
 		return -errno;

@@ -94,8 +94,8 @@ int kv_evict_fs_use(const char *path, double *use_pct);
 int kv_evict_lock(const char *root, int wait, int *fd);
 
 /* Remove orphans and empty dirs, then evict by the thresholds, budget
- * and quotas in opts; fills report.  -errno when the root cannot be
- * opened or walked. */
+ * and quotas in opts; fills report.  -EINVAL when a low target is above
+ * its high one; -errno when the root cannot be opened or walked. */
 int kv_evict_run(const char *root, const struct kv_evict_opts *opts,
 		 struct kv_evict_report *report);
 
