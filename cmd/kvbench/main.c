@@ -81,6 +81,7 @@ static unsigned applies(int opt)
 	case OPT_BLOCK: case 'J':
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT;
 	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU:
+		return CMD_RUN | CMD_VERDICT;
 	case OPT_READBW: case OPT_LATENCY: case OPT_FROMRUN:
 		return CMD_VERDICT;
 	default:
@@ -130,7 +131,7 @@ static void usage(void)
 	       "      --keep                leave the files in DIR\n"
 	       "      --plot FILE           latency CDF and throughput over time, SVG\n"
 	       "      --ndjson              one record per second, then one per phase\n"
-	       "Verdict:\n"
+	       "Verdict (the first four also add a verdict to a run):\n"
 	       "      --prefill-tokens-per-s N  measured prefill rate of the instance\n"
 	       "      --params N            model (active) parameters, e.g. 8B, to estimate it\n"
 	       "      --gpu-tflops N        peak dense TFLOP/s of one GPU (with --params)\n"
@@ -290,6 +291,19 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 	json_decref(doc);
 }
 
+/* The storage side of a verdict from this run, as --from-run takes it
+ * from a document: read bandwidth, and lookup plus open as latency. */
+static void verdict_from_bench(const struct bench *b, struct verdict *v)
+{
+	const struct phase_result *rd = &b->res[PH_READ], *lk = &b->res[PH_LOOKUP];
+	double secs = (double)rd->elapsed_ns / 1e9;
+
+	v->read_Bps = secs > 0 ? (double)rd->bytes / secs : 0;
+	v->latency_ns = kv_hist_percentile(rd->lat[LAT_OPEN], 50);
+	if (lk->ran)
+		v->latency_ns += kv_hist_percentile(lk->lat[LAT_LOOKUP], 50);
+}
+
 int main(int argc, char **argv)
 {
 	struct geo_args ga = { 0 };
@@ -298,7 +312,7 @@ int main(int argc, char **argv)
 	enum cmd cmd = CMD_RUN;
 	const char *from = NULL;
 	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
-	int seen_tflops = 0;
+	int seen_tflops = 0, want_verdict;
 
 	tool_init("kvbench");
 	if (argc > 1 && argv[1][0] != '-') {
@@ -446,7 +460,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	if (cmd == CMD_VERDICT) {
+	want_verdict = cmd == CMD_VERDICT || have_prefill || v.params > 0 || seen_tflops;
+	if (want_verdict) {
 		unsigned tpf = ga.tpf ? ga.tpf : 256;
 
 		if (have_prefill && v.params > 0)
@@ -459,15 +474,22 @@ int main(int argc, char **argv)
 			v.bytes_per_token = b.geo.bytes_per_token;
 		else if (ga.block)
 			v.bytes_per_token = (ga.block + tpf - 1) / tpf;
+		else if (cmd == CMD_RUN)
+			v.bytes_per_token = (2ULL << 20) / tpf;
+		v.tp = have_geo ? b.geo.tp : (ga.tp ? ga.tp : 1);
+		if (v.params > 0)
+			verdict_estimate(&v);
+		if (cmd == CMD_RUN && !(b.o.phases & (1u << PH_READ)))
+			tool_usage_fail("a verdict needs the read phase");
+	}
+
+	if (cmd == CMD_VERDICT) {
 		if (from)
 			from_run(from, &v, have_bw, have_lat, have_geo || ga.block);
 		if (!v.bytes_per_token)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))
 			tool_usage_fail("verdict needs --read-bandwidth or --from-run");
-		v.tp = have_geo ? b.geo.tp : (ga.tp ? ga.tp : 1);
-		if (v.params > 0)
-			verdict_estimate(&v);
 		return verdict_print(&v, b.o.json);
 	}
 
@@ -504,14 +526,29 @@ int main(int argc, char **argv)
 		bench_free(&b);
 		return EXIT_RUNTIME;
 	}
+	if (want_verdict)
+		verdict_from_bench(&b, &v);
 	if (b.o.json) {
-		tool_json_print(report_json(&b));
+		json_t *j = report_json(&b);
+
+		json_object_set_new(j, "verdict", want_verdict ? verdict_json(&v) : json_null());
+		tool_json_print(j);
 	} else if (b.o.ndjson) {
 		for (unsigned ph = 0; ph < PH_COUNT; ph++)
 			if (b.res[ph].ran)
 				tool_json_print(phase_json(&b, ph));
+		if (want_verdict) {
+			json_t *j = verdict_json(&v);
+
+			json_object_set_new(j, "type", json_string("verdict"));
+			tool_json_print(j);
+		}
 	} else {
 		report_table(&b);
+		if (want_verdict) {
+			printf("\nverdict, with the read phase's bandwidth and open + lookup p50 as latency:\n");
+			verdict_text(&v);
+		}
 	}
 	if (b.o.plot && (r = plot_svg(b.o.plot, &b)) < 0) {
 		tool_err("cannot write '%s': %s", b.o.plot, kv_strerror(r));

@@ -19,6 +19,10 @@ struct verdict {
 /* prefill_tps from params, gpu_tflops, mfu and tp. */
 void verdict_estimate(struct verdict *v);
 
+/* The verdict as a JSON object, or as text on stdout. */
+json_t *verdict_json(const struct verdict *v);
+void verdict_text(const struct verdict *v);
+
 /* The verdict as text or one JSON document on stdout. */
 int verdict_print(const struct verdict *v, int json);
 

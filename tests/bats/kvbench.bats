@@ -212,6 +212,7 @@ setup() {
 	jq -e '.environment.cpu.numa_nodes >= 1 and .environment.cpu.online >= 1' <<<"$doc" >/dev/null
 	jq -e '.environment.filesystem.mount_options | length > 0' <<<"$doc" >/dev/null
 	jq -e '.environment.gpus | type == "array"' <<<"$doc" >/dev/null
+	assert_equal "$(jq .verdict <<<"$doc")" null
 	# It cleaned up after itself.
 	[ -z "$(ls -A "$D")" ]
 }
@@ -444,6 +445,30 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .read_Bps <<<"$output")" "$bw"
 	assert_equal "$(jq .latency_ns <<<"$output")" "$lat"
 	assert_equal "$(jq .bytes_per_token <<<"$output")" 1024
+}
+
+@test "a run with a prefill rate ends with a verdict on its own figures" {
+	run tiny --prefill-tokens-per-s 5000 -J
+	assert_success
+	doc=$output
+	bw=$(jq '.phases[] | select(.phase == "read") | .throughput_Bps' <<<"$doc")
+	lat=$(jq '([.phases[] | select(.phase == "read") | .latency.open.p50_ns] + [.phases[] | select(.phase == "lookup") | .latency.lookup.p50_ns]) | add' <<<"$doc")
+	# 256 KiB files of 256 tokens: 1024 bytes per token.
+	assert_equal "$(jq .verdict.bytes_per_token <<<"$doc")" 1024
+	assert_equal "$(jq .verdict.required_read_Bps <<<"$doc")" $((1024 * 5000))
+	assert_equal "$(jq .verdict.read_Bps <<<"$doc")" "$bw"
+	assert_equal "$(jq .verdict.latency_ns <<<"$doc")" "$lat"
+	run tiny --phases write,read --params 8B --gpu-tflops 1000 --ndjson
+	assert_success
+	assert_equal "$(jq -s '[.[] | select(.type == "verdict")][0].prefill_tokens_per_s' <<<"$output")" 25000
+	run tiny --phases read --prefill-tokens-per-s 5000
+	assert_success
+	assert_output --partial "break-even prefix"
+	run --separate-stderr tiny --phases write,lookup --prefill-tokens-per-s 5000
+	assert_equal "$status" 2
+	[[ "$stderr" == *"needs the read phase"* ]]
+	run --separate-stderr tiny --read-bandwidth 1G --prefill-tokens-per-s 5000
+	assert_equal "$status" 2
 }
 
 @test "verdict: missing inputs are usage errors" {
