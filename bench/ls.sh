@@ -3,20 +3,22 @@
 # warm tree of 200,000 block files in the vLLM / llm-d layout.
 #
 # Usage: bench/ls.sh [SCRATCH_DIR]     (default: a new dir under /tmp)
-#   FILES=200000 RANKS=4 RUNS=5 BUILD=build KEEP=1 to change the set-up.
+#   FILES=200000 RANKS=4 RUNS=7 BUILD=build KEEP=1 to change the set-up;
+#   HYPERFINE=none times with python3 instead of hyperfine.
 #
 # The tree is one model at tp=RANKS with FILES blocks of 0-4 KiB spread
 # over the hash buckets as random 64-bit block hashes spread them.  Both
-# commands run once to warm the caches before timing.  Prints both mean
-# wall times, the ratio kvls/find (target: <= 1.0), and the CPU time
-# (user + system) each used, which a busy machine disturbs less.
+# commands run once to warm the caches before timing.  Prints both median
+# wall times, the ratio kvls/find (target: <= 1.0), and the mean CPU time
+# (user + system) each used, which a busy machine disturbs less.  Medians,
+# because on a shared machine another job may drop the caches mid-run.
 # KEEP=1 keeps the tree in SCRATCH_DIR for another run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FILES=${FILES:-200000}
 RANKS=${RANKS:-4}
-RUNS=${RUNS:-5}
+RUNS=${RUNS:-7}
 BUILD=${BUILD:-build}
 KVLS=$PWD/$BUILD/bin/kvls
 [ -x "$KVLS" ] || { echo "ls.sh: build kvls first (make BUILD=$BUILD)" >&2; exit 1; }
@@ -24,11 +26,12 @@ KVLS=$PWD/$BUILD/bin/kvls
 if [ $# -ge 1 ]; then
 	SCRATCH=$1
 	mkdir -p "$SCRATCH"
+	[ -n "${KEEP:-}" ] || trap 'rm -rf "$SCRATCH/root" "$SCRATCH/.made" "$SCRATCH/hyperfine.json"' EXIT
 else
 	SCRATCH=$(mktemp -d /tmp/kvls-bench.XXXXXX)
+	[ -n "${KEEP:-}" ] || trap 'rm -rf "$SCRATCH"' EXIT
 fi
 ROOT=$SCRATCH/root
-[ -n "${KEEP:-}" ] || trap 'rm -rf "$ROOT"' EXIT
 
 if [ ! -d "$ROOT" ] || [ "$(cat "$SCRATCH/.made" 2>/dev/null)" != "$FILES $RANKS" ]; then
 	rm -rf "$ROOT"
@@ -72,35 +75,41 @@ n_find=$(find "$ROOT" -name '*.bin' -printf '%P %s %b %A@ %T@\n' | wc -l)
 	{ echo "ls.sh: kvls saw $n_kvls, find $n_find, want $FILES" >&2; exit 1; }
 
 echo "machine: $(nproc) CPUs, $(uname -r), $(df -T "$ROOT" | awk 'NR == 2 { print $2 }') at $ROOT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-if command -v hyperfine > /dev/null; then
+if command -v "${HYPERFINE:-hyperfine}" > /dev/null; then
 	json=$SCRATCH/hyperfine.json
-	hyperfine --style basic --warmup 1 --runs "$RUNS" --export-json "$json" \
+	"${HYPERFINE:-hyperfine}" --style basic --warmup 1 --runs "$RUNS" --export-json "$json" \
 		-n kvls "$KVLS_CMD" -n find "$FIND_CMD" >&2
 	read -r t_kvls t_find c_kvls c_find < <(python3 -c '
 import json, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-print(r["kvls"]["mean"], r["find"]["mean"],
+print(r["kvls"]["median"], r["find"]["median"],
       r["kvls"]["user"] + r["kvls"]["system"], r["find"]["user"] + r["find"]["system"])' "$json")
 else
-	# Best of RUNS wall times after one warm-up run each.
-	best() {
-		local b=999999 t s e
-		bash -c "$1"
-		for _ in $(seq "$RUNS"); do
-			s=$(date +%s.%N); bash -c "$1"; e=$(date +%s.%N)
-			t=$(echo "$e - $s" | bc)
-			b=$(echo "if ($t < $b) $t else $b" | bc)
-		done
-		echo "$b"
+	# The same statistics without hyperfine: one warm-up run, then the
+	# median wall time and the mean CPU time of RUNS runs.
+	measure() {
+		python3 - "$1" "$RUNS" <<'PY'
+import resource, statistics, subprocess, sys, time
+cmd, runs = sys.argv[1], int(sys.argv[2])
+subprocess.run(cmd, shell=True, check=True)
+walls, cpus = [], []
+for _ in range(runs):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, shell=True, check=True)
+    walls.append(time.perf_counter() - t0)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+print(statistics.median(walls), statistics.mean(cpus))
+PY
 	}
-	t_kvls=$(best "$KVLS_CMD")
-	t_find=$(best "$FIND_CMD")
-	c_kvls=nan c_find=nan
+	read -r t_kvls c_kvls < <(measure "$KVLS_CMD")
+	read -r t_find c_find < <(measure "$FIND_CMD")
 fi
 python3 -c '
 import sys
 k, f, ck, cf = map(float, sys.argv[1:])
-print(f"kvls --blocks --ndjson: {k:.3f} s wall, {ck:.3f} s CPU")
-print(f"find -printf:           {f:.3f} s wall, {cf:.3f} s CPU")
+print(f"kvls --blocks --ndjson: {k:.3f} s wall (median), {ck:.3f} s CPU")
+print(f"find -printf:           {f:.3f} s wall (median), {cf:.3f} s CPU")
 print(f"ratio kvls/find:        {k / f:.2f} wall (target <= 1.0), {ck / cf:.2f} CPU")' \
 	"$t_kvls" "$t_find" "$c_kvls" "$c_find"
