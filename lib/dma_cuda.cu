@@ -534,6 +534,9 @@ extern "C" int kvi_cuda_frags_kernel(struct kvi_cuda_stream *cs,
 	cs->tab_used = 1;
 	jobs = n * T;
 	grid = jobs < KERNEL_GRID_MAX ? (unsigned)jobs : KERNEL_GRID_MAX;
+	/* A launch reports through cudaGetLastError, which also holds the
+	 * last failure of any earlier call: clear that first. */
+	(void)cudaGetLastError();
 	frags_kernel<<<grid, KERNEL_THREADS, 0, cs->stream[0]>>>(
 		cs->tab_dev, T, n, f->fragment_bytes, gather, vec);
 	CK(cudaGetLastError());
