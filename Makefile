@@ -108,6 +108,18 @@ $(BUILD)/tests/libfaultinj.so: tests/fault/faultinj.c
 	$(Q)chmod a-x $@
 all: $(BUILD)/tests/libfaultinj.so
 
+# A simulated CUDA device (tests/cudamock/), LD_PRELOADed over libcudart
+# by tests/bats/dma.bats so the CUDA paths run where no GPU is; built
+# like the injector above.
+ifeq ($(CUDA),1)
+$(BUILD)/tests/libcudart_mock.so: tests/cudamock/cudart_mock.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -lpthread
+	$(Q)chmod a-x $@
+all: $(BUILD)/tests/libcudart_mock.so
+endif
+
 # The long crash and concurrency runs behind tests/RELIABILITY.md.
 stress: all
 	BUILD=$(BUILD) tests/stress/crash.sh 1000

@@ -4,6 +4,19 @@
 
 load test_helper
 
+MOCK=$KV_BIN/../tests/libcudart_mock.so
+TESTS=$KV_BIN/../tests
+
+needs_mock() {
+	[ -f "$MOCK" ] || skip "built without CUDA: no simulated device"
+}
+
+# Run a command against the simulated CUDA device (tests/cudamock/).
+with_mock() {
+	env LD_PRELOAD="$MOCK" \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "$@"
+}
+
 no_gpu() {
 	if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
 		skip "a GPU is present"
@@ -74,5 +87,50 @@ assert {r["block_bytes"] for r in rows} == {1 << 20, 2 << 20, 4 << 20}
 assert all(r["bytes_per_s"] > 0 and r["elapsed_ns"] > 0 for r in rows)
 assert {(r["direction"], r["layout"]) for r in d["ratios"]} == {
     (a, b) for a in ("h2d", "d2h") for b in ("contiguous", "fragments")}
+PY
+}
+
+@test "simulated device: dma round trips, gather/scatter and pools pass" {
+	needs_mock
+	run with_mock "$TESTS/test_dma_cuda"
+	assert_success
+	assert_output --partial "device 0: kvtools simulated GPU, batch API yes"
+}
+
+@test "simulated device: GPU -> CPU -> file -> CPU -> GPU tier round trip" {
+	needs_mock
+	run with_mock "$TESTS/test_tier_gpu"
+	assert_success
+}
+
+@test "simulated device: block files through gds report the staged path" {
+	needs_mock
+	run with_mock "$TESTS/test_gds"
+	assert_success
+	assert_output --partial "kvtools simulated GPU: staged: "
+}
+
+@test "simulated device: its PCI bus id maps to a NUMA node" {
+	needs_mock
+	run with_mock "$TESTS/test_numa"
+	assert_success
+	assert_output --regexp "GPU [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]: NUMA node [0-9]+"
+}
+
+@test "simulated device: kvbench dma -J measures every combination" {
+	requires python3
+	needs_mock
+	run --separate-stderr with_mock kvbench dma -J -t 16M -r 1 --min-block 1M --max-block 4M
+	assert_success
+	python3 - "$output" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["device"]["name"] == "kvtools simulated GPU", d["device"]
+assert d["batch_api"] is True
+rows = d["results"]
+assert len(rows) == 3 * 20, len(rows)
+assert all(r["bytes"] == (16 << 20 if r["layout"] == "contiguous" else r["blocks"] * r["block_bytes"])
+           for r in rows)
+assert len(d["ratios"]) == 4
 PY
 }
