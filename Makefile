@@ -128,8 +128,10 @@ stress: all
 check: all
 	BUILD=$(BUILD) tests/run.sh
 
+# verify_asan_link_order=0: the fault tests LD_PRELOAD libfaultinj.so
+# ahead of the sanitizer runtime.
 check-asan:
-	KV_SANITIZED=1 $(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
+	KV_SANITIZED=1 ASAN_OPTIONS=$${ASAN_OPTIONS:+$$ASAN_OPTIONS:}verify_asan_link_order=0 $(MAKE) BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' \
 		LDFLAGS='-fsanitize=address,undefined' check
 
 # libFuzzer harnesses tests/fuzz/fuzz_<name>.c, linked with a clang
