@@ -13,6 +13,7 @@
 # STRESS_DIR to keep the tree somewhere given (default a fresh temp dir,
 # removed at the end).
 #
+# Every fifth writer is a kvput --batch of 4 blocks, killed the same way.
 # Every put of key K version V writes BLOCK_BYTES of 64-byte records
 # "kvcrash key=K ver=V ...", so a reader can tell a torn or mixed file from
 # a whole one without keeping every payload.  One line of results at the
@@ -99,29 +100,48 @@ declare -a done_ver
 for ((k = 0; k < keys; k++)); do done_ver[k]=-1; done
 done_ver[0]=0 done_ver[1]=0
 
-killed=0 finished=0 checked=0 start=$(date +%s%N)
+killed=0 finished=0 checked=0 batches=0 start=$(date +%s%N)
 for ((i = 1; i <= iterations; i++)); do
 	k=$((RANDOM % keys))
-	h=$(hash_of "$k")
-	payload "$h" "$i" | kvput --root "$root" --model-dir "$model_dir" "$h" - 2>/dev/null &
+	# Every fifth writer is a kvput --batch of 4 keys with 4 in flight.
+	if [ $((i % 5)) -eq 0 ]; then
+		batch_keys=($k $(((k + 1) % keys)) $(((k + 2) % keys)) $(((k + 3) % keys)))
+		: > "$work/manifest"
+		for bk in "${batch_keys[@]}"; do
+			payload "$(hash_of "$bk")" "$i" > "$work/batch.$bk"
+			printf '{"hash":"%s","file":"%s"}\n' "$(hash_of "$bk")" "$work/batch.$bk" >> "$work/manifest"
+		done
+		kvput --root "$root" --model-dir "$model_dir" --qd 4 --batch "$work/manifest" \
+			> /dev/null 2>&1 &
+		batches=$((batches + 1))
+	else
+		batch_keys=($k)
+		payload "$(hash_of "$k")" "$i" |
+			kvput --root "$root" --model-dir "$model_dir" "$(hash_of "$k")" - 2>/dev/null &
+	fi
 	pid=$!
-	pause_us $(( (RANDOM * 32768 + RANDOM) % window_us ))
+	pause_us $(( (RANDOM * 32768 + RANDOM) % (window_us * ${#batch_keys[@]}) ))
 	kill -9 "$pid" 2>/dev/null
 	# (The braces keep bash's "Killed" job notice off stderr.)
 	{ wait "$pid"; rc=$?; } 2>/dev/null
 	if [ "$rc" -eq 0 ]; then
-		finished=$((finished + 1)); done_ver[k]=$i
+		finished=$((finished + 1))
+		for bk in "${batch_keys[@]}"; do done_ver[bk]=$i; done
 	elif [ "$rc" -eq 137 ]; then
 		killed=$((killed + 1))
 	else
 		fail "iteration $i: kvput exited $rc"
 	fi
-	if [ -e "$(block_path "$h")" ]; then
-		check_block "$h" "${done_ver[k]}" > /dev/null && checked=$((checked + 1))
-	elif [ "${done_ver[k]}" -ge 0 ]; then
-		fail "iteration $i: $h vanished after a finished put"
-	fi
+	for bk in "${batch_keys[@]}"; do
+		h=$(hash_of "$bk")
+		if [ -e "$(block_path "$h")" ]; then
+			check_block "$h" "${done_ver[bk]}" > /dev/null && checked=$((checked + 1))
+		elif [ "${done_ver[bk]}" -ge 0 ]; then
+			fail "iteration $i: $h vanished after a finished put"
+		fi
+	done
 done
+
 # Phase two: kill -9 kvoffd while it writes blocks behind to the file tier
 # (--write-policy always), one tenth as many rounds, on keys of its own.
 # Whatever reached the tier must be whole; RAM-only blocks may be lost.
@@ -203,7 +223,8 @@ if [ -x "$bin/kvevict" ]; then
 	fi
 fi
 echo "crash: $iterations iterations in ${elapsed_ms} ms (window ${window_us} us):" \
-	"$killed killed, $finished finished; $offd_rounds kvoffd write-behind kills;" \
+	"$killed killed, $finished finished, $batches of all were --batch puts of 4;" \
+	"$offd_rounds kvoffd write-behind kills;" \
 	"$checked checks during the run," \
 	"$bins blocks whole at the end, xxh3 verified by kvls: $verified, $temps temps left," \
 	"reclaimed $reclaimed, $fails failures"
