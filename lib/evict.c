@@ -32,9 +32,12 @@
 #define HALF_COUNT	(SUB_COUNT / 2)
 #define LOG_BUCKETS	(SUB_COUNT + (64 - SUB_BITS) * HALF_COUNT)
 #define REFINE_BUCKETS	65536u
-/* Victims the scan may keep with their paths, and the bytes they may use. */
+/* Bytes the scan may spend keeping victims with their paths, and how
+ * many it may keep (an array of at most 8 MiB). */
 #define SCAN_HEAP_BYTES	(32u << 20)
-#define SCAN_HEAP_MAX	(SCAN_HEAP_BYTES / 64)
+#define SCAN_HEAP_MAX	(SCAN_HEAP_BYTES / 128)
+/* What malloc adds to each path kept, for the count above. */
+#define MALLOC_OVERHEAD	16u
 /* Boundary files the second walk keeps for exact order. */
 #define STASH_MAX	8192u
 /* How often the fs-use target is re-read while deleting. */
@@ -342,7 +345,7 @@ static void heap_pop(struct heap *h)
 {
 	h->dropped = 1;
 	h->bytes -= h->v[0].alloc_bytes;
-	h->mem -= strlen(h->v[0].path) + 1;
+	h->mem -= strlen(h->v[0].path) + 1 + MALLOC_OVERHEAD;
 	free(h->v[0].path);
 	h->v[0] = h->v[--h->n];
 	sift_down(h->v, h->n, 0);
@@ -385,7 +388,7 @@ static int heap_push(struct heap *h, int64_t atime, uint64_t ino, uint64_t alloc
 	it.path = strdup(path);
 	if (!it.path)
 		return -ENOMEM;
-	h->mem += strlen(path) + 1;
+	h->mem += strlen(path) + 1 + MALLOC_OVERHEAD;
 	h->bytes += alloc;
 	i = h->n++;
 	h->v[i] = it;
