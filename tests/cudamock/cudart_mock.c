@@ -9,11 +9,14 @@
  *    crosses an allocation's end is cudaErrorInvalidValue;
  *  - host code never touches device memory directly (it would fault);
  *  - registrations pair up, frees name live allocations;
- *  - cudaMemcpyBatchAsync gets well-formed attributes.
+ *  - cudaMemcpyBatchAsync gets well-formed attributes;
+ *  - nothing reads results before waiting: work on a stream is queued
+ *    until an event or stream sync (or a query) runs it, and freeing
+ *    memory that queued work still uses aborts.
  *
- * Work runs at submission, so it checks addresses and bytes, not
- * timing.  The only kernel it knows is libkv's fragment copy kernel,
- * whose arguments it interprets the way lib/dma_cuda.cu lays them out.
+ * It checks addresses, bytes and ordering, not timing.  The only
+ * kernel it knows is libkv's fragment copy kernel, whose arguments it
+ * interprets the way lib/dma_cuda.cu lays them out.
  */
 #include <pthread.h>
 #include <dirent.h>
@@ -205,21 +208,26 @@ cudaError_t cudaMalloc(void **p, size_t len)
 	return cudaSuccess;
 }
 
+static void check_pending(uintptr_t addr, size_t len);
+
 static cudaError_t drop(void *p, enum kind k)
 {
 	struct alloc *a;
 	char *real = NULL;
+	size_t len = 0;
 
 	pthread_mutex_lock(&lock);
 	a = find(p);
 	if (a && a->addr == (uintptr_t)p && a->kind == k) {
 		a->live = 0;
 		real = a->real;
+		len = a->len;
 	}
 	pthread_mutex_unlock(&lock);
 	if (!real)
 		return ret(k == REGISTERED ? cudaErrorHostMemoryNotRegistered
 					   : cudaErrorInvalidValue);
+	check_pending((uintptr_t)p, len);
 	if (k != REGISTERED)
 		free(real);
 	return cudaSuccess;
@@ -310,13 +318,177 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t len, enum cudaMemcpyKi
 	return copy(dst, src, len);
 }
 
+/*
+ * Streams queue their work and run it only when something waits (an
+ * event or stream sync, a query, a destroy), so a missing wait shows up
+ * as wrong bytes, and freeing memory that queued work still uses
+ * aborts.
+ */
+enum op_kind { OP_COPY, OP_KERNEL, OP_EVENT };
+
+struct event;
+
+struct op {
+	enum op_kind kind;
+	struct op *next;
+	void *dst;			/* OP_COPY */
+	const void *src;
+	size_t len;
+	const uint64_t *tab;		/* OP_KERNEL: frags_kernel's arguments */
+	unsigned ntensors;
+	size_t n, frag;
+	int gather, vec;
+	struct event *ev;		/* OP_EVENT */
+	unsigned long gen;
+};
+
+#define STREAM_MAGIC	0x57
+#define EVENT_MAGIC	0xe7
+
+struct stream {
+	int magic;
+	struct op *head, *tail;
+	struct stream *next;
+	cudaError_t err;		/* first failure of queued work */
+};
+
+struct event {
+	int magic;
+	struct stream *stream;		/* where it was last recorded */
+	unsigned long gen;		/* records so far */
+	int done;			/* the last record has been reached */
+};
+
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+static struct stream *streams;
+
+static int overlaps(const void *p, size_t len, uintptr_t addr, size_t alen)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	return p && a < addr + alen && addr < a + (len ? len : 1);
+}
+
+static void check_pending(uintptr_t addr, size_t len)
+{
+	pthread_mutex_lock(&qlock);
+	for (struct stream *st = streams; st; st = st->next)
+		for (struct op *o = st->head; o; o = o->next)
+			if ((o->kind == OP_COPY && (overlaps(o->dst, o->len, addr, len) ||
+						    overlaps(o->src, o->len, addr, len))) ||
+			    (o->kind == OP_KERNEL && overlaps(o->tab, 8, addr, len))) {
+				fprintf(stderr, "cudart mock: memory at %#lx freed while "
+					"queued work still uses it\n", (unsigned long)addr);
+				abort();
+			}
+	pthread_mutex_unlock(&qlock);
+}
+
+static cudaError_t run_kernel(const struct op *o)
+{
+	unsigned T = o->ntensors;
+	size_t n = o->n, frag = o->frag;
+	const uint64_t *t = (const uint64_t *)resolve(o->tab, (T + 2 * n) * sizeof(uint64_t));
+
+	if (!t || (o->vec && frag % 16))
+		return cudaErrorIllegalAddress;
+	for (size_t i = 0; i < n; i++) {
+		for (unsigned j = 0; j < T; j++) {
+			char *f = (char *)(uintptr_t)t[j] + t[T + i] * frag;
+			char *b = (char *)(uintptr_t)t[T + n + i] + (size_t)j * frag;
+
+			if (!reachable(f) || !reachable(b) ||
+			    (o->vec && (((uintptr_t)f | (uintptr_t)b) & 15)) ||
+			    (o->gather ? copy(b, f, frag) : copy(f, b, frag)) != cudaSuccess)
+				return cudaErrorIllegalAddress;
+		}
+	}
+	return cudaSuccess;
+}
+
+/* Run the stream's oldest queued op; 0 when there was none. */
+static int run_one(struct stream *st)
+{
+	struct op *o;
+	cudaError_t e = cudaSuccess;
+
+	pthread_mutex_lock(&qlock);
+	o = st->head;
+	if (o) {
+		st->head = o->next;
+		if (!st->head)
+			st->tail = NULL;
+	}
+	pthread_mutex_unlock(&qlock);
+	if (!o)
+		return 0;
+	switch (o->kind) {
+	case OP_COPY:
+		e = copy(o->dst, o->src, o->len);
+		break;
+	case OP_KERNEL:
+		e = run_kernel(o);
+		break;
+	case OP_EVENT:
+		if (o->gen == o->ev->gen)
+			o->ev->done = 1;
+		break;
+	}
+	if (e != cudaSuccess && st->err == cudaSuccess)
+		st->err = e;
+	free(o);
+	return 1;
+}
+
+static cudaError_t enqueue(struct stream *st, struct op *o)
+{
+	struct op *q = malloc(sizeof(*q));
+
+	if (!q)
+		return ret(cudaErrorMemoryAllocation);
+	*q = *o;
+	q->next = NULL;
+	pthread_mutex_lock(&qlock);
+	if (st->tail)
+		st->tail->next = q;
+	else
+		st->head = q;
+	st->tail = q;
+	pthread_mutex_unlock(&qlock);
+	return cudaSuccess;
+}
+
+static struct stream *as_stream(cudaStream_t s)
+{
+	struct stream *st = (struct stream *)s;
+
+	return st && st->magic == STREAM_MAGIC ? st : NULL;
+}
+
+static struct event *as_event(cudaEvent_t e)
+{
+	struct event *ev = (struct event *)e;
+
+	return ev && ev->magic == EVENT_MAGIC ? ev : NULL;
+}
+
+static cudaError_t queue_copy(void *dst, const void *src, size_t len, cudaStream_t s)
+{
+	struct stream *st = as_stream(s);
+	struct op o = { .kind = OP_COPY, .dst = dst, .src = src, .len = len };
+
+	if (!st)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!dst || !src || !resolve(dst, len) || !resolve(src, len))
+		return ret(cudaErrorInvalidValue);
+	return enqueue(st, &o);
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len,
 			    enum cudaMemcpyKind k, cudaStream_t s)
 {
 	(void)k;
-	if (!s)
-		return ret(cudaErrorInvalidValue);
-	return copy(dst, src, len);
+	return queue_copy(dst, src, len, s);
 }
 
 cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
@@ -324,7 +496,9 @@ cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
 				 struct cudaMemcpyAttributes *attrs, size_t *idxs,
 				 size_t nattrs, cudaStream_t s)
 {
-	if (!s || !count || !nattrs || nattrs > count || idxs[0] != 0)
+	if (!as_stream(s))
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!count || !nattrs || nattrs > count || idxs[0] != 0)
 		return ret(cudaErrorInvalidValue);
 	for (size_t i = 0; i < nattrs; i++)
 		if (attrs[i].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid ||
@@ -334,85 +508,131 @@ cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
 		if (!sizes[i] || !resolve(dsts[i], sizes[i]) || !resolve(srcs[i], sizes[i]))
 			return ret(cudaErrorInvalidValue);
 	for (size_t i = 0; i < count; i++)
-		copy(dsts[i], srcs[i], sizes[i]);
+		if (queue_copy(dsts[i], srcs[i], sizes[i], s) != cudaSuccess)
+			return last_error;
 	return cudaSuccess;
-}
-
-struct token {
-	int magic;
-};
-
-#define STREAM_MAGIC	0x57
-#define EVENT_MAGIC	0xe7
-
-static cudaError_t make(void **out, int magic)
-{
-	struct token *t = malloc(sizeof(*t));
-
-	if (!t)
-		return ret(cudaErrorMemoryAllocation);
-	t->magic = magic;
-	*out = t;
-	return cudaSuccess;
-}
-
-static cudaError_t check(const void *p, int magic)
-{
-	const struct token *t = p;
-
-	return ret(t && t->magic == magic ? cudaSuccess : cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
+	struct stream *st = calloc(1, sizeof(*st));
+
 	(void)flags;
-	return make((void **)s, STREAM_MAGIC);
+	if (!st)
+		return ret(cudaErrorMemoryAllocation);
+	st->magic = STREAM_MAGIC;
+	pthread_mutex_lock(&qlock);
+	st->next = streams;
+	streams = st;
+	pthread_mutex_unlock(&qlock);
+	*s = (cudaStream_t)st;
+	return cudaSuccess;
+}
+
+static cudaError_t drain(struct stream *st)
+{
+	cudaError_t e;
+
+	while (run_one(st))
+		;
+	e = st->err;
+	return ret(e);
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-	cudaError_t e = check(s, STREAM_MAGIC);
+	struct stream *st = as_stream(s);
 
-	if (e == cudaSuccess)
-		free(s);
-	return e;
+	if (!st)
+		return ret(cudaErrorInvalidResourceHandle);
+	drain(st);
+	pthread_mutex_lock(&qlock);
+	for (struct stream **p = &streams; *p; p = &(*p)->next)
+		if (*p == st) {
+			*p = st->next;
+			break;
+		}
+	pthread_mutex_unlock(&qlock);
+	st->magic = 0;
+	free(st);
+	return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-	return s ? check(s, STREAM_MAGIC) : cudaSuccess;
+	struct stream *st;
+
+	if (!s)
+		return cudaSuccess;
+	st = as_stream(s);
+	return st ? drain(st) : ret(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
+	struct event *ev = calloc(1, sizeof(*ev));
+
 	(void)flags;
-	return make((void **)e, EVENT_MAGIC);
+	if (!ev)
+		return ret(cudaErrorMemoryAllocation);
+	ev->magic = EVENT_MAGIC;
+	ev->done = 1;
+	*e = (cudaEvent_t)ev;
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-	cudaError_t r = check(e, EVENT_MAGIC);
+	struct event *ev = as_event(e);
 
-	if (r == cudaSuccess)
-		free(e);
-	return r;
+	if (!ev)
+		return ret(cudaErrorInvalidResourceHandle);
+	/* Queued records of it would touch freed memory: run them first. */
+	if (ev->stream && !ev->done)
+		drain(ev->stream);
+	ev->magic = 0;
+	free(ev);
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-	cudaError_t r = check(e, EVENT_MAGIC);
+	struct event *ev = as_event(e);
+	struct stream *st = as_stream(s);
+	struct op o = { .kind = OP_EVENT, .ev = ev };
 
-	return r == cudaSuccess ? check(s, STREAM_MAGIC) : r;
+	if (!ev || !st)
+		return ret(cudaErrorInvalidResourceHandle);
+	ev->stream = st;
+	ev->done = 0;
+	o.gen = ++ev->gen;
+	return enqueue(st, &o);
 }
 
+/* Run the recording stream up to the event. */
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-	return check(e, EVENT_MAGIC);
+	struct event *ev = as_event(e);
+
+	if (!ev)
+		return ret(cudaErrorInvalidResourceHandle);
+	while (!ev->done && run_one(ev->stream))
+		;
+	return ret(ev->stream ? ev->stream->err : cudaSuccess);
 }
 
+/* Work advances one op per query, so pollers see it in flight. */
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-	return check(e, EVENT_MAGIC);
+	struct event *ev = as_event(e);
+
+	if (!ev)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!ev->done && ev->stream)
+		run_one(ev->stream);
+	if (ev->stream && ev->stream->err != cudaSuccess)
+		return ret(ev->stream->err);
+	return ev->done ? cudaSuccess : cudaErrorNotReady;
 }
 
 /* Kernel registration and launch, as nvcc's generated code calls them. */
@@ -474,33 +694,26 @@ cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fun)
 	return cudaSuccess;
 }
 
-/* libkv's frags_kernel(tab, ntensors, n, frag, gather, vec), run on the
- * CPU with every address checked like a copy. */
+/* libkv's frags_kernel(tab, ntensors, n, frag, gather, vec), queued
+ * with its arguments as dma_cuda.cu passes them. */
 cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block,
 			       void **args, size_t shmem, cudaStream_t s)
 {
-	const uint64_t *tab = *(const uint64_t **)args[0];
-	unsigned T = *(unsigned *)args[1];
-	size_t n = *(size_t *)args[2], frag = *(size_t *)args[3];
-	int gather = *(int *)args[4], vec = *(int *)args[5];
-	const uint64_t *t;
+	struct stream *st = as_stream(s);
+	struct op o = {
+		.kind = OP_KERNEL,
+		.tab = *(const uint64_t **)args[0],
+		.ntensors = *(unsigned *)args[1],
+		.n = *(size_t *)args[2],
+		.frag = *(size_t *)args[3],
+		.gather = *(int *)args[4],
+		.vec = *(int *)args[5],
+	};
 
 	(void)k, (void)shmem;
-	if (check(s, STREAM_MAGIC) != cudaSuccess || !grid.x || !block.x)
+	if (!st)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!grid.x || !block.x)
 		return ret(cudaErrorInvalidConfiguration);
-	t = (const uint64_t *)resolve(tab, (T + 2 * n) * sizeof(uint64_t));
-	if (!t || (vec && frag % 16))
-		return ret(cudaErrorIllegalAddress);
-	for (size_t i = 0; i < n; i++) {
-		for (unsigned j = 0; j < T; j++) {
-			char *f = (char *)(uintptr_t)t[j] + t[T + i] * frag;
-			char *b = (char *)(uintptr_t)t[T + n + i] + (size_t)j * frag;
-
-			if (!reachable(f) || !reachable(b) ||
-			    (vec && (((uintptr_t)f | (uintptr_t)b) & 15)) ||
-			    (gather ? copy(b, f, frag) : copy(f, b, frag)) != cudaSuccess)
-				return ret(cudaErrorIllegalAddress);
-		}
-	}
-	return cudaSuccess;
+	return enqueue(st, &o);
 }
