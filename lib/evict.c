@@ -825,19 +825,15 @@ static void *drain_worker(void *arg)
 }
 
 /* Remove v[0, end) on several threads: the set is exact, so the order
- * within it does not matter; path order lets neighbours share dirs and
- * unlinks on a shared filesystem overlap. */
+ * within it does not matter, and path order lets neighbours share dirs.
+ * Unlinks on shared filesystems wait on the metadata server, so the
+ * default is DRAIN_MAX_THREADS whatever the number of CPUs. */
 static void drain_parallel(struct ctx *c, struct stash_item *v, unsigned end)
 {
 	struct drain_job j = { .c = c, .v = v, .end = end };
 	pthread_t tid[DRAIN_MAX_THREADS];
-	unsigned n = c->o->threads, started = 0, i;
-	long cpus;
+	unsigned n = c->o->threads ? c->o->threads : DRAIN_MAX_THREADS, started = 0, i;
 
-	if (!n) {
-		cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		n = cpus > 0 ? (unsigned)cpus : 1;
-	}
 	if (n > DRAIN_MAX_THREADS)
 		n = DRAIN_MAX_THREADS;
 	if (end < DRAIN_PARALLEL_MIN)
