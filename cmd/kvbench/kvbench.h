@@ -11,7 +11,9 @@
 
 #define KVBENCH_JSON_VERSION	1
 
-enum engine { ENGINE_URING, ENGINE_PSYNC };
+/* kvio is libkv's own file engine (kv_io_batch, kv_io_has): what a
+ * connector linking libkv gets, checksums and all. */
+enum engine { ENGINE_URING, ENGINE_PSYNC, ENGINE_KVIO };
 enum fsync_policy { FSYNC_NONE, FSYNC_FILE, FSYNC_DIR };
 enum phase { PH_WRITE, PH_READ, PH_LOOKUP, PH_MIXED, PH_COUNT };
 enum direct_mode { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
@@ -27,8 +29,9 @@ enum lat {
 	LAT_DIRSYNC,	/* fsync of its directory */
 	LAT_RENAME,	/* temp -> target */
 	LAT_TOUCH,	/* atime stamp on a read hit, as llm-d readers do */
-	LAT_LOOKUP,	/* presence check (fstatat) */
+	LAT_LOOKUP,	/* presence check (fstatat, or kv_io_has) */
 	LAT_FILE,	/* a whole block operation, open to close/rename */
+	LAT_BATCH,	/* one kv_io_batch call of up to qd whole operations */
 	LAT_COUNT
 };
 

@@ -111,7 +111,7 @@ static void usage(void)
 	       "Run:\n"
 	       "      --dir DIR             scratch directory to work in (required)\n"
 	       "      --phases LIST         write,read,lookup,mixed or all (default all)\n"
-	       "      --engine ENGINE       uring (default) or psync\n"
+	       "      --engine ENGINE       uring (default), psync, or kvio (libkv's)\n"
 	       "      --threads N           worker threads (default 4)\n"
 	       "      --qd N                I/Os in flight per thread, uring (default 8)\n"
 	       "      --size SIZE           working set (default 1G)\n"
@@ -367,8 +367,10 @@ int main(int argc, char **argv)
 				b.o.engine = ENGINE_URING;
 			else if (!strcmp(optarg, "psync"))
 				b.o.engine = ENGINE_PSYNC;
+			else if (!strcmp(optarg, "kvio"))
+				b.o.engine = ENGINE_KVIO;
 			else
-				tool_usage_fail("invalid --engine value '%s' (uring, psync)", optarg);
+				tool_usage_fail("invalid --engine value '%s' (uring, psync, kvio)", optarg);
 			break;
 		case OPT_THREADS: b.o.threads = (unsigned)tool_parse_uint("--threads", optarg, 1024); break;
 		case OPT_QD: b.o.qd = (unsigned)tool_parse_uint("--qd", optarg, 4096); break;
@@ -498,6 +500,10 @@ int main(int argc, char **argv)
 	if (b.o.engine != ENGINE_URING &&
 	    (b.o.registered_buffers || b.o.registered_files || b.o.sqpoll))
 		tool_usage_fail("--registered-buffers, --registered-files and --sqpoll need --engine uring");
+	if (b.o.engine == ENGINE_KVIO && !b.o.atomic)
+		tool_usage_fail("--engine kvio always writes atomically: no --in-place");
+	if (b.o.engine == ENGINE_KVIO && b.o.fsync == FSYNC_FILE)
+		tool_usage_fail("--engine kvio syncs file and directory together: --fsync dir");
 	if (!b.o.threads || !b.o.qd)
 		tool_usage_fail("--threads and --qd must be at least 1");
 	if (b.o.size_bytes == 0)

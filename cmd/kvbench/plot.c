@@ -19,10 +19,10 @@ static const char *const colors[] = { "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
  * lookups. */
 static const struct kv_hist *main_hist(const struct phase_result *r, int i)
 {
-	static const enum lat order[] = { LAT_READ, LAT_WRITE, LAT_LOOKUP };
+	static const enum lat order[] = { LAT_READ, LAT_WRITE, LAT_LOOKUP, LAT_BATCH };
 	int n = 0;
 
-	for (unsigned k = 0; k < 3; k++) {
+	for (unsigned k = 0; k < 4; k++) {
 		if (!r->lat[order[k]] || !r->lat[order[k]]->count)
 			continue;
 		if (n++ == i)

@@ -5,7 +5,7 @@
 #include "../common/tool.h"
 #include "kvbench.h"
 
-static const char *const engine_names[] = { "uring", "psync" };
+static const char *const engine_names[] = { "uring", "psync", "kvio" };
 static const char *const fsync_names[] = { "none", "file", "dir" };
 
 void format_ns(uint64_t ns, char *buf, size_t len)
@@ -155,7 +155,7 @@ static json_t *config_json(const struct bench *b)
 	json_object_set_new(j, "model_dir", json_string(b->model_dir));
 	json_object_set_new(j, "engine", json_string(engine_names[o->engine]));
 	json_object_set_new(j, "threads", json_integer(o->threads));
-	json_object_set_new(j, "queue_depth", json_integer(o->engine == ENGINE_URING ? o->qd : 1));
+	json_object_set_new(j, "queue_depth", json_integer(o->engine != ENGINE_PSYNC ? o->qd : 1));
 	json_object_set_new(j, "size_bytes", json_integer((json_int_t)o->size_bytes));
 	json_object_set_new(j, "duration_ns", json_integer((json_int_t)o->duration_ns));
 	json_object_set_new(j, "block_bytes", json_integer((json_int_t)o->block_bytes));
@@ -221,7 +221,7 @@ void report_table(const struct bench *b)
 	kv_size_format(o->block_bytes, blk, sizeof(blk));
 	printf("dir %s: %s\n", o->dir, fs);
 	printf("engine %s, %u threads x qd %u, %s, %s, fsync %s, %llu files of %s\n\n",
-	       engine_names[o->engine], o->threads, o->engine == ENGINE_URING ? o->qd : 1,
+	       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1,
 	       b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
 	       fsync_names[o->fsync], (unsigned long long)b->files, blk);
 	printf("%-7s %-8s %9s %11s %9s %9s %9s %9s %9s %9s\n", "phase", "op", "count",
@@ -246,7 +246,8 @@ void report_table(const struct bench *b)
 		/* The data (or lookup) rows carry the rates; the metadata
 		 * calls around them follow. */
 		for (l = 0; l < LAT_COUNT; l++) {
-			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP;
+			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP ||
+				   l == LAT_BATCH;
 
 			if (!r->lat[l] || !r->lat[l]->count || !data)
 				continue;
@@ -256,7 +257,8 @@ void report_table(const struct bench *b)
 			strcpy(iops, "");
 		}
 		for (l = 0; l < LAT_COUNT; l++) {
-			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP;
+			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP ||
+				   l == LAT_BATCH;
 
 			if (!r->lat[l] || !r->lat[l]->count || data)
 				continue;

@@ -22,7 +22,7 @@
 const char *const phase_names[PH_COUNT] = { "write", "read", "lookup", "mixed" };
 const char *const lat_names[LAT_COUNT] = {
 	"read", "write", "open", "close", "fsync", "dirsync", "rename", "touch",
-	"lookup", "file",
+	"lookup", "file", "batch",
 };
 
 #define HASH_HEX	16
@@ -51,6 +51,8 @@ struct worker {
 	pthread_t tid;
 	struct io_uring ring;
 	int have_ring;
+	struct kv_io *io;		/* ENGINE_KVIO */
+	struct kv_io_req *reqs;
 	struct slot *slots;
 	void **bufs;
 	uint64_t rng;
@@ -531,10 +533,13 @@ static void run_lookup(struct worker *w)
 					: sh->missing[(k / 2) % w->b->files];
 
 		t0 = kv_monotonic_ns();
-		r = fstatat(sh->rootfd, path, &st, 0);
+		if (w->io)
+			r = kv_io_has(w->io, path);
+		else
+			r = fstatat(sh->rootfd, path, &st, 0) < 0 ? -errno : 0;
 		t1 = kv_monotonic_ns();
-		if (r < 0 && errno != ENOENT) {
-			set_err(sh, -errno, "cannot stat '%s': %s", path);
+		if (r < 0 && r != -ENOENT) {
+			set_err(sh, r, "cannot stat '%s': %s", path);
 			return;
 		}
 		record(w, LAT_LOOKUP, t0, t1);
@@ -546,6 +551,53 @@ static void run_lookup(struct worker *w)
 	}
 }
 
+/* libkv's engine: batches of up to qd whole puts and gets. */
+static void run_kvio(struct worker *w)
+{
+	struct shared *sh = w->sh;
+	uint64_t len = w->b->o.block_bytes, file, k;
+	unsigned qd = w->b->o.qd, n, i;
+	int is_write, r;
+	int64_t t0;
+
+	for (;;) {
+		for (n = 0; n < qd && next_op(w, &file, &is_write, &k); n++)
+			w->reqs[n] = (struct kv_io_req){
+				.op = is_write ? KV_IO_OP_PUT : KV_IO_OP_GET,
+				.relpath = sh->paths[file],
+				.buf = w->bufs[n],
+				.len = len,
+			};
+		if (!n)
+			return;
+		t0 = kv_monotonic_ns();
+		r = kv_io_batch(w->io, w->reqs, n);
+		if (r < 0) {
+			set_err(sh, r, "libkv engine failed on '%s': %s", w->reqs[0].relpath);
+			return;
+		}
+		record(w, LAT_BATCH, t0, kv_monotonic_ns());
+		for (i = 0; i < n; i++) {
+			struct kv_io_req *q = &w->reqs[i];
+
+			if (q->result < 0) {
+				set_err(sh, q->result, q->op == KV_IO_OP_PUT ? "cannot put '%s': %s"
+									  : "cannot get '%s': %s",
+					q->relpath);
+				continue;
+			}
+			if (q->op == KV_IO_OP_PUT)
+				w->writes++;
+			else
+				w->reads++;
+			atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&w->live_bytes, len, memory_order_relaxed);
+		}
+		if (r > 0)
+			return;
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -553,6 +605,8 @@ static void *worker_main(void *arg)
 
 	if (sh->phase == PH_LOOKUP)
 		run_lookup(w);
+	else if (w->b->o.engine == ENGINE_KVIO)
+		run_kvio(w);
 	else if (w->b->o.engine == ENGINE_URING)
 		run_uring(w);
 	else
@@ -566,7 +620,7 @@ static void *worker_main(void *arg)
 
 static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 {
-	unsigned n = b->o.engine == ENGINE_URING ? b->o.qd : 1, i;
+	unsigned n = b->o.engine != ENGINE_PSYNC ? b->o.qd : 1, i;
 	struct io_uring_params p = { 0 };
 	struct iovec *iov;
 	int r;
@@ -574,6 +628,18 @@ static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 	for (i = 0; i < LAT_COUNT; i++)
 		if ((r = kv_hist_new(&w->lat[i])) < 0)
 			return r;
+	if (b->o.engine == ENGINE_KVIO) {
+		struct kv_io_opts o = {
+			.queue_depth = b->o.qd,
+			.flags = (b->direct ? 0 : KV_IO_BUFFERED) |
+				 (b->o.fsync != FSYNC_NONE ? KV_IO_FSYNC : 0),
+		};
+
+		if ((r = kv_io_open(b->o.dir, &o, &w->io)) < 0)
+			return r;
+		if (!(w->reqs = calloc(n, sizeof(*w->reqs))))
+			return -ENOMEM;
+	}
 	if (ph == PH_LOOKUP)
 		return 0;	/* presence checks move no data */
 	w->slots = calloc(n, sizeof(*w->slots));
@@ -621,10 +687,13 @@ static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 
 static void worker_free(struct bench *b, struct worker *w)
 {
-	unsigned n = b->o.engine == ENGINE_URING ? b->o.qd : 1, i;
+	unsigned n = b->o.engine != ENGINE_PSYNC ? b->o.qd : 1, i;
 
 	if (w->have_ring)
 		io_uring_queue_exit(&w->ring);
+	if (w->io)
+		kv_io_close(w->io);
+	free(w->reqs);
 	for (i = 0; w->bufs && i < n; i++)
 		free(w->bufs[i]);
 	free(w->bufs);

@@ -276,6 +276,28 @@ setup() {
 	assert_equal "$status" 2
 }
 
+@test "the kvio engine: libkv's own puts, gets and presence checks" {
+	requires xattr
+	run tiny --engine kvio --fsync dir -J
+	assert_success
+	assert_equal "$(jq -r .config.engine <<<"$output")" kvio
+	assert_equal "$(jq '.phases[] | select(.phase == "write") | .writes' <<<"$output")" 4
+	assert_equal "$(jq '.phases[] | select(.phase == "read") | .reads' <<<"$output")" 4
+	assert_equal "$(jq '.phases[] | select(.phase == "lookup") | [.hits, .misses]' <<<"$output" | tr -d ' \n')" '[50,50]'
+	assert_equal "$(jq '[.phases[] | select(.phase != "lookup") | .latency.batch.count > 0] | all' <<<"$output")" true
+	[ -z "$(ls -A "$D")" ]
+	# Its puts carry the checksum xattr.
+	run tiny --engine kvio --phases write --keep -J
+	f=$(find "$D" -name '*.bin' | head -1)
+	run --separate-stderr getfattr --only-values -n user.kv.xxh3 "$f"
+	assert_success
+	[[ "$output" =~ ^[0-9a-f]{16}$ ]]
+	run --separate-stderr tiny --engine kvio --in-place
+	assert_equal "$status" 2
+	run --separate-stderr tiny --engine kvio --fsync file
+	assert_equal "$status" 2
+}
+
 @test "read-only phases populate the working set first; --duration runs on" {
 	run tiny --phases lookup --duration 300ms -J
 	assert_success
