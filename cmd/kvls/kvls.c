@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,9 +136,8 @@ static int out_open(struct ls *ls)
  * what `kvls | head` does, with a message for anything else. */
 static void out_fail(const struct ls *ls)
 {
-	if (ls->write_errno == EPIPE)
-		_exit(EXIT_RUNTIME);
-	tool_err("write error: %s", strerror(ls->write_errno));
+	if (ls->write_errno != EPIPE)
+		tool_err("write error: %s", strerror(ls->write_errno));
 	_exit(EXIT_RUNTIME);
 }
 
@@ -664,8 +662,15 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 
 static int on_block(struct ls *ls, const struct kv_walk_entry *e)
 {
-	struct model *m;
+	struct model *m = NULL;
 
+	/* Every rank dir counts for the table and for --check, whatever
+	 * the time filters leave of its blocks. */
+	if (ls->mode != MODE_BLOCKS) {
+		m = model_get(ls, &e->ref);
+		if (!m || model_add_rank(m, e->ref.rank) < 0)
+			return STOP_NOMEM;
+	}
 	if (!block_matches(ls, e))
 		return 0;
 	ls->blocks++;
@@ -673,9 +678,6 @@ static int on_block(struct ls *ls, const struct kv_walk_entry *e)
 		return block_record(ls, e);
 	if (ls->mode == MODE_CHECK)
 		return ls->verify ? verify_block(ls, e) : 0;
-	m = model_get(ls, &e->ref);
-	if (!m)
-		return STOP_NOMEM;
 	m->files++;
 	m->size_bytes += e->size_bytes;
 	m->alloc_bytes += e->alloc_bytes;
@@ -708,11 +710,6 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 	}
 	switch (e->kind) {
 	case KV_WALK_BLOCK:
-		if (ls->mode != MODE_BLOCKS) {
-			m = model_get(ls, &e->ref);
-			if (!m || model_add_rank(m, e->ref.rank) < 0)
-				return STOP_NOMEM;
-		}
 		return on_block(ls, e);
 	case KV_WALK_CONFIG:
 		return ls->mode == MODE_BLOCKS ? 0 : on_config(ls, e);
