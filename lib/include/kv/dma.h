@@ -144,8 +144,8 @@ int kv_dma_scatter(struct kv_dma_stream *s, enum kv_dma_method method,
 struct kv_dma_pool_opts {
 	size_t slot_bytes;	/* rounded up to 4096 */
 	unsigned slots;
-	void *mem;		/* pin and carve this (>= slots * slot_bytes)
-				   instead of allocating; NULL: allocate */
+	void *mem;		/* pin and carve this (slots times the rounded
+				   slot_bytes) instead of allocating */
 	unsigned flags;		/* KV_DMA_POOL_* */
 	int numa_node;		/* with KV_DMA_POOL_ON_NODE */
 };
