@@ -826,14 +826,19 @@ static void *drain_worker(void *arg)
 
 /* Remove v[0, end) on several threads: the set is exact, so the order
  * within it does not matter, and path order lets neighbours share dirs.
- * Unlinks on shared filesystems wait on the metadata server, so the
- * default is DRAIN_MAX_THREADS whatever the number of CPUs. */
+ * The default is one thread per CPU: more only add lock contention on a
+ * local filesystem (measured on tmpfs); shared ones may want -t. */
 static void drain_parallel(struct ctx *c, struct stash_item *v, unsigned end)
 {
 	struct drain_job j = { .c = c, .v = v, .end = end };
 	pthread_t tid[DRAIN_MAX_THREADS];
-	unsigned n = c->o->threads ? c->o->threads : DRAIN_MAX_THREADS, started = 0, i;
+	unsigned n = c->o->threads, started = 0, i;
+	long cpus;
 
+	if (!n) {
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 0 ? (unsigned)cpus : 1;
+	}
 	if (n > DRAIN_MAX_THREADS)
 		n = DRAIN_MAX_THREADS;
 	if (end < DRAIN_PARALLEL_MIN)

@@ -55,8 +55,8 @@ struct kv_evict_opts {
 	uint64_t orphans_after_ns;	/* temp files older than this (mtime) go */
 	uint64_t dir_grace_ns;		/* empty bucket dirs older than this go */
 	int dry_run;
-	unsigned threads;		/* walk and delete threads; 0: kv_walk's
-					   default, and 8 to delete */
+	unsigned threads;		/* walk and delete threads; 0: one per
+					   CPU, at most 8 */
 	/* Memory the scan may spend keeping victims so that it can delete
 	 * them without a second walk; 0: 32 MiB.  Beyond it the round takes
 	 * the histogram path (a second walk, O(1) memory). */
