@@ -178,6 +178,13 @@ int kv_dma_pci_bus_id(const struct kv_dma *dma, char *buf, size_t len)
 	return 0;
 }
 
+int kv_dma_numa_node(const struct kv_dma *dma, int *node)
+{
+	if (is_cpu(dma))
+		return -KV_ENODEV;
+	return kv_numa_node_of_pci(dma->pci, node);
+}
+
 int kv_dma_batched(const struct kv_dma *dma)
 {
 	return !is_cpu(dma) && atomic_load(&dma->batch);
@@ -467,11 +474,28 @@ int kv_dma_scatter(struct kv_dma_stream *s, enum kv_dma_method method,
 	return frags_move(s, method, frags, ids, b, n, 0);
 }
 
+/* Pinned memory bound to a NUMA node. */
+static int alloc_on_node(struct kv_dma *dma, int node, size_t len, void **out)
+{
+	void *m;
+	int r = kv_numa_alloc(node, len, &m);
+
+	if (r < 0)
+		return r;
+	r = kv_dma_register(dma, m, len);
+	if (r < 0) {
+		kv_numa_free(m, len);
+		return r;
+	}
+	*out = m;
+	return 0;
+}
+
 int kv_dma_pool_create(struct kv_dma *dma, const struct kv_dma_pool_opts *opts,
 		       struct kv_dma_pool **out)
 {
 	struct kv_dma_pool *p;
-	int r;
+	int r, node, on_node;
 
 	if (!opts || !opts->slot_bytes || !opts->slots ||
 	    opts->slot_bytes > SIZE_MAX - HOST_ALIGN)
@@ -487,6 +511,10 @@ int kv_dma_pool_create(struct kv_dma *dma, const struct kv_dma_pool_opts *opts,
 		return -EOVERFLOW;
 	}
 	p->total_bytes = p->slot_bytes * p->slots;
+	node = opts->numa_node;
+	on_node = (opts->flags & KV_DMA_POOL_ON_NODE) ||
+		  ((opts->flags & KV_DMA_POOL_NEAR_DEVICE) &&
+		   kv_dma_numa_node(dma, &node) == 0);
 	r = -pthread_mutex_init(&p->lock, NULL);
 	if (r) {
 		free(p);
@@ -502,24 +530,19 @@ int kv_dma_pool_create(struct kv_dma *dma, const struct kv_dma_pool_opts *opts,
 		p->origin = POOL_USER;
 		p->base = opts->mem;
 		r = kv_dma_register(dma, p->base, p->total_bytes);
-	} else if (opts->flags & KV_DMA_POOL_ON_NODE) {
-		void *m;
-
-		p->origin = POOL_NUMA;
-		r = kv_numa_alloc(opts->numa_node, p->total_bytes, &m);
-		if (r == 0) {
-			p->base = m;
-			r = kv_dma_register(dma, m, p->total_bytes);
-			if (r < 0) {
-				kv_numa_free(m, p->total_bytes);
-				p->base = NULL;
-			}
-		}
 	} else {
-		void *m;
+		void *m = NULL;
 
-		p->origin = POOL_HOST;
-		r = kv_dma_host_alloc(dma, p->total_bytes, &m);
+		r = -ENOENT;
+		if (on_node) {
+			p->origin = POOL_NUMA;
+			r = alloc_on_node(dma, node, p->total_bytes, &m);
+		}
+		/* Near the device is a preference: anywhere beats failing. */
+		if (r < 0 && !(opts->flags & KV_DMA_POOL_ON_NODE)) {
+			p->origin = POOL_HOST;
+			r = kv_dma_host_alloc(dma, p->total_bytes, &m);
+		}
 		if (r == 0)
 			p->base = m;
 	}

@@ -24,7 +24,6 @@
 
 #define DEFAULT_LIBRARY		"libcufile.so.0"
 #define CUFILE_HANDLE_FD	1	/* CU_FILE_HANDLE_TYPE_OPAQUE_FD */
-#define STAGE_ALIGN		4096
 
 struct cufile_error {
 	int err;		/* CUfileOpError; 0 is success */
@@ -60,6 +59,7 @@ struct kv_gds {
 	struct cufile cf;
 	int cufile;		/* cf is loaded and the driver open */
 	char reason[256];
+	struct kv_dma_pool *stage_pool;	/* one slot, near the device */
 	void *stage;
 	size_t stage_cap;
 };
@@ -185,26 +185,38 @@ void kv_gds_close(struct kv_gds *g)
 		g->cf.driver_close();
 		dlclose(g->cf.lib);
 	}
-	kv_dma_host_free(g->dma, g->stage);
+	kv_dma_pool_destroy(g->stage_pool);
 	kv_io_close(g->io);
 	close(g->rootfd);
 	free(g);
 }
 
+/* Pinned staging on the GPU's NUMA node, grown to the largest block. */
 static int stage_reserve(struct kv_gds *g, size_t len)
 {
-	size_t cap = (len + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
+	struct kv_dma_pool_opts o = {
+		.slot_bytes = len ? len : 1,
+		.slots = 1,
+		.flags = KV_DMA_POOL_NEAR_DEVICE,
+	};
+	struct kv_dma_pool *pool;
 	void *p;
 	int r;
 
-	if (cap <= g->stage_cap)
+	if (len <= g->stage_cap && g->stage)
 		return 0;
-	r = kv_dma_host_alloc(g->dma, cap, &p);
+	r = kv_dma_pool_create(g->dma, &o, &pool);
 	if (r < 0)
 		return r;
-	kv_dma_host_free(g->dma, g->stage);
+	r = kv_dma_pool_get(pool, &p);
+	if (r < 0) {
+		kv_dma_pool_destroy(pool);
+		return r;
+	}
+	kv_dma_pool_destroy(g->stage_pool);
+	g->stage_pool = pool;
 	g->stage = p;
-	g->stage_cap = cap;
+	g->stage_cap = kv_dma_pool_slot_bytes(pool);
 	return 0;
 }
 

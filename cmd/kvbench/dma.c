@@ -68,6 +68,8 @@ struct bench {
 	uint64_t total_bytes;
 	unsigned layers;
 	unsigned repeat;
+	int numa_node;		/* the device's node, -1 when unknown */
+	int numa_bound;		/* this thread runs on that node's cores */
 	char *pinned;		/* total_bytes of pinned host memory */
 	char *pageable;		/* total_bytes of ordinary host memory */
 	char *dev;		/* total_bytes of device memory: contiguous blocks */
@@ -203,6 +205,11 @@ static int setup(struct bench *b)
 	size_t plane;
 	int r;
 
+	/* Measure as a well-placed worker would run: on the GPU's node, so
+	 * first-touch puts the host buffers there too. */
+	if (kv_dma_numa_node(b->dma, &b->numa_node) < 0)
+		b->numa_node = -1;
+	b->numa_bound = b->numa_node >= 0 && kv_numa_bind_thread(b->numa_node) == 0;
 	r = kv_dma_stream_open(b->dma, &b->s);
 	if (r == 0)
 		r = kv_dma_host_alloc(b->dma, b->total_bytes, (void **)&b->pinned);
@@ -296,9 +303,11 @@ static int report(struct bench *b, const struct row *rows, size_t n,
 	kv_dma_pci_bus_id(b->dma, pci, sizeof(pci));
 	kv_size_format(b->total_bytes, total, sizeof(total));
 	if (json) {
-		doc = json_pack("{s:{s:s,s:s,s:i},s:b,s:i,s:i,s:I,s:i,s:{s:I,s:I,s:I,s:I,s:I}}",
+		doc = json_pack("{s:{s:s,s:s,s:i,s:o,s:b},s:b,s:i,s:i,s:I,s:i,s:{s:I,s:I,s:I,s:I,s:I}}",
 			"device", "name", kv_dma_name(b->dma), "pci_bus_id", pci,
 			"index", kv_dma_device(b->dma),
+			"numa_node", b->numa_node >= 0 ? json_integer(b->numa_node) : json_null(),
+			"numa_bound", b->numa_bound,
 			"batch_api", kv_dma_batched(b->dma),
 			"layers", (int)b->layers, "fragments_per_block", (int)(2 * b->layers),
 			"total_bytes", (json_int_t)b->total_bytes, "repeat", (int)b->repeat,
@@ -316,8 +325,13 @@ static int report(struct bench *b, const struct row *rows, size_t n,
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(results, row_json(&rows[i]));
 	} else {
-		printf("device: %s (%s), copies: %s, best of %u, GB/s = 1e9 bytes/s\n",
-		       kv_dma_name(b->dma), pci,
+		char node[32] = "unknown";
+
+		if (b->numa_node >= 0)
+			snprintf(node, sizeof(node), "%d%s", b->numa_node,
+				 b->numa_bound ? ", bound" : ", not bound");
+		printf("device: %s (%s, NUMA node %s), copies: %s, best of %u, "
+		       "GB/s = 1e9 bytes/s\n", kv_dma_name(b->dma), pci, node,
 		       kv_dma_batched(b->dma) ? "cudaMemcpyBatchAsync"
 					       : "cudaMemcpyAsync over streams",
 		       b->repeat);

@@ -127,6 +127,7 @@ import json, sys
 d = json.loads(sys.argv[1])
 assert d["device"]["name"] == "kvtools simulated GPU", d["device"]
 assert d["batch_api"] is True
+assert "numa_node" in d["device"] and "numa_bound" in d["device"], d["device"]
 rows = d["results"]
 assert len(rows) == 3 * 20, len(rows)
 assert all(r["bytes"] == (16 << 20 if r["layout"] == "contiguous" else r["blocks"] * r["block_bytes"])

@@ -271,6 +271,16 @@ static int check_pool(struct kv_dma *dma)
 	}
 	o.numa_node = 100000;
 	CHECK(kv_dma_pool_create(dma, &o, &p) == -ENOENT, "pool on a missing node");
+
+	/* Near the device: its node where known, else anywhere, never a
+	 * failure for want of a node. */
+	o = (struct kv_dma_pool_opts){ .slot_bytes = 4096, .slots = 2,
+				       .flags = KV_DMA_POOL_NEAR_DEVICE };
+	r = kv_dma_pool_create(dma, &o, &p);
+	CHECK(r == 0, "pool near the device: %s", kv_strerror(r));
+	CHECK(kv_dma_pool_get(p, &extra) == 0, "get");
+	memset(extra, 2, 4096);
+	kv_dma_pool_destroy(p);
 	return 0;
 }
 

@@ -36,7 +36,8 @@ int main(void)
 	}
 	if (!kv_dma_is_cpu(dma) || kv_dma_device(dma) != KV_DMA_DEVICE_CPU ||
 	    strcmp(kv_dma_name(dma), "cpu") || kv_dma_batched(dma) ||
-	    kv_dma_pci_bus_id(dma, pci, sizeof(pci)) != -KV_ENODEV) {
+	    kv_dma_pci_bus_id(dma, pci, sizeof(pci)) != -KV_ENODEV ||
+	    kv_dma_numa_node(dma, &n) != -KV_ENODEV) {
 		fprintf(stderr, "CPU device misdescribed\n");
 		return 1;
 	}

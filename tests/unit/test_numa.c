@@ -125,6 +125,7 @@ static int check_gpu(void)
 	CHECK(kv_dma_pci_bus_id(dma, pci, sizeof(pci)) == 0, "bus id");
 	r = kv_numa_node_of_pci(pci, &node);
 	CHECK(r == 0, "GPU %s: %s", pci, kv_strerror(r));
+	CHECK(kv_dma_numa_node(dma, &n) == 0 && n == node, "kv_dma_numa_node");
 	printf("GPU %s: NUMA node %d\n", pci, node);
 	kv_dma_close(dma);
 	return 0;

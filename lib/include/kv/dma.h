@@ -59,6 +59,11 @@ const char *kv_dma_name(const struct kv_dma *dma);
 /* The device's PCI bus id ("0000:3b:00.0"); -KV_ENODEV on the CPU. */
 int kv_dma_pci_bus_id(const struct kv_dma *dma, char *buf, size_t len);
 
+/* The NUMA node nearest the device (hwloc, by PCI bus id), where its
+ * staging memory and I/O workers belong; -KV_ENODEV on the CPU device,
+ * -ENOENT where the topology does not say. */
+int kv_dma_numa_node(const struct kv_dma *dma, int *node);
+
 /* 1 if copies go through cudaMemcpyBatchAsync, else 0. */
 int kv_dma_batched(const struct kv_dma *dma);
 
@@ -140,6 +145,8 @@ int kv_dma_scatter(struct kv_dma_stream *s, enum kv_dma_method method,
 		   const void *const *blocks, size_t n);
 
 #define KV_DMA_POOL_ON_NODE	(1u << 0) /* place slots on numa_node */
+#define KV_DMA_POOL_NEAR_DEVICE	(1u << 1) /* on kv_dma_numa_node() where
+					     known, else anywhere */
 
 struct kv_dma_pool_opts {
 	size_t slot_bytes;	/* rounded up to 4096 */
