@@ -47,7 +47,6 @@ struct slot {
 struct worker {
 	struct bench *b;
 	struct shared *sh;
-	unsigned id;
 	pthread_t tid;
 	struct io_uring ring;
 	int have_ring;
@@ -833,7 +832,6 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 	for (i = 0; i < b->o.threads && r == 0; i++) {
 		ws[i].b = b;
 		ws[i].sh = sh;
-		ws[i].id = i;
 		ws[i].rng = b->o.seed * 1000003 + i + ph * 7919;
 		r = worker_setup(b, &ws[i], ph);
 	}
