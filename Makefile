@@ -108,16 +108,16 @@ $(BUILD)/tests/libfaultinj.so: tests/fault/faultinj.c
 	$(Q)chmod a-x $@
 all: $(BUILD)/tests/libfaultinj.so
 
-# A simulated CUDA device (tests/cudamock/), LD_PRELOADed over libcudart
-# by tests/bats/dma.bats so the CUDA paths run where no GPU is; built
-# like the injector above.
+# A simulated CUDA device and cuFile (tests/cudamock/): dma.bats preloads
+# the first over libcudart and points kv_gds at the second, so the CUDA
+# paths run where no GPU is; built like the injector above.
 ifeq ($(CUDA),1)
-$(BUILD)/tests/libcudart_mock.so: tests/cudamock/cudart_mock.c
+$(BUILD)/tests/lib%_mock.so: tests/cudamock/%_mock.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -lpthread
 	$(Q)chmod a-x $@
-all: $(BUILD)/tests/libcudart_mock.so
+all: $(BUILD)/tests/libcudart_mock.so $(BUILD)/tests/libcufile_mock.so
 endif
 
 # The long crash and concurrency runs behind tests/RELIABILITY.md.

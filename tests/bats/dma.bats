@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # kvbench dma: its usage, the answer without a GPU, and with one a
-# complete measurement in JSON.
+# complete measurement in JSON; and the CUDA code paths of libkv's dma,
+# tier, gds and numa modules against a simulated device (tests/cudamock/)
+# where no GPU is.
 
 load test_helper
 
@@ -108,6 +110,13 @@ PY
 	run with_mock "$TESTS/test_gds"
 	assert_success
 	assert_output --partial "kvtools simulated GPU: staged: "
+}
+
+@test "simulated device: block files through a cuFile report the cuFile path" {
+	needs_mock
+	run with_mock env KV_TEST_CUFILE="$TESTS/libcufile_mock.so" "$TESTS/test_gds"
+	assert_success
+	assert_output --partial "kvtools simulated GPU: cuFile"
 }
 
 @test "simulated device: its PCI bus id maps to a NUMA node" {

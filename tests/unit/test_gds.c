@@ -98,17 +98,23 @@ static int round_trip(struct kv_gds *g, struct kv_dma *dma, const char *root,
 	return 0;
 }
 
-static int check_device(struct kv_dma *dma, const char *root)
+/* library: a cuFile to load by path (the simulated one beside the
+ * simulated device); NULL: the system's, if any. */
+static int check_device(struct kv_dma *dma, const char *root, const char *library)
 {
 	static const size_t sizes[] = { 1, 5000, 65536, 3 << 20 };
+	struct kv_gds_opts opts = { .library = library };
 	struct kv_gds *g;
 	enum kv_gds_path used;
 	char rel[256], hash[17];
 	void *dev;
 	int r;
 
-	r = kv_gds_open(dma, root, NULL, &g);
+	r = kv_gds_open(dma, root, &opts, &g);
 	CHECK(r == 0, "gds open: %s", kv_strerror(r));
+	if (library && !kv_dma_is_cpu(dma))
+		CHECK(kv_gds_cufile(g), "cuFile from %s not taken: %s", library,
+		      kv_gds_reason(g));
 	printf("%s: %s%s%s\n", kv_dma_name(dma), kv_gds_cufile(g) ? "cuFile" : "staged",
 	       kv_gds_cufile(g) ? "" : ": ", kv_gds_reason(g));
 	if (kv_dma_is_cpu(dma))
@@ -118,8 +124,9 @@ static int check_device(struct kv_dma *dma, const char *root)
 		kv_layout_block_path("org_model_0123456789ab", 0, 0, hash, rel, sizeof(rel));
 		if (round_trip(g, dma, root, rel, sizes[i], &used) < 0)
 			return -1;
-		CHECK(kv_gds_cufile(g) || used == KV_GDS_STAGED, "path %s without cuFile",
-		      kv_gds_path_name(used));
+		CHECK(used == (kv_gds_cufile(g) ? KV_GDS_CUFILE : KV_GDS_STAGED),
+		      "path %s with cuFile %s", kv_gds_path_name(used),
+		      kv_gds_cufile(g) ? "loaded" : "absent");
 	}
 	CHECK(kv_dma_dev_alloc(dma, 4096, &dev) == 0, "dev alloc");
 	snprintf(hash, sizeof(hash), "%016x", 0xdead);
@@ -146,14 +153,14 @@ int main(void)
 		return 1;
 	}
 	check_reasons(dma, root);
-	check_device(dma, root);
+	check_device(dma, root, NULL);
 	kv_dma_close(dma);
 	if (kv_dma_device_count(&n) == 0) {
 		if (kv_dma_open(0, NULL, &dma) < 0) {
 			fprintf(stderr, "open device 0: %s\n", kv_dma_last_error());
 			return 1;
 		}
-		check_device(dma, root);
+		check_device(dma, root, getenv("KV_TEST_CUFILE"));
 		kv_dma_close(dma);
 	} else {
 		printf("no CUDA device (%s): device transfers not checked\n",
