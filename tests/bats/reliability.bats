@@ -102,6 +102,22 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 
 # ---- full, failing and read-only filesystems ----------------------------
 
+@test "a bucket dir removed between a put's mkdirs (as kvevict does) is made again" {
+	requires kvput
+	random_file "$BATS_TEST_TMPDIR/s" 4096
+	kvput --root "$KV_ROOT" --config "$CFG" 0040000000 "$BATS_TEST_TMPDIR/s"
+	# kvevict deletes a cold block, then its bucket dirs once empty and
+	# older than --dir-grace; a writer's mkdir of an old bucket (EEXIST)
+	# does not make it young, so the parent can vanish before the child's
+	# mkdir at any grace.  The injector plays that race: the first mkdir
+	# of the group dir fails with ENOENT.
+	fi_run KVFI_FAIL=mkdir:ENOENT:count=1:path=/00_g0,uring_mkdir:ENOENT:count=1:path=/00_g0 -- \
+		kvput --root "$KV_ROOT" --config "$CFG" 00500aaaa "$BATS_TEST_TMPDIR/s"
+	assert_injected
+	[ "$status" -eq 0 ] || fail "kvput exited $status: $stderr"
+	cmp "$(block_file "$KV_ROOT" 00500aaaa)" "$BATS_TEST_TMPDIR/s"
+}
+
 @test "ENOSPC: a block that does not fit exits 3 and leaves the old block whole" {
 	requires kvput kvget
 	mount_tmpfs 1m

@@ -12,10 +12,10 @@
  *
  * OP is write (write, pwrite, writev, pwritev), fsync (fsync, fdatasync),
  * rename (rename, renameat, renameat2), link (linkat), open (open,
- * openat, creat with O_CREAT or a write mode), fsetxattr, or any of those
- * with the prefix "uring_" to hit the same operation submitted through
- * io_uring (write, fsync, rename, link, open; io_uring bypasses libc, so
- * those are rewritten in the submission queue at io_uring_submit time:
+ * openat, creat with O_CREAT or a write mode), fsetxattr, mkdir (mkdir,
+ * mkdirat), or any of those with the prefix "uring_" to hit the same
+ * operation submitted through io_uring (io_uring bypasses libc, so those
+ * are rewritten in the submission queue at io_uring_submit time:
  * a failing request becomes a NOP that completes with -ERRNO, a short
  * write has its length halved).  ERRNO is a name (EIO, ENOSPC, EROFS,
  * EACCES, EDQUOT, ENOTSUP, ...) or a number.  after=N lets the first N
@@ -40,14 +40,15 @@
 #include <unistd.h>
 
 enum fi_op {
-	OP_WRITE, OP_FSYNC, OP_RENAME, OP_LINK, OP_OPEN, OP_XATTR,
+	OP_WRITE, OP_FSYNC, OP_RENAME, OP_LINK, OP_OPEN, OP_XATTR, OP_MKDIR,
 	OP_URING_WRITE, OP_URING_FSYNC, OP_URING_RENAME, OP_URING_LINK,
-	OP_URING_OPEN, OP_COUNT
+	OP_URING_OPEN, OP_URING_MKDIR, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
-	"write", "fsync", "rename", "link", "open", "fsetxattr",
+	"write", "fsync", "rename", "link", "open", "fsetxattr", "mkdir",
 	"uring_write", "uring_fsync", "uring_rename", "uring_link", "uring_open",
+	"uring_mkdir",
 };
 
 struct fi_rule {
@@ -85,6 +86,8 @@ static int (*real_openat)(int, const char *, int, ...);
 static int (*real_openat64)(int, const char *, int, ...);
 static int (*real_creat)(const char *, mode_t);
 static int (*real_fsetxattr)(int, const char *, const void *, size_t, int);
+static int (*real_mkdir)(const char *, mode_t);
+static int (*real_mkdirat)(int, const char *, mode_t);
 static int (*real_submit)(struct io_uring *);
 static int (*real_submit_and_wait)(struct io_uring *, unsigned);
 static int (*real_submit_and_wait_timeout)(struct io_uring *,
@@ -219,6 +222,8 @@ __attribute__((constructor)) static void fi_init(void)
 	RESOLVE(real_openat64, "openat64");
 	RESOLVE(real_creat, "creat");
 	RESOLVE(real_fsetxattr, "fsetxattr");
+	RESOLVE(real_mkdir, "mkdir");
+	RESOLVE(real_mkdirat, "mkdirat");
 	RESOLVE(real_submit, "io_uring_submit");
 	RESOLVE(real_submit_and_wait, "io_uring_submit_and_wait");
 	RESOLVE(real_submit_and_wait_timeout, "io_uring_submit_and_wait_timeout");
@@ -514,6 +519,20 @@ int fsetxattr(int fd, const char *name, const void *value, size_t size,
 		 : real_fsetxattr(fd, name, value, size, flags);
 }
 
+int mkdir(const char *path, mode_t mode)
+{
+	struct fi_rule *r = match_at(OP_MKDIR, AT_FDCWD, path);
+
+	return r ? (int)fail_with(r->err) : real_mkdir(path, mode);
+}
+
+int mkdirat(int dirfd, const char *path, mode_t mode)
+{
+	struct fi_rule *r = match_at(OP_MKDIR, dirfd, path);
+
+	return r ? (int)fail_with(r->err) : real_mkdirat(dirfd, path, mode);
+}
+
 /*
  * io_uring: look at the requests queued since the last submit and rewrite
  * those a rule picks.  A failure becomes a NOP whose result the kernel
@@ -536,6 +555,8 @@ static enum fi_op uring_op(unsigned char opcode)
 		return OP_URING_LINK;
 	case IORING_OP_OPENAT: case IORING_OP_OPENAT2:
 		return OP_URING_OPEN;
+	case IORING_OP_MKDIRAT:
+		return OP_URING_MKDIR;
 	default:
 		return OP_COUNT;
 	}
@@ -559,10 +580,10 @@ static void uring_rewrite(struct io_uring *ring)
 		if (!(sqe->flags & IOSQE_FIXED_FILE) &&
 		    (op == OP_URING_WRITE || op == OP_URING_FSYNC))
 			fd_path(sqe->fd, path, sizeof(path));
-		else if (op == OP_URING_OPEN || op == OP_URING_RENAME || op == OP_URING_LINK)
-			snprintf(path, sizeof(path), "%s",
-				 (const char *)(uintptr_t)(op == OP_URING_OPEN ? sqe->addr
-								     : sqe->addr2));
+		else if (op == OP_URING_OPEN || op == OP_URING_MKDIR)
+			snprintf(path, sizeof(path), "%s", (const char *)(uintptr_t)sqe->addr);
+		else if (op == OP_URING_RENAME || op == OP_URING_LINK)
+			snprintf(path, sizeof(path), "%s", (const char *)(uintptr_t)sqe->addr2);
 		if ((r = match(op, 0, path))) {
 			__u64 user_data = sqe->user_data;
 			__u8 flags = sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK |
