@@ -149,6 +149,25 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	cmp "$(block_file "$KV_ROOT" "$HASH")" "$BATS_TEST_TMPDIR/old"
 }
 
+@test "EIO on one block of a --batch: that one is reported, the others land, no temp" {
+	requires kvput
+	: > "$BATS_TEST_TMPDIR/manifest"
+	for h in aaaa000001 bbbb000002 cccc000003; do
+		random_file "$BATS_TEST_TMPDIR/$h" 65536
+		printf '{"hash":"%s","file":"%s"}\n' "$h" "$BATS_TEST_TMPDIR/$h" >> "$BATS_TEST_TMPDIR/manifest"
+	done
+	fi_run KVFI_FAIL=write:EIO:path=bbbb000002,uring_write:EIO:path=bbbb000002 -- \
+		kvput --root "$KV_ROOT" --config "$CFG" --batch "$BATS_TEST_TMPDIR/manifest"
+	assert_injected
+	[ "$status" -eq 3 ]
+	[ "$(grep -c '"status":"ok"' <<< "$output")" -eq 2 ] || fail "output: $output"
+	grep '"status":"error"' <<< "$output" | grep -q bbbb000002 || fail "output: $output"
+	cmp "$(block_file "$KV_ROOT" aaaa000001)" "$BATS_TEST_TMPDIR/aaaa000001"
+	cmp "$(block_file "$KV_ROOT" cccc000003)" "$BATS_TEST_TMPDIR/cccc000003"
+	[ -z "$(block_file "$KV_ROOT" bbbb000002)" ]
+	assert_no_temps "$KV_ROOT"
+}
+
 @test "EIO on the buffered path with io_uring unavailable: exit 3, no partial file" {
 	requires kvput
 	put_small
