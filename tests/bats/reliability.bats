@@ -93,7 +93,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 
 @test "concurrency: writers, readers and an evictor: a miss or the right bytes" {
 	requires kvput kvget
-	run env KV_BIN="$KV_BIN" STRESS_DIR="$BATS_TEST_TMPDIR/conc" WRITERS=3 READERS=2 DIR_GRACE=0 \
+	run env KV_BIN="$KV_BIN" STRESS_DIR="$BATS_TEST_TMPDIR/conc" WRITERS=3 READERS=2 \
 		"$top/tests/stress/concurrency.sh" 40
 	echo "$output"
 	[ "$status" -eq 0 ]
