@@ -440,3 +440,34 @@ stat_field() {
 		[ -z "$f" ] || cmp "$f" "$BATS_TEST_TMPDIR/b$i"
 	done
 }
+
+@test "kvevict --stdin: hostile paths and records delete nothing outside the root" {
+	requires kvput kvevict
+	random_file "$BATS_TEST_TMPDIR/s" 4096
+	kvput --root "$KV_ROOT" --config "$CFG" 1230000001 "$BATS_TEST_TMPDIR/s"
+	rankdir=$(find "$KV_ROOT" -maxdepth 1 -name '*_r0')
+	rank=${rankdir##*/}
+	out=$BATS_TEST_TMPDIR/outside
+	mkdir -p "$out/de_g0" "$out/45_g0"
+	random_file "$out/de_g0/abcde00002.bin" 4096
+	random_file "$out/45_g0/1234500003.bin" 4096
+	# A whole bucket and a single block that are symlinks out of the root,
+	# each reachable by a path that matches the layout.
+	ln -s "$out" "$rankdir/abc"
+	mkdir -p "$rankdir/123/45_g0"
+	ln -s "$out/45_g0/1234500003.bin" "$rankdir/123/45_g0/1234500003.bin"
+	find "$out" -type f | sort | xargs sha256sum > "$BATS_TEST_TMPDIR/outside.sum"
+	run kvevict --root "$KV_ROOT" --stdin --hot 0 <<-EOF2
+		../outside/de_g0/abcde00002.bin
+		$out/de_g0/abcde00002.bin
+		$rank/abc/de_g0/abcde00002.bin
+		$rank/123/45_g0/1234500003.bin
+		$rank/123/45_g0/../../../../outside/de_g0/abcde00002.bin
+		{"path":"../outside/de_g0/abcde00002.bin"}
+		{"model_dir":"${rank%_r0}","rank":0,"group":0,"hash":"abcde00002"}
+	EOF2
+	[ "$status" -eq 0 ] || fail "kvevict exited $status: $output"
+	sha256sum -c --quiet "$BATS_TEST_TMPDIR/outside.sum"
+	[ -L "$rankdir/abc" ] && [ -L "$rankdir/123/45_g0/1234500003.bin" ]
+	cmp "$(block_file "$KV_ROOT" 1230000001)" "$BATS_TEST_TMPDIR/s"
+}
