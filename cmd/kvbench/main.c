@@ -180,6 +180,16 @@ static double parse_real(const char *opt, const char *text, double min, double m
 	return v;
 }
 
+/* A count that must be at least 1 (0 would silently mean the default). */
+static unsigned parse_count(const char *opt, const char *text, unsigned max)
+{
+	unsigned v = (unsigned)tool_parse_uint(opt, text, max);
+
+	if (!v)
+		tool_usage_fail("invalid %s value '%s' (at least 1)", opt, text);
+	return v;
+}
+
 static unsigned parse_phases(const char *text)
 {
 	char buf[256], *tok, *save;
@@ -355,9 +365,9 @@ int main(int argc, char **argv)
 		}
 		switch (c) {
 		case OPT_HF: ga.hf = optarg; break;
-		case OPT_TP: ga.tp = (unsigned)tool_parse_uint("--tp", optarg, 4096); break;
-		case OPT_TPF: ga.tpf = (unsigned)tool_parse_uint("--tokens-per-file", optarg, 1 << 24); break;
-		case OPT_GBT: ga.gbt = (unsigned)tool_parse_uint("--gpu-block-tokens", optarg, 1 << 24); break;
+		case OPT_TP: ga.tp = parse_count("--tp", optarg, 4096); break;
+		case OPT_TPF: ga.tpf = parse_count("--tokens-per-file", optarg, 1 << 24); break;
+		case OPT_GBT: ga.gbt = parse_count("--gpu-block-tokens", optarg, 1 << 24); break;
 		case OPT_DTYPE: ga.dtype = optarg; break;
 		case OPT_BLOCK: ga.block = tool_parse_size("--block-size", optarg); break;
 		case OPT_DIR: b.o.dir = optarg; break;

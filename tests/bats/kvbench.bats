@@ -95,6 +95,10 @@ setup() {
 	assert_equal "$(jq .gpu_block_bytes <<<"$output")" $((65536 * 32))
 	run --separate-stderr kvbench geometry --hf-config "$HF/llama-3.1-8b.json" --tokens-per-file 40
 	assert_equal "$status" 2
+	for o in --tp --tokens-per-file --gpu-block-tokens; do
+		run --separate-stderr kvbench geometry --hf-config "$HF/llama-3.1-8b.json" $o 0
+		assert_equal "$status" 2
+	done
 }
 
 @test "geometry: DeepSeek-V3 MLA is one 576-wide latent per layer on every rank" {
