@@ -437,14 +437,20 @@ int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
 		 : real_linkat(fromfd, from, tofd, to, flags);
 }
 
+/* O_TMPFILE includes O_DIRECTORY's bit, so test for all of it. */
+static int takes_mode(int flags)
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+}
+
 static int opens_for_writing(int flags)
 {
-	return (flags & (O_CREAT | O_TMPFILE)) || (flags & O_ACCMODE) != O_RDONLY;
+	return takes_mode(flags) || (flags & O_ACCMODE) != O_RDONLY;
 }
 
 static mode_t open_mode(int flags, va_list ap)
 {
-	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+	return takes_mode(flags) ? (mode_t)va_arg(ap, int) : 0;
 }
 
 int open(const char *path, int flags, ...)
