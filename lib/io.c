@@ -65,6 +65,7 @@ struct kv_io {
 	int broken;		/* -errno once the ring failed; the handle is spent */
 	int have_ring;
 	int ring_meta;		/* the ring does openat and mkdirat */
+	int noatime_denied;	/* an O_NOATIME open got EPERM */
 	struct io_uring ring;
 	struct slot *slots;
 	struct slot **free;
@@ -245,6 +246,10 @@ static void issue(struct kv_io *io, struct slot *s)
 			io_uring_prep_read(sqe, s->fd, p, n, s->off + s->done);
 	}
 	io_uring_sqe_set_data(sqe, s);
+	/* Off to the kernel now, not after the completions or next() calls
+	 * still to be handled, which may take a while (checksums, payloads
+	 * to load): a device left idle meanwhile is bandwidth lost. */
+	io_uring_submit(&io->ring);
 }
 
 /* Release what the slot holds; a put that never reached its rename
@@ -427,10 +432,12 @@ static int put_written(struct kv_io *io, struct slot *s)
 static void get_begin(struct kv_io *io, struct slot *s)
 {
 	/* O_NOATIME keeps relatime from stamping what the caller asked us
-	 * to leave alone; only the owner may use it.  O_NONBLOCK: a FIFO
-	 * planted at a block path must not hang us; it goes before reads. */
+	 * to leave alone, and otherwise spares the read path an atime
+	 * update (a journal entry) that our own stamp repeats; only the
+	 * owner may use it.  O_NONBLOCK: a FIFO planted at a block path
+	 * must not hang us; it goes before reads. */
 	s->oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
-	if (io->flags & KV_IO_NO_TOUCH)
+	if ((io->flags & KV_IO_NO_TOUCH) || !io->noatime_denied)
 		s->oflags |= O_NOATIME;
 	if (io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
 	    is_aligned(s->req->buf))
@@ -485,6 +492,8 @@ static int get_opened(struct kv_io *io, struct slot *s, int res)
 	int ret;
 
 	if (res == -EPERM && (s->oflags & O_NOATIME)) {
+		/* Not our files: when we stamp atime anyway, stop asking. */
+		io->noatime_denied = 1;
 		s->oflags &= ~O_NOATIME;
 		issue(io, s);
 		return 0;
@@ -658,11 +667,6 @@ int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 			}
 			s = io->free[--nfree];
 			if (start(io, s, req) == 0) {
-				/* Off to the kernel now, not after the next
-				 * next(), which may take a while (a payload to
-				 * load, dirs to make). */
-				if (io->have_ring)
-					io_uring_submit(&io->ring);
 				inflight++;
 				continue;
 			}
