@@ -51,7 +51,8 @@ static void check_request(const struct slot *s)
 	struct kv_block_ref ref;
 
 	if (s->req.op != KV_IO_OP_PUT || s->req.relpath != s->relpath ||
-	    s->req.buf != s->buf || s->req.len > s->cap)
+	    s->req.buf != s->payload.data || s->req.len != s->payload.len ||
+	    (s->payload.data == s->payload.buf && s->payload.len > s->payload.cap))
 		abort();
 	if (kv_layout_block_parse(s->relpath, &ref) != 0 || strcmp(ref.hash, s->hash) ||
 	    strcmp(ref.model_dir, FUZZ_MODEL_DIR) || strstr(s->relpath, ".."))
@@ -78,7 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (load_line(&b, line, &s) == 0)
 			check_request(&s);
 	}
-	kv_io_buf_free(s.buf);
+	payload_release(&s.payload);
+	kv_io_buf_free(s.payload.buf);
 	free(text);
 	return 0;
 }
