@@ -204,6 +204,7 @@ static int get_one(struct get *get, const char *hash, const char *relpath)
 	}
 	if (is_miss(ret)) {
 		tool_err("no block %s at '%s/%s'", hash, get->root, relpath);
+		kv_io_buf_free(buf);
 		return EXIT_ANSWER_NO;
 	}
 	if (ret == -KV_ESHORT && kv_io_size(get->io, relpath, &size) == 0)
@@ -214,23 +215,17 @@ static int get_one(struct get *get, const char *hash, const char *relpath)
 			 relpath);
 	else if (ret < 0)
 		tool_err("cannot read '%s/%s': %s", get->root, relpath, kv_strerror(ret));
-	if (ret < 0)
-		return EXIT_RUNTIME;
-	if (get->out && strcmp(get->out, "-")) {
+	else if (get->out && strcmp(get->out, "-")) {
 		ret = write_atomic(get->out, buf, len);
-		if (ret < 0) {
+		if (ret < 0)
 			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
-			return EXIT_RUNTIME;
-		}
 	} else {
 		ret = write_full(STDOUT_FILENO, buf, len);
-		if (ret < 0) {
+		if (ret < 0)
 			tool_err("write error: %s", kv_strerror(ret));
-			return EXIT_RUNTIME;
-		}
 	}
 	kv_io_buf_free(buf);
-	return 0;
+	return ret < 0 ? EXIT_RUNTIME : 0;
 }
 
 /* --- batch ------------------------------------------------------------ */

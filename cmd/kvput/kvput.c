@@ -128,7 +128,8 @@ static int read_all(int fd, void **buf, size_t *cap, size_t *len)
 
 			if (!nb)
 				return -ENOMEM;
-			memcpy(nb, *buf, n);
+			if (n)
+				memcpy(nb, *buf, n);
 			kv_io_buf_free(*buf);
 			*buf = nb;
 			*cap = ncap;
@@ -425,6 +426,34 @@ static int run_batch(struct put *put, const char *manifest)
 	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;
 }
 
+/* --- one block -------------------------------------------------------- */
+
+static int put_one(struct put *put, const char *hash, const char *file)
+{
+	struct payload payload = { 0 };
+	char relpath[PATH_MAX];
+	int ret;
+
+	ret = kv_layout_block_path(put->model_dir, put->rank, put->group, hash, relpath,
+				   sizeof(relpath));
+	if (ret < 0) {
+		tool_err("cannot compose a block path for '%s': %s", hash, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	if (strcmp(file, "-"))
+		ret = payload_file(&payload, file);
+	else
+		ret = payload_fd(&payload, STDIN_FILENO);
+	if (ret < 0)
+		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
+			 kv_strerror(ret));
+	else if ((ret = kv_io_put(put->io, relpath, payload.data, payload.len)) < 0)
+		tool_err("cannot store '%s/%s': %s", put->root, relpath, kv_strerror(ret));
+	payload_release(&payload);
+	kv_io_buf_free(payload.buf);
+	return ret < 0 ? EXIT_RUNTIME : 0;
+}
+
 /* --- main ------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -446,9 +475,7 @@ int main(int argc, char **argv)
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	struct put put = { 0 };
-	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
-	struct payload payload = { 0 };
-	const char *file;
+	char hash[KV_HASH_MAX_LEN + 1];
 	int c, batch = 0, rootfd, ret;
 
 	tool_init("kvput");
@@ -495,6 +522,7 @@ int main(int argc, char **argv)
 		rootfd = open(put.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0) {
 			tool_err("cannot open '%s': %s", put.root, strerror(errno));
+			kv_io_close(put.io);
 			return EXIT_RUNTIME;
 		}
 	}
@@ -502,34 +530,8 @@ int main(int argc, char **argv)
 	if (rootfd >= 0)
 		close(rootfd);
 
-	if (batch) {
-		ret = run_batch(&put, argv[optind]);
-		kv_io_close(put.io);
-		return ret;
-	}
-	ret = kv_layout_block_path(put.model_dir, put.rank, put.group, hash, relpath,
-				   sizeof(relpath));
-	if (ret < 0) {
-		tool_err("cannot compose a block path for '%s': %s", hash, kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
-	file = argc - optind > 1 ? argv[optind + 1] : "-";
-	if (strcmp(file, "-"))
-		ret = payload_file(&payload, file);
-	else
-		ret = payload_fd(&payload, STDIN_FILENO);
-	if (ret < 0) {
-		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
-			 kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
-	ret = kv_io_put(put.io, relpath, payload.data, payload.len);
-	if (ret < 0) {
-		tool_err("cannot store '%s/%s': %s", put.root, relpath, kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
-	payload_release(&payload);
-	kv_io_buf_free(payload.buf);
+	ret = batch ? run_batch(&put, argv[optind]) :
+		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
 	kv_io_close(put.io);
-	return 0;
+	return ret;
 }

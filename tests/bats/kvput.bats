@@ -169,13 +169,15 @@ assert_no_temps() {
 	requires python3
 	[ -f "$FI_LIB" ] || skip "no $FI_LIB (make all builds it)"
 	random_file "$BATS_TEST_TMPDIR/p" $((1024 * 1024))
-	env LD_PRELOAD="$FI_LIB" KVFI_SHORT=uring_write:half:count=3 KVFI_LOG="$BATS_TEST_TMPDIR/fi.log" \
+	env LD_PRELOAD="$FI_LIB" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		KVFI_SHORT=uring_write:half:count=3 KVFI_LOG="$BATS_TEST_TMPDIR/fi.log" \
 		kvput --root "$KV_ROOT" --config "$CFG" ddddd00001 "$BATS_TEST_TMPDIR/p"
 	[ "$(grep -c . "$BATS_TEST_TMPDIR/fi.log")" -eq 3 ]
 	cmp "$BATS_TEST_TMPDIR/p" "$(vllm_path ddddd00001)"
 	for i in 2 3 4 5; do
 		printf '{"hash":"ddddd0000%d","file":"%s"}\n' "$i" "$BATS_TEST_TMPDIR/p"
-	done | env LD_PRELOAD="$FI_LIB" KVFI_SHORT=uring_write:half KVFI_LOG="$BATS_TEST_TMPDIR/fi2.log" \
+	done | env LD_PRELOAD="$FI_LIB" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		KVFI_SHORT=uring_write:half KVFI_LOG="$BATS_TEST_TMPDIR/fi2.log" \
 		kvput --root "$KV_ROOT" --config "$CFG" --batch --qd 4 > /dev/null
 	[ -s "$BATS_TEST_TMPDIR/fi2.log" ]
 	for i in 2 3 4 5; do cmp "$BATS_TEST_TMPDIR/p" "$(vllm_path ddddd0000$i)"; done
@@ -186,11 +188,11 @@ assert_no_temps() {
 	requires python3
 	[ -f "$FI_LIB" ] || skip "no $FI_LIB (make all builds it)"
 	random_file "$BATS_TEST_TMPDIR/p" $((2 * 1024 * 1024))
-	LD_PRELOAD="$FI_LIB" KVFI_NO_URING=1 \
+	LD_PRELOAD="$FI_LIB" KVFI_NO_URING=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		kvput --root "$KV_ROOT" --config "$CFG" --fsync eeeee00001 "$BATS_TEST_TMPDIR/p"
 	cmp "$BATS_TEST_TMPDIR/p" "$(vllm_path eeeee00001)"
 	printf '{"hash":"eeeee00002","file":"%s"}\n' "$BATS_TEST_TMPDIR/p" |
-		LD_PRELOAD="$FI_LIB" KVFI_NO_URING=1 \
+		LD_PRELOAD="$FI_LIB" KVFI_NO_URING=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		kvput --root "$KV_ROOT" --config "$CFG" --batch > /dev/null
 	cmp "$BATS_TEST_TMPDIR/p" "$(vllm_path eeeee00002)"
 }
