@@ -582,6 +582,13 @@ static int complete(struct kv_io *io, struct slot *s, int res)
 	if (s->step == STEP_OPEN)
 		return put ? put_opened(io, s, res) : get_opened(io, s, res);
 	if (s->step == STEP_MKDIR) {
+		/* A parent that an evictor removed after we made it: start
+		 * again from the top, a few rounds at most. */
+		if (res == -ENOENT && s->mkdirs < MKDIR_TRIES) {
+			s->mkdirs++;
+			s->mkdir_at = 0;
+			return put_mkdir_next(io, s);
+		}
 		if (res < 0 && res != -EEXIST)
 			return finish(io, s, res);
 		return put_mkdir_next(io, s);
