@@ -335,28 +335,38 @@ decoy_tree() {
 	[ -L "$rankdir/fff" ]
 }
 
-@test "buckets swapped for symlinks while kvevict walks: nothing outside is touched" {
-	requires kvput kvevict
+@test "buckets swapped for symlinks while kvls and kvevict walk: nothing outside is seen or touched" {
+	requires kvput kvls kvevict
 	decoy_tree
 	rankdir=$(find "$KV_ROOT" -maxdepth 1 -name '*_r0')
+	decoy=$(printf '%027x' 4242)
 	# Swap every bucket for a symlink to the decoy and back, over and over,
-	# while kvevict deletes everything it may.
+	# until the walkers are done.
 	(
-		for round in $(seq 1 100); do
+		exec {never}<> <(:)
+		while [ ! -e "$BATS_TEST_TMPDIR/stop" ]; do
 			for b in "$rankdir"/00[0-4]; do
 				[ -d "$b" ] && [ ! -L "$b" ] || continue
 				mv -T "$b" "$b.away" 2>/dev/null || continue
 				ln -s "$OUTSIDE" "$b"
+				read -r -t 0.002 -u "$never" _ || true
 				rm -f "$b"
 				mv -T "$b.away" "$b"
 			done
 		done
 	) &
 	swapper=$!
-	for i in 1 2 3 4 5; do
+	for i in $(seq 1 10); do
+		run kvls --root "$KV_ROOT" --blocks --ndjson
+		[[ "$output" != *"$decoy"* ]] || fail "kvls listed a block outside the root: $output"
+		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0 --dry-run --ndjson
+		[[ "$output" != *"$decoy"* ]] || fail "kvevict would delete outside the root: $output"
+	done
+	for i in 1 2 3; do
 		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0
 		[ "$status" -eq 0 ] || [ "$status" -eq 1 ] || fail "kvevict exited $status: $output"
 	done
+	touch "$BATS_TEST_TMPDIR/stop"
 	wait "$swapper"
 	sha256sum -c --quiet "$BATS_TEST_TMPDIR/outside.sum"
 }
