@@ -100,6 +100,11 @@ static int (*real_queue_init)(unsigned, struct io_uring *, unsigned);
 static int (*real_queue_init_params)(unsigned, struct io_uring *,
 				     struct io_uring_params *);
 
+static void resolve_all(void);
+
+/* A wrapped function's next definition, found on first use if need be. */
+#define REAL(name) (real_##name ? real_##name : (resolve_all(), real_##name))
+
 static const struct { const char *name; int err; } errnames[] = {
 	{ "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EDQUOT", EDQUOT },
 	{ "EROFS", EROFS }, { "EACCES", EACCES }, { "EPERM", EPERM },
@@ -200,10 +205,17 @@ static void parse_rules(const char *env, int is_short)
 
 #define RESOLVE(var, name) (var = (__typeof__(var))dlsym(RTLD_NEXT, name))
 
-__attribute__((constructor)) static void fi_init(void)
+/*
+ * The next definitions of what we wrap.  Also called from every wrapper:
+ * a sanitizer runtime or another library's constructor may write or open
+ * before ours has run.
+ */
+static void resolve_all(void)
 {
-	const char *logp = getenv("KVFI_LOG");
+	static volatile int resolved;
 
+	if (resolved)
+		return;
 	RESOLVE(real_write, "write");
 	RESOLVE(real_pwrite, "pwrite");
 	RESOLVE(real_pwrite64, "pwrite64");
@@ -231,12 +243,19 @@ __attribute__((constructor)) static void fi_init(void)
 	RESOLVE(real_wait_cqes, "io_uring_wait_cqes");
 	RESOLVE(real_queue_init, "io_uring_queue_init");
 	RESOLVE(real_queue_init_params, "io_uring_queue_init_params");
+	resolved = 1;
+}
 
+__attribute__((constructor)) static void fi_init(void)
+{
+	const char *logp = getenv("KVFI_LOG");
+
+	resolve_all();
 	parse_rules("KVFI_FAIL", 0);
 	parse_rules("KVFI_SHORT", 1);
 	no_uring = getenv("KVFI_NO_URING") && !strcmp(getenv("KVFI_NO_URING"), "1");
 	if (logp && *logp && real_open)
-		log_fd = real_open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		log_fd = REAL(open)(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
 /* Path of an open fd, or "" if it is not a regular file. */
@@ -330,7 +349,7 @@ ssize_t write(int fd, const void *buf, size_t n)
 		return fail_with(r->err);
 	if (n > 1 && match_fd(OP_WRITE, 1, fd))
 		n /= 2;
-	return real_write(fd, buf, n);
+	return REAL(write)(fd, buf, n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
@@ -341,7 +360,7 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 		return fail_with(r->err);
 	if (n > 1 && match_fd(OP_WRITE, 1, fd))
 		n /= 2;
-	return real_pwrite(fd, buf, n, off);
+	return REAL(pwrite)(fd, buf, n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
@@ -352,7 +371,7 @@ ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 		return fail_with(r->err);
 	if (n > 1 && match_fd(OP_WRITE, 1, fd))
 		n /= 2;
-	return real_pwrite64(fd, buf, n, off);
+	return REAL(pwrite64)(fd, buf, n, off);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int cnt)
@@ -364,8 +383,8 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
 	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
 		cnt /= 2;
 	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, 1, fd))
-		return real_write(fd, iov[0].iov_base, iov[0].iov_len / 2);
-	return real_writev(fd, iov, cnt);
+		return REAL(write)(fd, iov[0].iov_base, iov[0].iov_len / 2);
+	return REAL(writev)(fd, iov, cnt);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
@@ -377,8 +396,8 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
 		cnt /= 2;
 	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, 1, fd))
-		return real_pwrite(fd, iov[0].iov_base, iov[0].iov_len / 2, off);
-	return real_pwritev(fd, iov, cnt, off);
+		return REAL(pwrite)(fd, iov[0].iov_base, iov[0].iov_len / 2, off);
+	return REAL(pwritev)(fd, iov, cnt, off);
 }
 
 ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
@@ -389,35 +408,35 @@ ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 		return fail_with(r->err);
 	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
 		cnt /= 2;
-	return real_pwritev2(fd, iov, cnt, off, flags);
+	return REAL(pwritev2)(fd, iov, cnt, off, flags);
 }
 
 int fsync(int fd)
 {
 	struct fi_rule *r = match_fd(OP_FSYNC, 0, fd);
 
-	return r ? (int)fail_with(r->err) : real_fsync(fd);
+	return r ? (int)fail_with(r->err) : REAL(fsync)(fd);
 }
 
 int fdatasync(int fd)
 {
 	struct fi_rule *r = match_fd(OP_FSYNC, 0, fd);
 
-	return r ? (int)fail_with(r->err) : real_fdatasync(fd);
+	return r ? (int)fail_with(r->err) : REAL(fdatasync)(fd);
 }
 
 int rename(const char *from, const char *to)
 {
 	struct fi_rule *r = match_at(OP_RENAME, AT_FDCWD, to);
 
-	return r ? (int)fail_with(r->err) : real_rename(from, to);
+	return r ? (int)fail_with(r->err) : REAL(rename)(from, to);
 }
 
 int renameat(int fromfd, const char *from, int tofd, const char *to)
 {
 	struct fi_rule *r = match_at(OP_RENAME, tofd, to);
 
-	return r ? (int)fail_with(r->err) : real_renameat(fromfd, from, tofd, to);
+	return r ? (int)fail_with(r->err) : REAL(renameat)(fromfd, from, tofd, to);
 }
 
 int renameat2(int fromfd, const char *from, int tofd, const char *to,
@@ -426,7 +445,7 @@ int renameat2(int fromfd, const char *from, int tofd, const char *to,
 	struct fi_rule *r = match_at(OP_RENAME, tofd, to);
 
 	return r ? (int)fail_with(r->err)
-		 : real_renameat2(fromfd, from, tofd, to, flags);
+		 : REAL(renameat2)(fromfd, from, tofd, to, flags);
 }
 
 int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
@@ -434,7 +453,7 @@ int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
 	struct fi_rule *r = match_at(OP_LINK, tofd, to);
 
 	return r ? (int)fail_with(r->err)
-		 : real_linkat(fromfd, from, tofd, to, flags);
+		 : REAL(linkat)(fromfd, from, tofd, to, flags);
 }
 
 /* O_TMPFILE includes O_DIRECTORY's bit, so test for all of it. */
@@ -464,7 +483,7 @@ int open(const char *path, int flags, ...)
 	va_end(ap);
 	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, AT_FDCWD, path)))
 		return (int)fail_with(r->err);
-	return real_open(path, flags, mode);
+	return REAL(open)(path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...)
@@ -478,7 +497,7 @@ int open64(const char *path, int flags, ...)
 	va_end(ap);
 	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, AT_FDCWD, path)))
 		return (int)fail_with(r->err);
-	return real_open64(path, flags, mode);
+	return REAL(open64)(path, flags, mode);
 }
 
 int openat(int dirfd, const char *path, int flags, ...)
@@ -492,7 +511,7 @@ int openat(int dirfd, const char *path, int flags, ...)
 	va_end(ap);
 	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, dirfd, path)))
 		return (int)fail_with(r->err);
-	return real_openat(dirfd, path, flags, mode);
+	return REAL(openat)(dirfd, path, flags, mode);
 }
 
 int openat64(int dirfd, const char *path, int flags, ...)
@@ -506,14 +525,14 @@ int openat64(int dirfd, const char *path, int flags, ...)
 	va_end(ap);
 	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, dirfd, path)))
 		return (int)fail_with(r->err);
-	return real_openat64(dirfd, path, flags, mode);
+	return REAL(openat64)(dirfd, path, flags, mode);
 }
 
 int creat(const char *path, mode_t mode)
 {
 	struct fi_rule *r = match_at(OP_OPEN, AT_FDCWD, path);
 
-	return r ? (int)fail_with(r->err) : real_creat(path, mode);
+	return r ? (int)fail_with(r->err) : REAL(creat)(path, mode);
 }
 
 int fsetxattr(int fd, const char *name, const void *value, size_t size,
@@ -522,21 +541,21 @@ int fsetxattr(int fd, const char *name, const void *value, size_t size,
 	struct fi_rule *r = match_fd(OP_XATTR, 0, fd);
 
 	return r ? (int)fail_with(r->err)
-		 : real_fsetxattr(fd, name, value, size, flags);
+		 : REAL(fsetxattr)(fd, name, value, size, flags);
 }
 
 int mkdir(const char *path, mode_t mode)
 {
 	struct fi_rule *r = match_at(OP_MKDIR, AT_FDCWD, path);
 
-	return r ? (int)fail_with(r->err) : real_mkdir(path, mode);
+	return r ? (int)fail_with(r->err) : REAL(mkdir)(path, mode);
 }
 
 int mkdirat(int dirfd, const char *path, mode_t mode)
 {
 	struct fi_rule *r = match_at(OP_MKDIR, dirfd, path);
 
-	return r ? (int)fail_with(r->err) : real_mkdirat(dirfd, path, mode);
+	return r ? (int)fail_with(r->err) : REAL(mkdirat)(dirfd, path, mode);
 }
 
 /*
@@ -616,13 +635,13 @@ static void uring_rewrite(struct io_uring *ring)
 int io_uring_submit(struct io_uring *ring)
 {
 	uring_rewrite(ring);
-	return real_submit(ring);
+	return REAL(submit)(ring);
 }
 
 int io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
 {
 	uring_rewrite(ring);
-	return real_submit_and_wait(ring, wait_nr);
+	return REAL(submit_and_wait)(ring, wait_nr);
 }
 
 int io_uring_submit_and_wait_timeout(struct io_uring *ring,
@@ -630,13 +649,13 @@ int io_uring_submit_and_wait_timeout(struct io_uring *ring,
 				     struct __kernel_timespec *ts, sigset_t *sigmask)
 {
 	uring_rewrite(ring);
-	return real_submit_and_wait_timeout(ring, cqe, wait_nr, ts, sigmask);
+	return REAL(submit_and_wait_timeout)(ring, cqe, wait_nr, ts, sigmask);
 }
 
 int io_uring_submit_and_get_events(struct io_uring *ring)
 {
 	uring_rewrite(ring);
-	return real_submit_and_get_events(ring);
+	return REAL(submit_and_get_events)(ring);
 }
 
 /* With a timeout, liburing submits what is queued before waiting. */
@@ -645,16 +664,16 @@ int io_uring_wait_cqes(struct io_uring *ring, struct io_uring_cqe **cqe,
 		       sigset_t *sigmask)
 {
 	uring_rewrite(ring);
-	return real_wait_cqes(ring, cqe, wait_nr, ts, sigmask);
+	return REAL(wait_cqes)(ring, cqe, wait_nr, ts, sigmask);
 }
 
 int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
 {
-	return no_uring ? -ENOSYS : real_queue_init(entries, ring, flags);
+	return no_uring ? -ENOSYS : REAL(queue_init)(entries, ring, flags);
 }
 
 int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
 			       struct io_uring_params *p)
 {
-	return no_uring ? -ENOSYS : real_queue_init_params(entries, ring, p);
+	return no_uring ? -ENOSYS : REAL(queue_init_params)(entries, ring, p);
 }
