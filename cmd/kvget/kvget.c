@@ -23,7 +23,7 @@
 #define GET_TRIES	3	/* reads of a block that turned out bigger */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
-       OPT_BUFFERED, OPT_QD };
+       OPT_BUFFERED, OPT_QD, OPT_DAEMON };
 
 struct get {
 	const char *root;
@@ -66,6 +66,8 @@ static void usage(void)
 	       "       kvget [--root DIR] [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
 	       "             [--blocks N --block-bytes SIZE] [--no-touch] [--buffered] [--exists]\n"
 	       "             [--qd N] [-o DIR] --batch\n"
+	       "       kvget --daemon SOCK (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             [--blocks N --block-bytes SIZE] [--exists] [-o FILE] HASH\n"
 	       "       kvget -h | -V\n"
 	       "\n"
 	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
@@ -87,11 +89,14 @@ static void usage(void)
 	       "                         --batch, a directory that gets <hash>.bin files\n"
 	       "  -b, --batch            read many blocks named on stdin\n"
 	       "      --qd N             reads in flight in a batch (default %d)\n"
+	       "      --daemon SOCK      get the block through kvoffd at SOCK: its RAM tier,\n"
+	       "                         else its file tier (default $KV_DAEMON, not for --batch)\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
 	       "Exit status: 0 found (all found), 1 absent (some absent), 2 usage error,\n"
-	       "3 a block could not be read or failed its checksum.\n",
+	       "3 a block could not be read or failed its checksum, 4 the daemon could not\n"
+	       "be reached.\n",
 	       DEFAULT_QD);
 	exit(0);
 }
@@ -166,6 +171,23 @@ static int ensure_buf(void **buf, size_t *cap, size_t len)
 
 /* --- one block -------------------------------------------------------- */
 
+/* The block to -o FILE (atomically) or stdout; 0, or -errno said on stderr. */
+static int emit(struct get *get, const void *buf, size_t len)
+{
+	int ret;
+
+	if (get->out && strcmp(get->out, "-")) {
+		ret = write_atomic(get->out, buf, len);
+		if (ret < 0)
+			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
+	} else {
+		ret = write_full(STDOUT_FILENO, buf, len);
+		if (ret < 0)
+			tool_err("write error: %s", kv_strerror(ret));
+	}
+	return ret;
+}
+
 static int get_one(struct get *get, const char *hash, const char *relpath)
 {
 	void *buf = NULL;
@@ -215,17 +237,54 @@ static int get_one(struct get *get, const char *hash, const char *relpath)
 			 relpath);
 	else if (ret < 0)
 		tool_err("cannot read '%s/%s': %s", get->root, relpath, kv_strerror(ret));
-	else if (get->out && strcmp(get->out, "-")) {
-		ret = write_atomic(get->out, buf, len);
-		if (ret < 0)
-			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
-	} else {
-		ret = write_full(STDOUT_FILENO, buf, len);
-		if (ret < 0)
-			tool_err("write error: %s", kv_strerror(ret));
-	}
+	else
+		ret = emit(get, buf, len);
 	kv_io_buf_free(buf);
 	return ret < 0 ? EXIT_RUNTIME : 0;
+}
+/* --- through kvoffd --------------------------------------------------- */
+
+/* The block from the daemon's RAM tier, or read through its file tier. */
+static int get_daemon(struct get *get, const char *sock, const char *hash)
+{
+	struct kv_block_ref ref = { .rank = get->rank, .group = get->group };
+	struct kv_offd *c;
+	size_t cap, len = 0;
+	void *buf = NULL;
+	int ret;
+
+	strcpy(ref.model_dir, get->model_dir);
+	strcpy(ref.hash, hash);
+	if (!get->exists && !get->out && isatty(STDOUT_FILENO))
+		tool_usage_fail("refusing to write block data to a terminal; use -o FILE, "
+				"-o - or a redirection");
+	c = tool_daemon_connect(sock);
+	cap = kv_offd_slot_bytes(c);
+	if (get->exists)
+		ret = kv_offd_has(c, &ref, NULL);
+	else
+		ret = (buf = malloc(cap)) ? kv_offd_get(c, &ref, buf, cap, &len) : -ENOMEM;
+	kv_offd_close(c);
+	if (ret == -ENOENT) {
+		if (!get->exists)
+			tool_err("no block %s in the daemon at '%s'", hash, sock);
+		ret = EXIT_ANSWER_NO;
+	} else if (ret < 0) {
+		tool_err("cannot get %s from the daemon at '%s': %s", hash, sock,
+			 kv_strerror(ret));
+		ret = tool_daemon_exit(ret);
+	} else if (!get->exists && get->tail_bytes > len) {
+		tool_err("block %s holds %zu bytes, fewer than the %llu asked for", hash, len,
+			 (unsigned long long)get->tail_bytes);
+		ret = EXIT_RUNTIME;
+	} else if (!get->exists && get->tail_bytes) {
+		ret = emit(get, (char *)buf + len - get->tail_bytes, get->tail_bytes) < 0 ?
+		      EXIT_RUNTIME : 0;
+	} else if (!get->exists) {
+		ret = emit(get, buf, len) < 0 ? EXIT_RUNTIME : 0;
+	}
+	free(buf);
+	return ret;
 }
 
 /* --- batch ------------------------------------------------------------ */
@@ -522,12 +581,14 @@ int main(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
+		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
+	const char *daemon_opt = NULL, *daemon;
 	uint64_t blocks = 0, block_bytes = 0;
 	struct get get = { 0 };
 	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
@@ -554,6 +615,7 @@ int main(int argc, char **argv)
 			if (!opts.queue_depth)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
+		case OPT_DAEMON: daemon_opt = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -577,6 +639,15 @@ int main(int argc, char **argv)
 				"give one HASH");
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
+	/* $KV_DAEMON routes single gets; a batch goes to the daemon only
+	 * when asked, and then is refused. */
+	daemon = batch ? daemon_opt : tool_daemon(daemon_opt);
+	if (daemon) {
+		if (batch)
+			tool_usage_fail("--daemon gets one block at a time: drop --batch");
+		tool_model_dir(model_dir, config, -1, get.model_dir, sizeof(get.model_dir));
+		return get_daemon(&get, daemon, hash);
+	}
 	get.root = tool_root(root_opt);
 
 	ret = kv_io_open(get.root, &opts, &get.io);

@@ -27,7 +27,7 @@
 #define DEFAULT_QD		32
 #define MAX_QD			1024
 
-enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_QD };
+enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_QD, OPT_DAEMON };
 
 struct put {
 	const char *root;
@@ -77,6 +77,8 @@ static void usage(void)
 	       "             [--fsync] [--buffered] HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--qd N] --batch [MANIFEST|-]\n"
+	       "       kvput --daemon SOCK (--model-dir DIR | --config FILE) [--rank N]\n"
+	       "             [--group N] HASH [FILE|-]\n"
 	       "       kvput -h | -V\n"
 	       "\n"
 	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
@@ -94,10 +96,13 @@ static void usage(void)
 	       "      --buffered         never use O_DIRECT\n"
 	       "  -b, --batch            read a manifest of blocks\n"
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
+	       "      --daemon SOCK      put the block into kvoffd's RAM tier at SOCK, which\n"
+	       "                         writes it behind (default $KV_DAEMON, not for --batch)\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
-	       "Exit status: 0 stored, 2 usage error, 3 a block could not be stored.\n",
+	       "Exit status: 0 stored, 2 usage error, 3 a block could not be stored,\n"
+	       "4 the daemon could not be reached.\n",
 	       DEFAULT_QD);
 	exit(0);
 }
@@ -454,6 +459,41 @@ static int put_one(struct put *put, const char *hash, const char *file)
 	return ret < 0 ? EXIT_RUNTIME : 0;
 }
 
+/* --- through kvoffd --------------------------------------------------- */
+
+/* One block into the daemon's RAM tier; the daemon writes it behind. */
+static int put_daemon(struct put *put, const char *sock, const char *hash,
+		      const char *file)
+{
+	struct kv_block_ref ref = { .rank = put->rank, .group = put->group };
+	struct payload payload = { 0 };
+	struct kv_offd *c;
+	int ret;
+
+	strcpy(ref.model_dir, put->model_dir);
+	strcpy(ref.hash, hash);
+	if (strcmp(file, "-"))
+		ret = payload_file(&payload, file);
+	else
+		ret = payload_fd(&payload, STDIN_FILENO);
+	if (ret < 0) {
+		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
+			 kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
+	c = tool_daemon_connect(sock);
+	ret = kv_offd_put(c, &ref, payload.data, payload.len);
+	kv_offd_close(c);
+	payload_release(&payload);
+	kv_io_buf_free(payload.buf);
+	if (ret < 0) {
+		tool_err("cannot put %s into the daemon at '%s': %s", hash, sock,
+			 kv_strerror(ret));
+		return tool_daemon_exit(ret);
+	}
+	return 0;
+}
+
 /* --- main ------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -468,12 +508,14 @@ int main(int argc, char **argv)
 		{ "buffered", no_argument, NULL, OPT_BUFFERED },
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
+		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
+	const char *daemon_opt = NULL, *daemon;
 	struct put put = { 0 };
 	char hash[KV_HASH_MAX_LEN + 1];
 	int c, batch = 0, rootfd, ret;
@@ -496,6 +538,7 @@ int main(int argc, char **argv)
 			if (!opts.queue_depth)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
+		case OPT_DAEMON: daemon_opt = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -510,6 +553,16 @@ int main(int argc, char **argv)
 				"give HASH and at most one FILE");
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
+	/* $KV_DAEMON routes single puts; a batch goes to the daemon only
+	 * when asked, and then is refused. */
+	daemon = batch ? daemon_opt : tool_daemon(daemon_opt);
+	if (daemon) {
+		if (batch)
+			tool_usage_fail("--daemon stores one block at a time: drop --batch");
+		tool_model_dir(model_dir, config, -1, put.model_dir, sizeof(put.model_dir));
+		return put_daemon(&put, daemon, hash,
+				  argc - optind > 1 ? argv[optind + 1] : "-");
+	}
 	put.root = tool_root(root_opt);
 
 	ret = kv_io_open(put.root, &opts, &put.io);
