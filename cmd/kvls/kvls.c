@@ -77,6 +77,7 @@ static void usage(void)
 	       "       kvls --check | --verify [-J | --ndjson] [--root DIR] [--model MODEL]\n"
 	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--orphans-after DUR] [--threads N]\n"
+	       "       kvls --daemon SOCK [-J | --ndjson] [--model MODEL] [--rank N]\n"
 	       "       kvls -h | -V\n"
 	       "\n"
 	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
@@ -96,11 +97,13 @@ static void usage(void)
 	       "      --newer-than DUR    only blocks read within DUR\n"
 	       "      --orphans-after DUR temp files older than DUR are orphans (default 1h)\n"
 	       "  -t, --threads N         walk with N threads (default: CPUs, at most 8)\n"
+	       "      --daemon SOCK       list the blocks in kvoffd's RAM tier at SOCK instead\n"
 	       "  -h, --help              show this help and exit\n"
 	       "  -V, --version           show the version and exit\n"
 	       "\n"
 	       "Exit status: 0 listed / clean, 1 nothing matched / problems found,\n"
-	       "2 usage error, 3 the root could not be read.\n");
+	       "2 usage error, 3 the root could not be read, 4 the daemon could not be\n"
+	       "reached.\n");
 	exit(0);
 }
 
@@ -803,11 +806,98 @@ static void check_summary(struct ls *ls)
 	json_decref(sum);
 }
 
+/* --- the daemon's RAM tier ------------------------------------------- */
+
+struct ram_list {
+	struct ls *ls;
+	const char *model;	/* --model, or NULL */
+	int rank;		/* --rank, or -1 */
+};
+
+/* --model names a model dir, or a safe model name with any fingerprint. */
+static int model_matches(const char *model, const char *model_dir)
+{
+	size_t n = strlen(model);
+
+	if (!strcmp(model, model_dir))
+		return 1;
+	return !strncmp(model, model_dir, n) && model_dir[n] == '_' &&
+	       strlen(model_dir + n + 1) == KV_FINGERPRINT_LEN;
+}
+
+static int ram_record(const struct kv_offd_entry *e, void *arg)
+{
+	struct ram_list *rl = arg;
+	struct ls *ls = rl->ls;
+	char rec[RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
+
+	if ((rl->model && !model_matches(rl->model, e->ref.model_dir)) ||
+	    (rl->rank >= 0 && e->ref.rank != (unsigned)rl->rank) ||
+	    kv_layout_block_path_ref(&e->ref, path, sizeof(path)) < 0)
+		return 0;
+	if (ls->out == OUT_TABLE) {
+		char size[16];
+		int n;
+
+		kv_size_format(e->size_bytes, size, sizeof(size));
+		if (!ls->records) {
+			n = snprintf(rec, sizeof(rec), "%6s  %4s  %4s  %4s  %5s  %s\n",
+				     "SIZE", "PINS", "DISK", "RANK", "GROUP", "PATH");
+			if (out_write(ls, rec, (size_t)n))
+				return STOP_WRITE;
+		}
+		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
+			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, path);
+		ls->records++;
+		return out_write(ls, rec, (size_t)n);
+	}
+	p = put_lit(p, "{\"group\":");
+	p = put_u64(p, e->ref.group);
+	p = put_lit(p, ",\"hash\":");
+	p = put_json_str(p, e->ref.hash);
+	p = put_lit(p, ",\"model_dir\":");
+	p = put_json_str(p, e->ref.model_dir);
+	p = put_lit(p, e->on_disk ? ",\"on_disk\":true" : ",\"on_disk\":false");
+	p = put_lit(p, ",\"path\":");
+	p = put_json_str(p, path);
+	p = put_lit(p, ",\"pins\":");
+	p = put_u64(p, e->pins);
+	p = put_lit(p, ",\"rank\":");
+	p = put_u64(p, e->ref.rank);
+	p = put_lit(p, ",\"size_bytes\":");
+	p = put_u64(p, e->size_bytes);
+	*p++ = '}';
+	if (ls->out == OUT_NDJSON)
+		*p++ = '\n';
+	return out_record(ls, rec, (size_t)(p - rec));
+}
+
+/* kvls --daemon: the blocks in kvoffd's RAM tier, as --blocks lists files. */
+static int list_daemon(struct ls *ls, const char *sock, const struct kv_walk_opts *wopts)
+{
+	struct ram_list rl = { .ls = ls, .model = wopts->model, .rank = wopts->rank };
+	struct kv_offd *c = tool_daemon_connect(sock);
+	int rc;
+
+	ls->mode = MODE_BLOCKS;
+	rc = kv_offd_list(c, ram_record, &rl);
+	kv_offd_close(c);
+	if (rc == STOP_WRITE)
+		out_fail(ls);
+	if (rc) {
+		tool_err("cannot list the daemon at '%s': %s", sock, kv_strerror(rc));
+		return tool_daemon_exit(rc);
+	}
+	if (ls->out == OUT_JSON && !out_open(ls))
+		fputs("]}\n", stdout);
+	return ls->records ? 0 : EXIT_ANSWER_NO;
+}
+
 int main(int argc, char **argv)
 {
 	enum {
 		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
-		OPT_ORPHANS,
+		OPT_ORPHANS, OPT_DAEMON,
 	};
 	static const struct option longopts[] = {
 		{ "blocks", no_argument, NULL, 'b' },
@@ -822,13 +912,14 @@ int main(int argc, char **argv)
 		{ "newer-than", required_argument, NULL, OPT_NEWER },
 		{ "orphans-after", required_argument, NULL, OPT_ORPHANS },
 		{ "threads", required_argument, NULL, 't' },
+		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_walk_opts wopts = { .rank = -1 };
 	struct ls ls = { .mode = MODE_MODELS, .orphans_after_ns = ORPHANS_AFTER_NS };
-	const char *root_opt = NULL, *root;
+	const char *root_opt = NULL, *root, *daemon = NULL;
 	int blocks = 0, check = 0, c, rc;
 	uint64_t older = 0, newer = 0;
 
@@ -864,6 +955,7 @@ int main(int argc, char **argv)
 		case 't':
 			wopts.threads = (unsigned)tool_parse_uint("--threads", optarg, 64);
 			break;
+		case OPT_DAEMON: daemon = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -875,6 +967,12 @@ int main(int argc, char **argv)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
 	if (blocks && (check || ls.verify))
 		tool_usage_fail("--blocks lists; --check and --verify check: pick one");
+	if (daemon) {
+		if (check || ls.verify || ls.has_older || ls.has_newer)
+			tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
+					"--older-than or --newer-than");
+		return list_daemon(&ls, daemon, &wopts);
+	}
 	root = tool_root(root_opt);
 	if (check || ls.verify)
 		ls.mode = MODE_CHECK;
