@@ -487,3 +487,117 @@ PY
 	put_block a abcdef0001 1048576
 	get_equals a abcdef0001
 }
+
+@test "kvoffd: kvput --daemon and kvget --daemon move blocks through the RAM tier" {
+	start_daemon --cpu-bytes 16M
+	random_file "$BATS_TEST_TMPDIR/a" 500000
+	kvput --daemon "$SOCK" --model-dir "$MODEL" --rank 1 --group 2 abcdef0001 \
+		"$BATS_TEST_TMPDIR/a"
+	kvget --daemon "$SOCK" --model-dir "$MODEL" --rank 1 --group 2 \
+		-o "$BATS_TEST_TMPDIR/got" abcdef0001
+	cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/a"
+	# $KV_DAEMON is the default; stdin and stdout work as without it.
+	KV_DAEMON=$SOCK kvput --model-dir "$MODEL" ABCDEF0002 <"$BATS_TEST_TMPDIR/a"
+	KV_DAEMON=$SOCK kvget --model-dir "$MODEL" abcdef0002 >"$BATS_TEST_TMPDIR/got2"
+	cmp "$BATS_TEST_TMPDIR/got2" "$BATS_TEST_TMPDIR/a"
+	kvget --daemon "$SOCK" --model-dir "$MODEL" --rank 1 --group 2 --exists abcdef0001
+	run kvget --daemon "$SOCK" --model-dir "$MODEL" --exists abcdef0001
+	assert_failure 1
+	run kvget --daemon "$SOCK" --model-dir "$MODEL" -o "$BATS_TEST_TMPDIR/x" abcdef0099
+	assert_failure 1
+	assert_output --partial "no block abcdef0099 in the daemon at '$SOCK'"
+	kvget --daemon "$SOCK" --model-dir "$MODEL" --blocks 2 --block-bytes 1000 \
+		abcdef0002 >"$BATS_TEST_TMPDIR/tail"
+	cmp "$BATS_TEST_TMPDIR/tail" <(tail -c 2000 "$BATS_TEST_TMPDIR/a")
+	[ "$(stat_of puts)" -eq 2 ]
+	# The RAM tier only: nothing reached the file tier yet.
+	[ ! -e "$KV_ROOT/${MODEL}_r1" ]
+}
+
+@test "kvoffd: kvget --daemon reads through a block kvput wrote to the file tier" {
+	random_file "$BATS_TEST_TMPDIR/a" 300000
+	kvput --model-dir "$MODEL" abcdef0003 "$BATS_TEST_TMPDIR/a"
+	start_daemon --cpu-bytes 8M
+	kvget --daemon "$SOCK" --model-dir "$MODEL" abcdef0003 >"$BATS_TEST_TMPDIR/got"
+	cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/a"
+	[ "$(stat_of readthroughs)" -eq 1 ]
+}
+
+@test "kvoffd: concurrent kvput/kvget --daemon of shared and own keys, content verified" {
+	local i k pids=() rc=0
+	start_daemon --cpu-bytes 32M
+	for k in 1 2 3 4; do
+		random_file "$BATS_TEST_TMPDIR/shared$k" 400000
+		for i in 1 2 3; do
+			random_file "$BATS_TEST_TMPDIR/own$i.$k" 300000
+		done
+	done
+	for i in 1 2 3; do
+		(
+			for round in 1 2 3; do
+				for k in 1 2 3 4; do
+					kvput --daemon "$SOCK" --model-dir "$MODEL" "aaaa000$k" \
+						"$BATS_TEST_TMPDIR/shared$k"
+					kvput --daemon "$SOCK" --model-dir "$MODEL" "bbbb$i$round$k" \
+						"$BATS_TEST_TMPDIR/own$i.$k"
+					kvget --daemon "$SOCK" --model-dir "$MODEL" "aaaa000$k" |
+						cmp - "$BATS_TEST_TMPDIR/shared$k"
+					kvget --daemon "$SOCK" --model-dir "$MODEL" "bbbb$i$round$k" |
+						cmp - "$BATS_TEST_TMPDIR/own$i.$k"
+				done
+			done
+		) &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || rc=$?
+	done
+	[ "$rc" -eq 0 ]
+	[ "$(stat_of puts)" -eq 72 ]
+	[ "$(stat_of gets)" -eq 72 ]
+	[ "$(stat_of pins)" -eq 0 ]
+}
+
+@test "kvoffd: kvls --daemon lists the RAM tier" {
+	requires python3
+	start_daemon --cpu-bytes 16M
+	random_file "$BATS_TEST_TMPDIR/a" 1000
+	kvput --daemon "$SOCK" --model-dir "$MODEL" --rank 3 abcdef0001 "$BATS_TEST_TMPDIR/a"
+	kvput --daemon "$SOCK" --model-dir other_0123456789ab abcdef0002 "$BATS_TEST_TMPDIR/a"
+	run kvls --daemon "$SOCK"
+	assert_success
+	assert_line --index 0 --regexp '^ *SIZE +PINS +DISK +RANK +GROUP +PATH$'
+	assert_output --partial "${MODEL}_r3/abc/de_g0/abcdef0001.bin"
+	run kvls --daemon "$SOCK" --ndjson --model "$MODEL"
+	assert_success
+	[ "${#lines[@]}" -eq 1 ]
+	run python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+assert r == {"group": 0, "hash": "abcdef0001", "model_dir": sys.argv[2], "on_disk": False,
+             "path": sys.argv[2] + "_r3/abc/de_g0/abcdef0001.bin", "pins": 0, "rank": 3,
+             "size_bytes": 1000}, r' "${lines[0]}" "$MODEL"
+	assert_success
+	run kvls --daemon "$SOCK" -J --rank 0
+	assert_success
+	[ "$(echo "$output" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["blocks"]))')" -eq 1 ]
+	run kvls --daemon "$SOCK" --rank 7
+	assert_failure 1
+	run kvls --daemon "$SOCK" --check
+	assert_failure 2
+}
+
+@test "kvoffd: kvput, kvget and kvls exit 4 when the daemon is unreachable" {
+	random_file "$BATS_TEST_TMPDIR/a" 1000
+	run kvput --daemon "$SOCK" --model-dir "$MODEL" abcdef0001 "$BATS_TEST_TMPDIR/a"
+	assert_failure 4
+	assert_output --partial "cannot reach daemon at '$SOCK'"
+	run kvget --daemon "$SOCK" --model-dir "$MODEL" abcdef0001
+	assert_failure 4
+	run kvls --daemon "$SOCK"
+	assert_failure 4
+	# A daemon that went away mid-life: a stale socket file.
+	start_daemon --cpu-bytes 4M
+	stop_daemon KILL
+	run env KV_DAEMON="$SOCK" kvget --model-dir "$MODEL" --exists abcdef0001
+	assert_failure 4
+}
