@@ -46,7 +46,8 @@ struct model {
 struct ls {
 	enum mode mode;
 	enum out out;
-	int verify;
+	int check;		/* --check: report layout problems */
+	int verify;		/* --verify: check checksums */
 	int64_t now_ns;
 	int has_older, has_newer;
 	int64_t older_cut_ns, newer_cut_ns;
@@ -593,7 +594,7 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 	m->has_config_file = 1;
 	rc = kv_config_load(e->dirfd, e->name, &cfg);
 	if (rc < 0) {
-		if (ls->mode == MODE_CHECK)
+		if (ls->check)
 			return problem(ls, "bad-config", e->path,
 				       rc == -KV_EBADCONFIG && *kv_config_error() ?
 				       kv_config_error() : kv_strerror(rc));
@@ -607,7 +608,7 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 		m->dtype = strdup(s);
 	kv_config_int(cfg, "tp_size", &m->tp);
 	rc = 0;
-	if (ls->mode == MODE_CHECK && kv_config_model_dir(cfg, want, sizeof(want)) == 0 &&
+	if (ls->check && kv_config_model_dir(cfg, want, sizeof(want)) == 0 &&
 	    strcmp(want, e->ref.model_dir)) {
 		snprintf(detail, sizeof(detail), "config.json belongs in '%s'", want);
 		rc = problem(ls, "fingerprint", e->ref.model_dir, detail);
@@ -717,7 +718,7 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 	case KV_WALK_CONFIG:
 		return ls->mode == MODE_BLOCKS ? 0 : on_config(ls, e);
 	case KV_WALK_TEMP:
-		if (ls->mode != MODE_CHECK)
+		if (!ls->check)
 			return 0;
 		if (e->mtime_ns > ls->now_ns - (int64_t)ls->orphans_after_ns) {
 			ls->temps_in_flight++;
@@ -730,8 +731,7 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 		/* kvevict's lock file is ours, not foreign. */
 		if (S_ISREG(e->mode) && !strcmp(e->path, KV_EVICT_LOCK_NAME))
 			return 0;
-		return ls->mode == MODE_CHECK ?
-		       problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
+		return ls->check ? problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
 	case KV_WALK_ERROR:
 		if (ls->mode == MODE_CHECK)
 			return problem(ls, "unreadable", e->path, kv_strerror(e->err));
@@ -928,7 +928,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "bcJr:m:t:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': blocks = 1; break;
-		case 'c': check = 1; break;
+		case 'c': check = ls.check = 1; break;
 		case OPT_VERIFY: ls.verify = 1; break;
 		case 'J': ls.out = OUT_JSON; break;
 		case OPT_NDJSON: ls.out = OUT_NDJSON; break;

@@ -238,6 +238,16 @@ make_tree() {
 	run kvls --verify
 	[ "$status" -eq 0 ] || fail "$output"
 	[[ "$output" == *"4 blocks: 3 verified, 0 mismatched, 1 without checksum"* ]] || fail "$output"
+	# Layout problems are --check's business: --verify alone passes them.
+	echo junk > "$KV_ROOT/notes.txt"
+	: > "$KV_ROOT/${p%.bin}_stale.tmp"
+	touch -d '-2 hours' "$KV_ROOT/${p%.bin}_stale.tmp"
+	run kvls --verify
+	[ "$status" -eq 0 ] || fail "--verify counted layout problems: $output"
+	run kvls --verify --check
+	[ "$status" -eq 1 ]
+	[[ "$output" == *notes.txt* && "$output" == *_stale.tmp* ]] || fail "$output"
+	rm "$KV_ROOT/notes.txt" "$KV_ROOT/${p%.bin}_stale.tmp"
 
 	printf '\xff' | dd of="$KV_ROOT/$p" bs=1 seek=1234 conv=notrunc status=none
 	touch -a -d @"$before" "$KV_ROOT/$p"
