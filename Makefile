@@ -7,7 +7,8 @@
 #   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
 #
 # Sources are found by glob: lib/*.c is libkv, cmd/<prog>/*.c is one
-# program (plus cmd/common/*.c), tests/unit/*.c is one unit test each.
+# program (plus the shared front-end glue cmd/tool*.c), tests/unit/*.c is
+# one unit test each.
 
 VERSION     := 0.1.0
 SOVERSION   := 0
@@ -54,8 +55,8 @@ endif
 
 LIB_SRCS   := $(wildcard lib/*.c)
 LIB_OBJS   := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
-COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/common/*.c))
-PROGS      := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard cmd/*/))))
+COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/tool*.c))
+PROGS      := $(notdir $(patsubst %/,%,$(wildcard cmd/*/)))
 BINS       := $(PROGS:%=$(BUILD)/bin/%)
 UNIT_SRCS  := $(wildcard tests/unit/*.c)
 UNIT_BINS  := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)

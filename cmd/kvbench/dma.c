@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "dma.h"
 
 #define DEFAULT_TOTAL_BYTES	(256ull << 20)

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "dma.h"
 #include "kvbench.h"
 #include "verdict.h"

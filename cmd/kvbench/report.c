@@ -2,7 +2,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "kvbench.h"
 
 static const char *const engine_names[] = { "uring", "psync", "kvio" };

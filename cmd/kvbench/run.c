@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <liburing.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "kvbench.h"
 
 const char *const phase_names[PH_COUNT] = { "write", "read", "lookup", "mixed" };

@@ -11,7 +11,7 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "verdict.h"
 
 /* Smallest whole prefix for which loading is strictly faster; 0 if

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "../common/tool.h"
+#include "../tool.h"
 
 #define DEFAULT_QD	32
 #define MAX_QD		1024

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "../common/tool.h"
+#include "../tool.h"
 
 #define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
 #define PROGRESS_EVERY_NS	250000000LL

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "kvoffd.h"
 
 #define HUGE_PAGE_BYTES		(2u << 20)

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include "../common/tool.h"
+#include "../tool.h"
 #include "kvoffd.h"
 
 #define DEFAULT_SLOT_BYTES	(2u << 20)

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/evp.h>
-#include "../common/tool.h"
+#include "../tool.h"
 
 #define READ_CHUNK_BYTES	(1u << 20)
 #define DEFAULT_QD		32

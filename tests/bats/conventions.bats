@@ -9,7 +9,7 @@ programs() {
 	local d
 	for d in "$BATS_TEST_DIRNAME"/../../cmd/*/; do
 		d=${d%/}; d=${d##*/}
-		[ "$d" = common ] || echo "$d"
+		echo "$d"
 	done
 }
 

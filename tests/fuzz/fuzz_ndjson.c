@@ -16,8 +16,8 @@
 #define main kvput_main
 #include "../../cmd/kvput/kvput.c"
 #undef main
-#include "../../cmd/common/tool.c"
-#include "../../cmd/common/modeldir.c"
+#include "../../cmd/tool.c"
+#include "../../cmd/tool_modeldir.c"
 
 #define FUZZ_MODEL_DIR "fuzz_model_0123456789ab"
 

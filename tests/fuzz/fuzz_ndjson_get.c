@@ -14,8 +14,8 @@
 #define main kvget_main
 #include "../../cmd/kvget/kvget.c"
 #undef main
-#include "../../cmd/common/tool.c"
-#include "../../cmd/common/modeldir.c"
+#include "../../cmd/tool.c"
+#include "../../cmd/tool_modeldir.c"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
