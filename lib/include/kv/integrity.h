@@ -15,8 +15,6 @@ extern "C" {
 #endif
 
 #define KV_XATTR_XXH3	"user.kv.xxh3"
-#define KV_XATTR_WRITER	"user.kv.writer"	/* "kvput/0.1.0 host pid" */
-#define KV_XATTR_CTIME	"user.kv.ctime"		/* creation, ns since epoch */
 
 /* XXH3-64 of a buffer. */
 uint64_t kv_xxh3(const void *buf, size_t len);
