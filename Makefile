@@ -35,16 +35,27 @@ Q := @
 endif
 
 # CUDA: detected from nvcc on PATH or $(CUDA_HOME); CUDA=1 / CUDA=0 forces.
+# nvcc on PATH may be a wrapper script (e.g. /usr/local/bin/nvcc) whose
+# directory holds no headers, so the toolkit root is the first candidate
+# that has include/cuda_runtime_api.h: $(CUDA_HOME), nvcc's ../, and the
+# TOP nvcc itself reports.
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+ifneq ($(NVCC),)
+CUDA_ROOT_CANDIDATES := $(CUDA_HOME) $(patsubst %/bin/nvcc,%,$(NVCC)) \
+	$(shell $(NVCC) -v --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p')
+CUDA_HOME_REAL := $(firstword $(foreach d,$(CUDA_ROOT_CANDIDATES),$(if $(wildcard $(d)/include/cuda_runtime_api.h),$(realpath $(d)))))
+endif
 ifeq ($(origin CUDA),undefined)
-CUDA := $(if $(NVCC),1,0)
+CUDA := $(if $(CUDA_HOME_REAL),1,0)
 endif
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
 $(error CUDA=1 but no nvcc found on PATH or in CUDA_HOME=$(CUDA_HOME))
 endif
-CUDA_HOME_REAL := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(CUDA_HOME_REAL),)
+$(error CUDA=1 but no cuda_runtime_api.h under $(CUDA_ROOT_CANDIDATES); set CUDA_HOME)
+endif
 override CFLAGS += -DKV_HAVE_CUDA=1 -I$(CUDA_HOME_REAL)/include
 NVCCFLAGS ?= -O2
 override NVCCFLAGS += -Xcompiler -fPIC,-Wall,-Werror -Ilib/include -Ilib -DKV_HAVE_CUDA=1
