@@ -6,6 +6,7 @@
  * would cost more than the walk itself on a large tree.  The model table
  * is small and goes through jansson.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,6 +16,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <wchar.h>
+#include <wctype.h>
+#include <locale.h>
 #include "../tool.h"
 
 #define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
@@ -358,6 +362,61 @@ static int model_add_rank(struct model *m, unsigned rank)
 }
 
 /* The model part of a model dir name: "<safe_model>" without "_<d12>". */
+/* --- human table cells ------------------------------------------------ */
+
+/*
+ * Copy S into OUT for a table cell: UTF-8 printable characters as they
+ * are, anything else (control characters, invalid bytes) as \xNN so a
+ * hostile name can neither break the line-per-record output nor send
+ * escape sequences to a terminal.  Returns the cell's width in terminal
+ * columns (CJK and emoji are two), whatever the caller's locale.
+ */
+static int table_cell(const char *s, char *out, size_t len)
+{
+	static locale_t utf8;
+	size_t n = strlen(s), o = 0;
+	mbstate_t st = { 0 };
+	locale_t saved = (locale_t)0;
+	int width = 0;
+
+	if (!utf8)
+		utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+	if (utf8)
+		saved = uselocale(utf8);
+	while (n && o + 5 <= len) {
+		wchar_t wc = (unsigned char)*s;
+		size_t r = 1;
+		int w = isprint((unsigned char)*s) ? 1 : -1;
+
+		if (utf8) {
+			r = mbrtowc(&wc, s, n, &st);
+			w = r <= n && iswprint((wint_t)wc) ? wcwidth(wc) : -1;
+		}
+		if (w < 0) {
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", (unsigned char)*s);
+			memset(&st, 0, sizeof(st));
+			width += 4;
+			s++, n--;
+			continue;
+		}
+		if (o + r >= len)
+			break;
+		memcpy(out + o, s, r);
+		o += r, s += r, n -= r;
+		width += w;
+	}
+	out[o] = '\0';
+	if (utf8)
+		uselocale(saved);
+	return width;
+}
+
+/* Print CELL left-aligned in WIDTH columns, then SEP. */
+static void table_pad(const char *cell, int cell_width, int width, const char *sep)
+{
+	printf("%s%*s%s", cell, width > cell_width ? width - cell_width : 0, "", sep);
+}
+
 static void safe_model_of(const struct model *m, char *buf, size_t len)
 {
 	size_t n = strlen(m->model_dir);
@@ -414,7 +473,7 @@ static json_t *model_json(const struct model *m)
 static void models_table(struct ls *ls)
 {
 	int wmodel = 5, wdtype = 5;
-	char safe[KV_NAME_MAX + 1];
+	char safe[KV_NAME_MAX + 1], cell[4 * KV_NAME_MAX + 8];
 
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
@@ -423,9 +482,9 @@ static void models_table(struct ls *ls)
 		if (!model_listed(ls, m))
 			continue;
 		safe_model_of(m, safe, sizeof(safe));
-		n = (int)strlen(m->name ? m->name : safe);
+		n = table_cell(m->name ? m->name : safe, cell, sizeof(cell));
 		wmodel = n > wmodel ? n : wmodel;
-		n = m->dtype ? (int)strlen(m->dtype) : 1;
+		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));
 		wdtype = n > wdtype ? n : wdtype;
 	}
 	printf("%-*s  %-12s  %-*s  %3s  %5s  %8s  %6s  %-20s  %s\n", wmodel, "MODEL",
@@ -434,6 +493,7 @@ static void models_table(struct ls *ls)
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
 		char size[16], oldest[32] = "-", newest[32] = "-", tp[24] = "-";
+		int n;
 
 		if (!model_listed(ls, m))
 			continue;
@@ -445,10 +505,13 @@ static void models_table(struct ls *ls)
 		}
 		if (m->tp >= 0)
 			snprintf(tp, sizeof(tp), "%" PRId64, m->tp);
-		printf("%-*s  %-12s  %-*s  %3s  %5zu  %8" PRIu64 "  %6s  %-20s  %s\n",
-		       wmodel, m->name ? m->name : safe, m->fingerprint, wdtype,
-		       m->dtype ? m->dtype : "-", tp, m->nranks, m->files, size,
-		       oldest, newest);
+		n = table_cell(m->name ? m->name : safe, cell, sizeof(cell));
+		table_pad(cell, n, wmodel, "  ");
+		printf("%-12s  ", m->fingerprint);
+		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));
+		table_pad(cell, n, wdtype, "  ");
+		printf("%3s  %5zu  %8" PRIu64 "  %6s  %-20s  %s\n", tp, m->nranks,
+		       m->files, size, oldest, newest);
 	}
 }
 
@@ -498,7 +561,7 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 	char rec[RECORD_MAX], *p = rec;
 
 	if (ls->out == OUT_TABLE) {
-		char at[32], mt[32], size[16], alloc[16];
+		char at[32], mt[32], size[16], alloc[16], cell[RECORD_MAX / 2];
 		int n;
 
 		kv_time_format(e->atime_ns, at, sizeof(at));
@@ -512,8 +575,9 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 			if (out_write(ls, rec, (size_t)n))
 				return STOP_WRITE;
 		}
+		table_cell(e->path, cell, sizeof(cell));
 		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
-			     at, mt, size, alloc, e->ref.rank, e->ref.group, e->path);
+			     at, mt, size, alloc, e->ref.rank, e->ref.group, cell);
 		ls->records++;
 		return out_write(ls, rec, (size_t)n);
 	}
@@ -551,8 +615,13 @@ static int problem(struct ls *ls, const char *kind, const char *path,
 	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > RECORD_MAX)
 		detail = "";
 	if (ls->out == OUT_TABLE) {
-		int n = snprintf(rec, sizeof(rec), "%-12s  %s%s%s\n", kind, path,
-				 *detail ? "  " : "", detail);
+		char cpath[RECORD_MAX / 2], cdetail[RECORD_MAX / 4];
+		int n;
+
+		table_cell(path, cpath, sizeof(cpath));
+		table_cell(detail, cdetail, sizeof(cdetail));
+		n = snprintf(rec, sizeof(rec), "%-12s  %s%s%s\n", kind, cpath,
+			     *detail ? "  " : "", cdetail);
 
 		ls->records++;
 		return out_write(ls, rec, (size_t)n < sizeof(rec) ? (size_t)n : sizeof(rec) - 1);

@@ -60,6 +60,28 @@ make_tree() {
 	[ "$size" = 4.0K ]
 }
 
+@test "tables align wide characters and escape control characters" {
+	make_tree
+	run --separate-stderr kvls
+	[ "$status" -eq 0 ] || fail "kvls: $stderr"
+	# Every row's FINGERPRINT starts in the same terminal column
+	# (East Asian wide characters count two).
+	python3 -c '
+import sys, unicodedata
+cols = set()
+for line in sys.stdin.read().splitlines():
+    i = line.index(line.split()[1], len(line.split()[0]))
+    cols.add(sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line[:i]))
+sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
+	# A name that would clear the screen and split the record is shown
+	# escaped, one line, in the human table.
+	printf 'x' > "$KV_ROOT/$(printf 'evil\e[2J\nname')"
+	run --separate-stderr kvls --check
+	[ "$status" -eq 1 ]
+	! grep -q $'\x1b' <<< "$output"
+	grep -qxE 'foreign +evil\\x1b\[2J\\x0aname +.*' <<< "$output" || fail "$output"
+}
+
 @test "-J: one document of models with sizes in bytes" {
 	make_tree
 	run --separate-stderr kvls -J
