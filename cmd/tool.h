@@ -57,6 +57,10 @@ struct kv_offd *tool_daemon_connect(const char *sock);
 /* The exit status for a failed daemon call: 4 unreachable, else 3. */
 int tool_daemon_exit(int err);
 
+/* 1 if a failed daemon call left its connection unusable (the daemon
+ * went away, or the frames fell out of step), so a batch must stop. */
+int tool_daemon_lost(int err);
+
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);
 

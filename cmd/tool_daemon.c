@@ -18,6 +18,11 @@ int tool_daemon_exit(int err)
 	       err == -EPIPE || err == -EACCES ? EXIT_DAEMON : EXIT_RUNTIME;
 }
 
+int tool_daemon_lost(int err)
+{
+	return err == -ECONNRESET || err == -EPIPE || err == -KV_EPROTO;
+}
+
 struct kv_offd *tool_daemon_connect(const char *sock)
 {
 	struct kv_offd *c;

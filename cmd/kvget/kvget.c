@@ -5,6 +5,8 @@
  * A block is read whole and checked against its user.kv.xxh3 checksum
  * before a byte goes out, so a damaged block never reaches the caller in
  * part.  The answer (0 hit, 1 miss) is kept apart from failures (3).
+ * With --daemon, blocks come from kvoffd instead, a batch over one
+ * connection.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 #define DEFAULT_QD	32
 #define MAX_QD		1024
 #define GET_TRIES	3	/* reads of a block that turned out bigger */
+#define SIZE_UNKNOWN	UINT64_MAX	/* kvoffd's presence answer has no size */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
        OPT_BUFFERED, OPT_QD, OPT_DAEMON };
@@ -68,6 +71,8 @@ static void usage(void)
 	       "             [--qd N] [-o DIR] --batch\n"
 	       "       kvget --daemon SOCK (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--blocks N --block-bytes SIZE] [--exists] [-o FILE] HASH\n"
+	       "       kvget --daemon SOCK [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
+	       "             [--blocks N --block-bytes SIZE] [--exists] [-o DIR] --batch\n"
 	       "       kvget -h | -V\n"
 	       "\n"
 	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
@@ -89,8 +94,8 @@ static void usage(void)
 	       "                         --batch, a directory that gets <hash>.bin files\n"
 	       "  -b, --batch            read many blocks named on stdin\n"
 	       "      --qd N             reads in flight in a batch (default %d)\n"
-	       "      --daemon SOCK      get the block through kvoffd at SOCK: its RAM tier,\n"
-	       "                         else its file tier (default $KV_DAEMON, not for --batch)\n"
+	       "      --daemon SOCK      get the blocks through kvoffd at SOCK: its RAM tier,\n"
+	       "                         else its file tier (default $KV_DAEMON)\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
@@ -299,7 +304,7 @@ static void print_record(struct get *get, unsigned long line, const char *hash,
 		json_object_set_new(rec, "hash", json_string(hash));
 	if (relpath)
 		json_object_set_new(rec, "path", json_string(relpath));
-	if (hit > 0)
+	if (hit > 0 && size != SIZE_UNKNOWN)
 		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
 	if (error)
 		json_object_set_new(rec, "error", json_string(error));
@@ -453,11 +458,33 @@ static int prepare(struct batch *b, struct slot *s)
 	return 1;
 }
 
+/* The next stdin line that names a block, into s: 1, else 0 at the end
+ * or -EIO on a read error (said).  Bad lines are reported on the way. */
+static int next_line(struct batch *b, struct slot *s)
+{
+	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
+		char *p = b->text + strspn(b->text, " \t\r\n");
+
+		b->line++;
+		if (!*p)
+			continue;
+		if ((*p == '{' ? parse_record(b, p, s) : parse_hash(b, p, s)) == 0) {
+			s->line = b->line;
+			return 1;
+		}
+	}
+	if (ferror(stdin)) {
+		tool_err("cannot read '<stdin>': %s", strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int batch_next(void *arg, struct kv_io_req **req)
 {
 	struct batch *b = arg;
 	struct slot *s;
-	ssize_t n;
+	int ret;
 
 	while ((s = b->retry)) {
 		b->retry = s->next_free;
@@ -476,15 +503,7 @@ static int batch_next(void *arg, struct kv_io_req **req)
 	} else {
 		b->free = s->next_free;
 	}
-	while ((n = getline(&b->text, &b->text_cap, stdin)) >= 0) {
-		char *p = b->text + strspn(b->text, " \t\r\n");
-
-		b->line++;
-		if (!*p)
-			continue;
-		if ((*p == '{' ? parse_record(b, p, s) : parse_hash(b, p, s)) < 0)
-			continue;
-		s->line = b->line;
+	while ((ret = next_line(b, s)) == 1) {
 		s->tries = 0;
 		if (prepare(b, s)) {
 			*req = &s->req;
@@ -493,11 +512,24 @@ static int batch_next(void *arg, struct kv_io_req **req)
 	}
 	s->next_free = b->free;
 	b->free = s;
-	if (ferror(stdin)) {
-		tool_err("cannot read '<stdin>': %s", strerror(errno));
-		return -EIO;
+	return ret;
+}
+
+/* A hit's data to <-o DIR>/<hash>.bin; a failure is said and recorded. */
+static int write_hit(struct get *get, const struct slot *s, const void *buf, size_t len)
+{
+	char path[PATH_MAX];
+	int ret;
+
+	if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path))
+		ret = -ENAMETOOLONG;
+	else
+		ret = write_atomic(path, buf, len);
+	if (ret < 0) {
+		tool_err("cannot write '%s': %s", path, kv_strerror(ret));
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
 	}
-	return 0;
+	return ret;
 }
 
 static void batch_done(void *arg, struct kv_io_req *req)
@@ -505,7 +537,6 @@ static void batch_done(void *arg, struct kv_io_req *req)
 	struct batch *b = arg;
 	struct get *get = b->get;
 	struct slot *s = req->user;
-	char path[PATH_MAX];
 	int ret = req->result;
 
 	if (ret == -EFBIG && s->tries < GET_TRIES) {
@@ -517,14 +548,7 @@ static void batch_done(void *arg, struct kv_io_req *req)
 	if (ret == 0 && req->done > b->size_hint)
 		b->size_hint = req->done;
 	if (ret == 0 && get->out) {
-		if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path))
-			ret = -ENAMETOOLONG;
-		else
-			ret = write_atomic(path, s->buf, req->done);
-		if (ret < 0) {
-			tool_err("cannot write '%s': %s", path, kv_strerror(ret));
-			print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
-		}
+		ret = write_hit(get, s, s->buf, req->done);
 	} else if (is_miss(ret)) {
 		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
 	} else if (ret < 0) {
@@ -537,18 +561,28 @@ static void batch_done(void *arg, struct kv_io_req *req)
 	b->free = s;
 }
 
-static int run_batch(struct get *get)
+/* -o DIR of a batch must be a directory: 0, or -1 said. */
+static int check_out_dir(const struct get *get)
 {
-	struct batch b = { .get = get };
 	struct stat st;
-	struct slot *s;
-	int ret;
 
+	errno = 0;
 	if (get->out && (stat(get->out, &st) < 0 || !S_ISDIR(st.st_mode))) {
 		tool_err("cannot use '%s' as the output dir: %s", get->out,
 			 strerror(errno ? errno : ENOTDIR));
-		return EXIT_RUNTIME;
+		return -1;
 	}
+	return 0;
+}
+
+static int run_batch(struct get *get)
+{
+	struct batch b = { .get = get };
+	struct slot *s;
+	int ret;
+
+	if (check_out_dir(get) < 0)
+		return EXIT_RUNTIME;
 	ret = kv_io_batch_stream(get->io, batch_next, batch_done, &b);
 	if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
@@ -558,6 +592,83 @@ static int run_batch(struct get *get)
 		free(s);
 	}
 	free(b.text);
+	if (ret < 0 || get->errors)
+		return EXIT_RUNTIME;
+	return get->misses ? EXIT_ANSWER_NO : 0;
+}
+
+/*
+ * One named block through the daemon, answered with its record: the
+ * daemon call's error, 0 for a hit or a miss.  A hit is used straight
+ * from its pinned slot, so only -o copies it.
+ */
+static int daemon_one(struct get *get, struct kv_offd *c, const char *sock,
+		      const struct slot *s)
+{
+	struct kv_block_ref ref;
+	const void *src = NULL;
+	uint32_t slot = 0;
+	size_t len = 0;
+	uint64_t n;
+	int ret;
+
+	ret = kv_layout_block_parse(s->relpath, &ref);
+	if (ret == 0 && get->exists)
+		ret = kv_offd_has(c, &ref, NULL);
+	else if (ret == 0)
+		ret = kv_offd_lookup(c, &ref, &slot, &src, &len);
+	if (ret == -ENOENT) {
+		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
+		return 0;
+	}
+	if (ret < 0) {
+		tool_err("cannot get %s from the daemon at '%s': %s", s->hash, sock,
+			 kv_strerror(ret));
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+		return ret;
+	}
+	if (get->exists) {
+		print_record(get, s->line, s->hash, s->relpath, 1, SIZE_UNKNOWN, NULL);
+		return 0;
+	}
+	n = get->tail_bytes ? get->tail_bytes : len;
+	if (n > len) {
+		tool_err("block %s holds %zu bytes, fewer than the %llu asked for", s->hash,
+			 len, (unsigned long long)n);
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(-KV_ESHORT));
+	} else if (!get->out || write_hit(get, s, (const char *)src + len - n, n) == 0) {
+		print_record(get, s->line, s->hash, s->relpath, 1, n, NULL);
+	}
+	ret = kv_offd_release(c, slot);
+	if (ret < 0)
+		tool_err("cannot release %s in the daemon at '%s': %s", s->hash, sock,
+			 kv_strerror(ret));
+	return ret;
+}
+
+/* A batch through the daemon over one connection, one block at a time;
+ * records and exit status as run_batch, and losing the daemon stops it. */
+static int run_batch_daemon(struct get *get, const char *sock)
+{
+	struct batch b = { .get = get };
+	struct slot s = { 0 };
+	struct kv_offd *c;
+	int ret, err = 0;
+
+	if (check_out_dir(get) < 0)
+		return EXIT_RUNTIME;
+	c = tool_daemon_connect(sock);
+	while ((ret = next_line(&b, &s)) == 1) {
+		err = daemon_one(get, c, sock, &s);
+		if (tool_daemon_lost(err)) {
+			tool_err("batch stopped at <stdin>:%lu: lost the daemon", s.line);
+			break;
+		}
+	}
+	kv_offd_close(c);
+	free(b.text);
+	if (tool_daemon_lost(err))
+		return tool_daemon_exit(err);
 	if (ret < 0 || get->errors)
 		return EXIT_RUNTIME;
 	return get->misses ? EXIT_ANSWER_NO : 0;
@@ -639,14 +750,13 @@ int main(int argc, char **argv)
 				"give one HASH");
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
-	/* $KV_DAEMON routes single gets; a batch goes to the daemon only
-	 * when asked, and then is refused. */
-	daemon = batch ? daemon_opt : tool_daemon(daemon_opt);
+	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
+	daemon = tool_daemon(daemon_opt);
 	if (daemon) {
-		if (batch)
-			tool_usage_fail("--daemon gets one block at a time: drop --batch");
-		tool_model_dir(model_dir, config, -1, get.model_dir, sizeof(get.model_dir));
-		return get_daemon(&get, daemon, hash);
+		if (model_dir || config)
+			tool_model_dir(model_dir, config, -1, get.model_dir,
+				       sizeof(get.model_dir));
+		return batch ? run_batch_daemon(&get, daemon) : get_daemon(&get, daemon, hash);
 	}
 	get.root = tool_root(root_opt);
 

@@ -6,7 +6,8 @@
  * --qd earlier ones are in flight (kv_io_batch_stream), so a batch moves
  * at the speed of the device rather than of one write at a time.  Input
  * files are mapped, not copied: their page-cache pages go straight to
- * the (O_DIRECT) write.
+ * the (O_DIRECT) write.  With --daemon the same manifest goes block by
+ * block over one connection into kvoffd's RAM tier instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +57,7 @@ struct slot {
 	struct kv_io_req req;
 	struct slot *next_free;
 	unsigned long line;
+	unsigned rank, group;
 	char hash[KV_HASH_MAX_LEN + 1];
 	char relpath[PATH_MAX];
 	struct payload payload;
@@ -77,8 +79,10 @@ static void usage(void)
 	       "             [--fsync] [--buffered] HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--qd N] --batch [MANIFEST|-]\n"
-	       "       kvput --daemon SOCK (--model-dir DIR | --config FILE) [--rank N]\n"
-	       "             [--group N] HASH [FILE|-]\n"
+	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
+	       "             [--rank N] [--group N] HASH [FILE|-]\n"
+	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
+	       "             [--rank N] [--group N] --batch [MANIFEST|-]\n"
 	       "       kvput -h | -V\n"
 	       "\n"
 	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
@@ -89,15 +93,16 @@ static void usage(void)
 	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
 	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
 	       "  -c, --config FILE      a model config.json: its model dir is named from\n"
-	       "                         it and created with the config if missing\n"
+	       "                         it and created with the config if missing (with\n"
+	       "                         --daemon, only when a root is given)\n"
 	       "      --rank N           tensor-parallel rank (default 0)\n"
 	       "      --group N          KV-cache group (default 0)\n"
 	       "      --fsync            make each block durable before its rename\n"
 	       "      --buffered         never use O_DIRECT\n"
 	       "  -b, --batch            read a manifest of blocks\n"
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
-	       "      --daemon SOCK      put the block into kvoffd's RAM tier at SOCK, which\n"
-	       "                         writes it behind (default $KV_DAEMON, not for --batch)\n"
+	       "      --daemon SOCK      put the blocks into kvoffd's RAM tier at SOCK, which\n"
+	       "                         writes them behind (default $KV_DAEMON)\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
@@ -342,6 +347,8 @@ static int load_line(struct batch *b, const char *text, struct slot *s)
 	}
 	if (ret == 0) {
 		s->line = b->line;
+		s->rank = rank;
+		s->group = group;
 		s->req = (struct kv_io_req){ .op = KV_IO_OP_PUT, .relpath = s->relpath,
 					     .buf = (void *)s->payload.data,
 					     .len = s->payload.len, .user = s };
@@ -351,10 +358,31 @@ out:
 	return ret;
 }
 
+/* The next manifest line that loads into s: 1, else 0 at the end or
+ * -EIO on a read error (said).  Bad lines are reported on the way. */
+static int next_line(struct batch *b, struct slot *s)
+{
+	ssize_t n;
+
+	while ((n = getline(&b->text, &b->text_cap, b->in)) >= 0) {
+		b->line++;
+		if (strspn(b->text, " \t\r\n") == (size_t)n)
+			continue;
+		if (load_line(b, b->text, s) == 0)
+			return 1;
+	}
+	if (ferror(b->in)) {
+		tool_err("cannot read '%s': %s", b->in_name, strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int batch_next(void *arg, struct kv_io_req **req)
 {
 	struct batch *b = arg;
 	struct slot *s = b->free;
+	int ret;
 
 	if (!s) {
 		s = calloc(1, sizeof(*s));
@@ -363,26 +391,14 @@ static int batch_next(void *arg, struct kv_io_req **req)
 	} else {
 		b->free = s->next_free;
 	}
-	for (;;) {
-		ssize_t n = getline(&b->text, &b->text_cap, b->in);
-
-		if (n < 0)
-			break;
-		b->line++;
-		if (strspn(b->text, " \t\r\n") == (size_t)n)
-			continue;
-		if (load_line(b, b->text, s) == 0) {
-			*req = &s->req;
-			return 1;
-		}
+	ret = next_line(b, s);
+	if (ret == 1) {
+		*req = &s->req;
+		return 1;
 	}
 	s->next_free = b->free;
 	b->free = s;
-	if (ferror(b->in)) {
-		tool_err("cannot read '%s': %s", b->in_name, strerror(errno));
-		return -EIO;
-	}
-	return 0;
+	return ret;
 }
 
 static void batch_done(void *arg, struct kv_io_req *req)
@@ -403,20 +419,29 @@ static void batch_done(void *arg, struct kv_io_req *req)
 	b->free = s;
 }
 
+/* Read the manifest from MANIFEST, or stdin when absent or "-". */
+static int batch_open(struct batch *b, struct put *put, const char *manifest)
+{
+	*b = (struct batch){ .put = put, .in_name = "<stdin>", .in = stdin };
+	if (manifest && strcmp(manifest, "-")) {
+		b->in = fopen(manifest, "re");
+		if (!b->in) {
+			tool_err("cannot open '%s': %s", manifest, strerror(errno));
+			return -1;
+		}
+		b->in_name = manifest;
+	}
+	return 0;
+}
+
 static int run_batch(struct put *put, const char *manifest)
 {
-	struct batch b = { .put = put, .in_name = "<stdin>", .in = stdin };
+	struct batch b;
 	struct slot *s;
 	int ret;
 
-	if (manifest && strcmp(manifest, "-")) {
-		b.in = fopen(manifest, "re");
-		if (!b.in) {
-			tool_err("cannot open '%s': %s", manifest, strerror(errno));
-			return EXIT_RUNTIME;
-		}
-		b.in_name = manifest;
-	}
+	if (batch_open(&b, put, manifest) < 0)
+		return EXIT_RUNTIME;
 	ret = kv_io_batch_stream(put->io, batch_next, batch_done, &b);
 	if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
@@ -494,7 +519,62 @@ static int put_daemon(struct put *put, const char *sock, const char *hash,
 	return 0;
 }
 
+/*
+ * A manifest into the daemon's RAM tier over one connection, one block at
+ * a time (each put is a request and its reply).  Records, per-line errors
+ * and exit status are run_batch's; losing the daemon stops the batch.
+ */
+static int run_batch_daemon(struct put *put, const char *sock, const char *manifest)
+{
+	struct kv_block_ref ref = { 0 };
+	struct slot s = { 0 };
+	struct kv_offd *c;
+	struct batch b;
+	int ret, err = 0;
+
+	if (batch_open(&b, put, manifest) < 0)
+		return EXIT_RUNTIME;
+	c = tool_daemon_connect(sock);
+	strcpy(ref.model_dir, put->model_dir);
+	while ((ret = next_line(&b, &s)) == 1) {
+		ref.rank = s.rank;
+		ref.group = s.group;
+		strcpy(ref.hash, s.hash);
+		err = kv_offd_put(c, &ref, s.payload.data, s.payload.len);
+		if (err < 0) {
+			tool_err("cannot put %s into the daemon at '%s': %s", s.hash, sock,
+				 kv_strerror(err));
+			print_result(put, s.hash, s.relpath, s.line, 0, kv_strerror(err));
+		} else {
+			print_result(put, s.hash, s.relpath, s.line, s.payload.len, NULL);
+		}
+		payload_release(&s.payload);
+		if (tool_daemon_lost(err)) {
+			tool_err("batch stopped at %s:%lu: lost the daemon", b.in_name, s.line);
+			break;
+		}
+	}
+	kv_offd_close(c);
+	kv_io_buf_free(s.payload.buf);
+	free(b.text);
+	if (b.in != stdin)
+		fclose(b.in);
+	if (tool_daemon_lost(err))
+		return tool_daemon_exit(err);
+	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;
+}
+
 /* --- main ------------------------------------------------------------- */
+
+/* --root, else $KV_ROOT, else NULL: the daemon needs no root. */
+static const char *root_if_any(const char *opt)
+{
+	const char *env = getenv("KV_ROOT");
+
+	if (opt && *opt)
+		return opt;
+	return env && *env ? env : NULL;
+}
 
 int main(int argc, char **argv)
 {
@@ -553,36 +633,32 @@ int main(int argc, char **argv)
 				"give HASH and at most one FILE");
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
-	/* $KV_DAEMON routes single puts; a batch goes to the daemon only
-	 * when asked, and then is refused. */
-	daemon = batch ? daemon_opt : tool_daemon(daemon_opt);
-	if (daemon) {
-		if (batch)
-			tool_usage_fail("--daemon stores one block at a time: drop --batch");
-		tool_model_dir(model_dir, config, -1, put.model_dir, sizeof(put.model_dir));
-		return put_daemon(&put, daemon, hash,
-				  argc - optind > 1 ? argv[optind + 1] : "-");
-	}
-	put.root = tool_root(root_opt);
-
-	ret = kv_io_open(put.root, &opts, &put.io);
-	if (ret < 0) {
-		tool_err("cannot open '%s': %s", put.root, kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
+	/* $KV_DAEMON routes every put, a batch too, as --daemon does. */
+	daemon = tool_daemon(daemon_opt);
+	put.root = daemon ? root_if_any(root_opt) : tool_root(root_opt);
+	/* --config's model dir and config.json go to the root, daemon or
+	 * not: the daemon writes blocks behind into that layout. */
 	rootfd = -1;
-	if (config) {
+	if (config && put.root) {
 		rootfd = open(put.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0) {
 			tool_err("cannot open '%s': %s", put.root, strerror(errno));
-			kv_io_close(put.io);
 			return EXIT_RUNTIME;
 		}
 	}
 	tool_model_dir(model_dir, config, rootfd, put.model_dir, sizeof(put.model_dir));
 	if (rootfd >= 0)
 		close(rootfd);
+	if (daemon)
+		return batch ? run_batch_daemon(&put, daemon, argv[optind]) :
+		       put_daemon(&put, daemon, hash,
+				  argc - optind > 1 ? argv[optind + 1] : "-");
 
+	ret = kv_io_open(put.root, &opts, &put.io);
+	if (ret < 0) {
+		tool_err("cannot open '%s': %s", put.root, kv_strerror(ret));
+		return EXIT_RUNTIME;
+	}
 	ret = batch ? run_batch(&put, argv[optind]) :
 		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
 	kv_io_close(put.io);
