@@ -2,12 +2,15 @@
  * An LD_PRELOAD fault injector for the kvtools reliability suite.
  *
  * It sits between a program and libc (and liburing's submit calls) and
- * makes chosen calls fail or come up short, so tests can check that a
- * program under EIO, ENOSPC or short writes reports a clear error and
- * leaves no partial file behind.  Rules come from the environment:
+ * makes chosen calls fail, come up short or wait, so tests can check that
+ * a program under EIO, ENOSPC, short writes or slow storage reports a
+ * clear error, leaves no partial file behind and keeps its promises.
+ * Rules come from the environment:
  *
  *   KVFI_FAIL=RULE[,RULE...]   RULE = OP:ERRNO[:after=N][:count=M][:path=S]
  *   KVFI_SHORT=RULE[,RULE...]  RULE = OP:half[:after=N][:count=M][:path=S]
+ *   KVFI_DELAY=RULE[,RULE...]  RULE = OP:MS[:after=N][:count=M][:path=S]
+ *                                        [:until=FILE]
  *   KVFI_LOG=FILE              one line per injected fault, appended
  *
  * OP is write (write, pwrite, writev, pwritev), fsync (fsync, fdatasync),
@@ -17,11 +20,16 @@
  * operation submitted through io_uring (io_uring bypasses libc, so those
  * are rewritten in the submission queue at io_uring_submit time:
  * a failing request becomes a NOP that completes with -ERRNO, a short
- * write has its length halved).  ERRNO is a name (EIO, ENOSPC, EROFS,
- * EACCES, EDQUOT, ENOTSUP, ...) or a number.  after=N lets the first N
- * matching calls through; count=M stops after M injections; path=S only
- * matches calls whose file path contains S.  fd-based calls only ever
- * match regular files, so a program's messages on stderr still get out.
+ * write has its length halved, a delayed one is submitted only after the
+ * delay, by the thread that submits it).  ERRNO is a name (EIO, ENOSPC,
+ * EROFS, EACCES, EDQUOT, ENOTSUP, ...) or a number.  A delay sleeps MS
+ * milliseconds (1 to 3600000) before the call goes on, and a FAIL or
+ * SHORT rule may still hit it then; with until=FILE the sleep ends as
+ * soon as FILE exists, so a test can hold calls back for as long as it
+ * needs and let them all go at once, MS only bounding the wait.  after=N lets the first N matching calls through;
+ * count=M stops after M injections; path=S only matches calls whose file
+ * path contains S.  fd-based calls only ever match regular files, so a
+ * program's messages on stderr still get out.
  *
  * KVFI_NO_URING=1 makes io_uring_queue_init*() fail with -ENOSYS, as on a
  * kernel or sandbox without io_uring.
@@ -32,11 +40,13 @@
 #include <limits.h>
 #include <liburing.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 enum fi_op {
@@ -51,9 +61,19 @@ static const char *const op_names[OP_COUNT] = {
 	"uring_mkdir",
 };
 
+/* What a rule does to the calls it matches. */
+enum fi_kind { FI_FAIL, FI_SHORT, FI_DELAY, FI_KINDS };
+
+static const char *const kind_envs[FI_KINDS] = {
+	"KVFI_FAIL", "KVFI_SHORT", "KVFI_DELAY",
+};
+
 struct fi_rule {
 	enum fi_op op;
-	int err;		/* errno to fail with; 0 for a short write */
+	enum fi_kind kind;
+	int err;		/* FI_FAIL: errno to fail with */
+	unsigned long delay_ms;	/* FI_DELAY */
+	char until[PATH_MAX];	/* FI_DELAY: ends early once this exists */
 	unsigned long after;
 	unsigned long count;	/* 0: unlimited */
 	char path[PATH_MAX];
@@ -65,6 +85,7 @@ struct fi_rule {
 
 static struct fi_rule rules[MAX_RULES];
 static int nrules;
+static int nkind[FI_KINDS];	/* rules of each kind: none, no lookups */
 static int no_uring;
 static int log_fd = -1;
 
@@ -129,6 +150,15 @@ static void fi_log(const char *what, const struct fi_rule *r, const char *path)
 				  (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
+/* A delay in milliseconds, at most an hour; 0 for a bad one. */
+static unsigned long parse_ms(const char *s)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	return (*s >= '0' && *s <= '9' && !*end && v <= 3600000) ? v : 0;
+}
+
 static int parse_errno(const char *s)
 {
 	char *end;
@@ -142,14 +172,17 @@ static int parse_errno(const char *s)
 	return (*s && !*end && v > 0 && v < 4096) ? (int)v : 0;
 }
 
-/* One rule: "op:what[:key=value...]"; short=1 for KVFI_SHORT rules. */
-static void parse_rule(char *text, int is_short)
+/* One rule of the given kind: "op:what[:key=value...]". */
+static void parse_rule(char *text, enum fi_kind kind)
 {
 	struct fi_rule *r = &rules[nrules];
-	char *save = NULL, *tok;
+	char *save = NULL, *tok, whole[PATH_MAX + 64];
 	int i, field = 0;
 
+	snprintf(whole, sizeof(whole), "%s", text);	/* strtok_r cuts text up */
+
 	memset(r, 0, sizeof(*r));
+	r->kind = kind;
 	for (tok = strtok_r(text, ":", &save); tok; tok = strtok_r(NULL, ":", &save), field++) {
 		if (field == 0) {
 			for (i = 0; i < OP_COUNT && strcmp(tok, op_names[i]); i++)
@@ -158,14 +191,18 @@ static void parse_rule(char *text, int is_short)
 				goto bad;
 			r->op = (enum fi_op)i;
 		} else if (field == 1) {
-			if (is_short) {
+			if (kind == FI_SHORT) {
 				if (strcmp(tok, "half") ||
 				    (r->op != OP_WRITE && r->op != OP_URING_WRITE))
 					goto bad;
-				r->err = 0;
+			} else if (kind == FI_DELAY) {
+				if (!(r->delay_ms = parse_ms(tok)))
+					goto bad;
 			} else if (!(r->err = parse_errno(tok))) {
 				goto bad;
 			}
+		} else if (kind == FI_DELAY && !strncmp(tok, "until=", 6)) {
+			snprintf(r->until, sizeof(r->until), "%s", tok + 6);
 		} else if (!strncmp(tok, "after=", 6)) {
 			r->after = strtoul(tok + 6, NULL, 10);
 		} else if (!strncmp(tok, "count=", 6)) {
@@ -179,18 +216,18 @@ static void parse_rule(char *text, int is_short)
 	if (field < 2)
 		goto bad;
 	nrules++;
+	nkind[kind]++;
 	return;
 bad:
 	/* A typo must not silently turn a fault test into a pass. */
-	fprintf(stderr, "faultinj: bad rule in %s: '%s'\n",
-		is_short ? "KVFI_SHORT" : "KVFI_FAIL", text);
+	fprintf(stderr, "faultinj: bad rule in %s: '%s'\n", kind_envs[kind], whole);
 	_exit(125);
 }
 
-static void parse_rules(const char *env, int is_short)
+static void parse_rules(enum fi_kind kind)
 {
 	char *copy, *save = NULL, *tok;
-	const char *v = getenv(env);
+	const char *v = getenv(kind_envs[kind]);
 
 	if (!v || !*v)
 		return;
@@ -199,7 +236,7 @@ static void parse_rules(const char *env, int is_short)
 		return;
 	for (tok = strtok_r(copy, ",", &save); tok && nrules < MAX_RULES;
 	     tok = strtok_r(NULL, ",", &save))
-		parse_rule(tok, is_short);
+		parse_rule(tok, kind);
 	free(copy);
 }
 
@@ -251,8 +288,8 @@ __attribute__((constructor)) static void fi_init(void)
 	const char *logp = getenv("KVFI_LOG");
 
 	resolve_all();
-	parse_rules("KVFI_FAIL", 0);
-	parse_rules("KVFI_SHORT", 1);
+	for (int k = 0; k < FI_KINDS; k++)
+		parse_rules((enum fi_kind)k);
 	no_uring = getenv("KVFI_NO_URING") && !strcmp(getenv("KVFI_NO_URING"), "1");
 	if (logp && *logp && real_open)
 		log_fd = REAL(open)(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -276,18 +313,21 @@ static void fd_path(int fd, char *buf, size_t len)
 }
 
 /*
- * The rule of kind `op` (a failure when want_short is 0, a short write
- * otherwise) that fires for this call, counting the call against it.
+ * The rule for `op` of the given kind that fires for this call, counting
+ * the call against it.
  */
-static struct fi_rule *match(enum fi_op op, int want_short, const char *path)
+static struct fi_rule *match(enum fi_op op, enum fi_kind kind, const char *path)
 {
+	static const char *const what[FI_KINDS] = { "fail", "short", "delay" };
 	int i;
 
+	if (!nkind[kind])
+		return NULL;
 	for (i = 0; i < nrules; i++) {
 		struct fi_rule *r = &rules[i];
 		unsigned long seen;
 
-		if (r->op != op || (r->err == 0) != want_short)
+		if (r->op != op || r->kind != kind)
 			continue;
 		if (r->path[0] && (!path || !strstr(path, r->path)))
 			continue;
@@ -296,34 +336,35 @@ static struct fi_rule *match(enum fi_op op, int want_short, const char *path)
 			continue;
 		if (r->count && __atomic_fetch_add(&r->fired, 1, __ATOMIC_RELAXED) >= r->count)
 			continue;
-		fi_log(want_short ? "short" : "fail", r, path);
+		fi_log(what[kind], r, path);
 		return r;
 	}
 	return NULL;
 }
 
 /* Rule check for an fd-based call; only regular files qualify. */
-static struct fi_rule *match_fd(enum fi_op op, int want_short, int fd)
+static struct fi_rule *match_fd(enum fi_op op, enum fi_kind kind, int fd)
 {
 	char path[PATH_MAX];
 
-	if (!nrules)
+	if (!nkind[kind])
 		return NULL;
 	fd_path(fd, path, sizeof(path));
 	if (!path[0])
 		return NULL;
-	return match(op, want_short, path);
+	return match(op, kind, path);
 }
 
-static struct fi_rule *match_at(enum fi_op op, int dirfd, const char *name)
+static struct fi_rule *match_at(enum fi_op op, enum fi_kind kind, int dirfd,
+				const char *name)
 {
 	char path[PATH_MAX], dir[PATH_MAX], link[64];
 	ssize_t n;
 
-	if (!nrules)
+	if (!nkind[kind])
 		return NULL;
 	if (!name)
-		return match(op, 0, "");
+		return match(op, kind, "");
 	if (name[0] == '/' || dirfd == AT_FDCWD) {
 		snprintf(path, sizeof(path), "%s", name);
 	} else {
@@ -332,7 +373,7 @@ static struct fi_rule *match_at(enum fi_op op, int dirfd, const char *name)
 		dir[n > 0 ? n : 0] = '\0';
 		snprintf(path, sizeof(path), "%.2000s/%.2000s", dir, name);
 	}
-	return match(op, 0, path);
+	return match(op, kind, path);
 }
 
 static ssize_t fail_with(int err)
@@ -341,13 +382,56 @@ static ssize_t fail_with(int err)
 	return -1;
 }
 
+/* A delay rule's wait: its time, or less once its until file exists.
+ * The errno of the call it precedes is left alone. */
+static void fi_sleep(const struct fi_rule *r)
+{
+	const int64_t poll_ns = 10 * 1000000LL;
+	int64_t left_ns, step_ns, total_ns = (int64_t)r->delay_ms * 1000000LL;
+	struct timespec t0, now, ts;
+	int saved = errno;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if (r->until[0] && access(r->until, F_OK) == 0)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left_ns = total_ns - ((int64_t)(now.tv_sec - t0.tv_sec) * 1000000000LL +
+				      (now.tv_nsec - t0.tv_nsec));
+		if (left_ns <= 0)
+			break;
+		step_ns = r->until[0] && left_ns > poll_ns ? poll_ns : left_ns;
+		ts.tv_sec = (time_t)(step_ns / 1000000000LL);
+		ts.tv_nsec = (long)(step_ns % 1000000000LL);
+		nanosleep(&ts, NULL);
+	}
+	errno = saved;
+}
+
+static void delay_fd(enum fi_op op, int fd)
+{
+	struct fi_rule *r = match_fd(op, FI_DELAY, fd);
+
+	if (r)
+		fi_sleep(r);
+}
+
+static void delay_at(enum fi_op op, int dirfd, const char *name)
+{
+	struct fi_rule *r = match_at(op, FI_DELAY, dirfd, name);
+
+	if (r)
+		fi_sleep(r);
+}
+
 ssize_t write(int fd, const void *buf, size_t n)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (n > 1 && match_fd(OP_WRITE, 1, fd))
+	if (n > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		n /= 2;
 	return REAL(write)(fd, buf, n);
 }
@@ -356,9 +440,10 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (n > 1 && match_fd(OP_WRITE, 1, fd))
+	if (n > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		n /= 2;
 	return REAL(pwrite)(fd, buf, n, off);
 }
@@ -367,9 +452,10 @@ ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (n > 1 && match_fd(OP_WRITE, 1, fd))
+	if (n > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		n /= 2;
 	return REAL(pwrite64)(fd, buf, n, off);
 }
@@ -378,11 +464,12 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
+	if (cnt > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		cnt /= 2;
-	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, 1, fd))
+	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		return REAL(write)(fd, iov[0].iov_base, iov[0].iov_len / 2);
 	return REAL(writev)(fd, iov, cnt);
 }
@@ -391,11 +478,12 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
+	if (cnt > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		cnt /= 2;
-	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, 1, fd))
+	else if (cnt == 1 && iov[0].iov_len > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		return REAL(pwrite)(fd, iov[0].iov_base, iov[0].iov_len / 2, off);
 	return REAL(pwritev)(fd, iov, cnt, off);
 }
@@ -404,54 +492,67 @@ ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	struct fi_rule *r;
 
-	if ((r = match_fd(OP_WRITE, 0, fd)))
+	delay_fd(OP_WRITE, fd);
+	if ((r = match_fd(OP_WRITE, FI_FAIL, fd)))
 		return fail_with(r->err);
-	if (cnt > 1 && match_fd(OP_WRITE, 1, fd))
+	if (cnt > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		cnt /= 2;
 	return REAL(pwritev2)(fd, iov, cnt, off, flags);
 }
 
 int fsync(int fd)
 {
-	struct fi_rule *r = match_fd(OP_FSYNC, 0, fd);
+	struct fi_rule *r;
 
+	delay_fd(OP_FSYNC, fd);
+	r = match_fd(OP_FSYNC, FI_FAIL, fd);
 	return r ? (int)fail_with(r->err) : REAL(fsync)(fd);
 }
 
 int fdatasync(int fd)
 {
-	struct fi_rule *r = match_fd(OP_FSYNC, 0, fd);
+	struct fi_rule *r;
 
+	delay_fd(OP_FSYNC, fd);
+	r = match_fd(OP_FSYNC, FI_FAIL, fd);
 	return r ? (int)fail_with(r->err) : REAL(fdatasync)(fd);
 }
 
 int rename(const char *from, const char *to)
 {
-	struct fi_rule *r = match_at(OP_RENAME, AT_FDCWD, to);
+	struct fi_rule *r;
 
+	delay_at(OP_RENAME, AT_FDCWD, to);
+	r = match_at(OP_RENAME, FI_FAIL, AT_FDCWD, to);
 	return r ? (int)fail_with(r->err) : REAL(rename)(from, to);
 }
 
 int renameat(int fromfd, const char *from, int tofd, const char *to)
 {
-	struct fi_rule *r = match_at(OP_RENAME, tofd, to);
+	struct fi_rule *r;
 
+	delay_at(OP_RENAME, tofd, to);
+	r = match_at(OP_RENAME, FI_FAIL, tofd, to);
 	return r ? (int)fail_with(r->err) : REAL(renameat)(fromfd, from, tofd, to);
 }
 
 int renameat2(int fromfd, const char *from, int tofd, const char *to,
 	      unsigned flags)
 {
-	struct fi_rule *r = match_at(OP_RENAME, tofd, to);
+	struct fi_rule *r;
 
+	delay_at(OP_RENAME, tofd, to);
+	r = match_at(OP_RENAME, FI_FAIL, tofd, to);
 	return r ? (int)fail_with(r->err)
 		 : REAL(renameat2)(fromfd, from, tofd, to, flags);
 }
 
 int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
 {
-	struct fi_rule *r = match_at(OP_LINK, tofd, to);
+	struct fi_rule *r;
 
+	delay_at(OP_LINK, tofd, to);
+	r = match_at(OP_LINK, FI_FAIL, tofd, to);
 	return r ? (int)fail_with(r->err)
 		 : REAL(linkat)(fromfd, from, tofd, to, flags);
 }
@@ -481,7 +582,9 @@ int open(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = open_mode(flags, ap);
 	va_end(ap);
-	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, AT_FDCWD, path)))
+	if (opens_for_writing(flags))
+		delay_at(OP_OPEN, AT_FDCWD, path);
+	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, FI_FAIL, AT_FDCWD, path)))
 		return (int)fail_with(r->err);
 	return REAL(open)(path, flags, mode);
 }
@@ -495,7 +598,9 @@ int open64(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = open_mode(flags, ap);
 	va_end(ap);
-	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, AT_FDCWD, path)))
+	if (opens_for_writing(flags))
+		delay_at(OP_OPEN, AT_FDCWD, path);
+	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, FI_FAIL, AT_FDCWD, path)))
 		return (int)fail_with(r->err);
 	return REAL(open64)(path, flags, mode);
 }
@@ -509,7 +614,9 @@ int openat(int dirfd, const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = open_mode(flags, ap);
 	va_end(ap);
-	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, dirfd, path)))
+	if (opens_for_writing(flags))
+		delay_at(OP_OPEN, dirfd, path);
+	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, FI_FAIL, dirfd, path)))
 		return (int)fail_with(r->err);
 	return REAL(openat)(dirfd, path, flags, mode);
 }
@@ -523,38 +630,48 @@ int openat64(int dirfd, const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = open_mode(flags, ap);
 	va_end(ap);
-	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, dirfd, path)))
+	if (opens_for_writing(flags))
+		delay_at(OP_OPEN, dirfd, path);
+	if (opens_for_writing(flags) && (r = match_at(OP_OPEN, FI_FAIL, dirfd, path)))
 		return (int)fail_with(r->err);
 	return REAL(openat64)(dirfd, path, flags, mode);
 }
 
 int creat(const char *path, mode_t mode)
 {
-	struct fi_rule *r = match_at(OP_OPEN, AT_FDCWD, path);
+	struct fi_rule *r;
 
+	delay_at(OP_OPEN, AT_FDCWD, path);
+	r = match_at(OP_OPEN, FI_FAIL, AT_FDCWD, path);
 	return r ? (int)fail_with(r->err) : REAL(creat)(path, mode);
 }
 
 int fsetxattr(int fd, const char *name, const void *value, size_t size,
 	      int flags)
 {
-	struct fi_rule *r = match_fd(OP_XATTR, 0, fd);
+	struct fi_rule *r;
 
+	delay_fd(OP_XATTR, fd);
+	r = match_fd(OP_XATTR, FI_FAIL, fd);
 	return r ? (int)fail_with(r->err)
 		 : REAL(fsetxattr)(fd, name, value, size, flags);
 }
 
 int mkdir(const char *path, mode_t mode)
 {
-	struct fi_rule *r = match_at(OP_MKDIR, AT_FDCWD, path);
+	struct fi_rule *r;
 
+	delay_at(OP_MKDIR, AT_FDCWD, path);
+	r = match_at(OP_MKDIR, FI_FAIL, AT_FDCWD, path);
 	return r ? (int)fail_with(r->err) : REAL(mkdir)(path, mode);
 }
 
 int mkdirat(int dirfd, const char *path, mode_t mode)
 {
-	struct fi_rule *r = match_at(OP_MKDIR, dirfd, path);
+	struct fi_rule *r;
 
+	delay_at(OP_MKDIR, dirfd, path);
+	r = match_at(OP_MKDIR, FI_FAIL, dirfd, path);
 	return r ? (int)fail_with(r->err) : REAL(mkdirat)(dirfd, path, mode);
 }
 
@@ -563,7 +680,8 @@ int mkdirat(int dirfd, const char *path, mode_t mode)
  * those a rule picks.  A failure becomes a NOP whose result the kernel
  * reports as given (IORING_NOP_INJECT_RESULT, Linux 6.10+); a short write
  * keeps the request with half the length, rounded to 4 KiB where the
- * length allows, so O_DIRECT requests stay aligned.
+ * length allows, so O_DIRECT requests stay aligned; a delay holds the
+ * submitting thread before anything queued reaches the kernel.
  */
 #define FI_NOP_INJECT_RESULT (1u << 0)
 
@@ -609,7 +727,9 @@ static void uring_rewrite(struct io_uring *ring)
 			snprintf(path, sizeof(path), "%s", (const char *)(uintptr_t)sqe->addr);
 		else if (op == OP_URING_RENAME || op == OP_URING_LINK)
 			snprintf(path, sizeof(path), "%s", (const char *)(uintptr_t)sqe->addr2);
-		if ((r = match(op, 0, path))) {
+		if ((r = match(op, FI_DELAY, path)))
+			fi_sleep(r);
+		if ((r = match(op, FI_FAIL, path))) {
 			__u64 user_data = sqe->user_data;
 			__u8 flags = sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK |
 						   IOSQE_IO_DRAIN | IOSQE_ASYNC |
@@ -621,7 +741,7 @@ static void uring_rewrite(struct io_uring *ring)
 			sqe->rw_flags = FI_NOP_INJECT_RESULT;
 			sqe->len = (__u32)-r->err;
 			sqe->user_data = user_data;
-		} else if (op == OP_URING_WRITE && match(op, 1, path)) {
+		} else if (op == OP_URING_WRITE && match(op, FI_SHORT, path)) {
 			if (sqe->opcode == IORING_OP_WRITEV)
 				sqe->len = sqe->len > 1 ? sqe->len / 2 : sqe->len;
 			else if (sqe->len >= 8192)
