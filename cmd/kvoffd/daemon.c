@@ -217,6 +217,7 @@ static int queue_write(struct offd *d, uint32_t i)
 	if (writer_push(d, &j))
 		return -EAGAIN;
 	s->wb_pending = 1;
+	s->wb_refused = 0;
 	d->wb_inflight++;
 	return 0;
 }
@@ -225,15 +226,17 @@ static int queue_write(struct offd *d, uint32_t i)
  * A slot for a new block: a free one, else the least recently used
  * unpinned block already in the file tier.  Dirty blocks met on the way
  * are queued for write-behind (-EAGAIN: the caller parks until one
- * lands); when the queue was full already the oldest dirty block is
- * dropped, so a slow file tier costs blocks, never a stalled put.
+ * lands); when storage is behind the oldest dirty block is dropped
+ * instead, so a slow or stalled file tier costs blocks, never a stalled
+ * put.
  */
 static int get_slot(struct offd *d, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	/* Only a queue that was already full means storage is behind; one
-	 * this call filled is worth waiting for. */
-	int behind = d->wb_inflight >= d->wr.wcap;
+	/* Storage is behind when the queue was full already, or when no
+	 * write has landed for a whole interval (stall_check); a queue this
+	 * call filled is worth waiting for. */
+	int behind = d->wb_inflight >= d->wr.wcap || d->wb_stalled;
 
 	if (d->nfree) {
 		*out = pop_free(d);
@@ -427,8 +430,12 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 	d->st.put_bytes += s->len;
 	report_transfer(d, DIR_PUT, s->len, kv_monotonic_ns() - s->start_ns);
 	report_event(d, "BlockStored", "cpu", s);
-	if (d->always && queue_write(d, i))
-		d->st.wb_drops++;
+	/* Not a drop: the block stays in RAM and catch_up queues it once
+	 * the queue has room; wb_drops counts blocks lost from RAM. */
+	if (d->always && queue_write(d, i)) {
+		s->wb_refused = 1;
+		d->catchup = 1;
+	}
 	if (!d->always && !d->nfree)
 		spill_ahead(d);
 	reply(d, c, &r);
@@ -843,6 +850,27 @@ static void accept_clients(struct offd *d)
 
 /* ---- worker completions ---- */
 
+/*
+ * --write-policy always: queue the blocks the full queue refused at
+ * commit, as far as it takes them now.  The scan resumes where the last
+ * one stopped, so a completion costs a few slots, not the whole table.
+ */
+static void catch_up(struct offd *d)
+{
+	for (uint32_t n = 0; n < d->nslots; n++) {
+		uint32_t i = d->catchup_at;
+		struct slot *s = &d->slots[i];
+
+		/* A replaced block (out of the index) must not overwrite its
+		 * successor's file. */
+		if (s->wb_refused && s->state == SLOT_READY && s->in_index &&
+		    !s->on_disk && !s->wb_pending && queue_write(d, i))
+			return;
+		d->catchup_at = (i + 1) % d->nslots;
+	}
+	d->catchup = 0;
+}
+
 static void wake_waiters(struct offd *d, struct client *w, int status, int detached)
 {
 	while (w) {
@@ -901,6 +929,8 @@ static void write_done(struct offd *d, const struct job *j)
 
 	s->wb_pending = 0;
 	d->wb_inflight--;
+	d->wb_landed++;
+	d->wb_stalled = 0;
 	if (!j->result) {
 		s->on_disk = 1;
 		d->st.spills++;
@@ -927,10 +957,32 @@ static void jobs_done(struct offd *d)
 		else
 			write_done(d, &j);
 	}
-	if (d->draining)
+	if (d->draining) {
 		drain_step(d);
-	else
+	} else {
+		/* Parked puts first: the blocks just written are their
+		 * victims, which the queue room they freed cannot buy. */
 		wake_parked(d);
+		if (d->catchup)
+			catch_up(d);
+	}
+}
+
+/*
+ * A put waits on write-behind only while storage makes progress: once
+ * writes have been in flight for a whole metrics interval and none
+ * landed, get_slot treats the file tier as behind and drops instead,
+ * until a write lands again.  Parked puts retry at once.
+ */
+static void stall_check(struct offd *d)
+{
+	if (d->tick_busy && d->wb_inflight && d->wb_landed == d->tick_landed) {
+		d->wb_stalled = 1;
+		if (!d->draining && d->parked_head)
+			wake_parked(d);
+	}
+	d->tick_busy = d->wb_inflight > 0;
+	d->tick_landed = d->wb_landed;
 }
 
 /* ---- shutdown ---- */
@@ -1036,8 +1088,10 @@ int offd_serve(struct offd *d, int ready_fd)
 				on_signal(d);
 				continue;
 			case TAG_TIMER:
-				if (read(d->tfd, &ticks, sizeof(ticks)) == (ssize_t)sizeof(ticks) &&
-				    (err = report_write_metrics(d)))
+				if (read(d->tfd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
+					continue;
+				stall_check(d);
+				if ((err = report_write_metrics(d)))
 					tool_err("cannot write '%s': %s", d->metrics_path,
 						 kv_strerror(err));
 				continue;

@@ -24,6 +24,7 @@ struct slot {
 	int in_index;		/* reachable by key; else freed when idle */
 	int on_disk;		/* the file tier holds these bytes */
 	int wb_pending;		/* a worker may read the slot: not reusable */
+	int wb_refused;		/* always: the full queue refused it at commit */
 	int drain_tried;	/* SIGTERM drain queued it once already */
 	uint64_t len;
 	int64_t start_ns;	/* ALLOC time, for put seconds */
@@ -110,6 +111,12 @@ struct offd {
 	uint32_t index_mask;
 	uint32_t loads_inflight;
 	uint32_t wb_inflight;
+	uint64_t wb_landed;		/* write-behind jobs finished */
+	int catchup;			/* some slot has wb_refused set */
+	uint32_t catchup_at;		/* where catch_up resumes */
+	int wb_stalled;			/* no write landed for a metrics interval */
+	int tick_busy;			/* writes were in flight at the last tick */
+	uint64_t tick_landed;		/* wb_landed at the last tick */
 
 	/* clients */
 	int lfd, epfd;

@@ -178,7 +178,7 @@ int report_write_metrics(struct offd *d)
 	metric(f, "kv_offload_writebehind_queue_depth", "gauge",
 	       "Write-behind jobs queued or running.", st.wb_queue_depth);
 	metric(f, "kv_offload_writebehind_drops_total", "counter",
-	       "Writes not queued because the queue was full.", st.wb_drops);
+	       "Blocks dropped from RAM unwritten: storage was behind.", st.wb_drops);
 	metric(f, "kv_offload_writebehind_errors_total", "counter",
 	       "Write-behind writes that failed.", st.wb_errors);
 	if (fflush(f) != 0 || ferror(f))

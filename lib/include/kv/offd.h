@@ -73,7 +73,7 @@ struct kv_offd_stats {
 	uint64_t evictions;		/* blocks dropped from RAM */
 	uint64_t wb_queue_depth;	/* write-behind jobs queued or running */
 	uint64_t wb_queue_capacity;
-	uint64_t wb_drops;		/* writes not queued: queue full */
+	uint64_t wb_drops;		/* blocks dropped from RAM unwritten */
 	uint64_t wb_errors;		/* writes that failed */
 	uint64_t disk_blocks;		/* block files found by the start-up walk */
 	uint64_t disk_bytes;

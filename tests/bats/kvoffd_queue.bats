@@ -1,0 +1,223 @@
+#!/usr/bin/env bats
+# kvoffd's bounded write-behind queue when the file tier is slower than
+# the puts.  The fault injector (tests/fault/) holds every block write at
+# its submission until the test creates a gate file, so the queue fills
+# at a point set by counts, not by timing: 16 slots of 1 MiB, a queue of
+# 8 (half the slots) and one writer.  Puts must all succeed, blocks that
+# could not be queued must stay readable while in RAM, the blocks dropped
+# must be exactly the ones counted, and nothing torn may reach the disk.
+
+load test_helper
+
+MODEL=meta-llama_Llama-3.1-8B_0123456789ab
+FI_LIB=$KV_BIN/../tests/libfaultinj.so
+FIRST=10 LAST=33	# 24 blocks: 8 more than the pool holds
+
+setup() {
+	common_setup
+	[ -f "$FI_LIB" ] || skip "no $FI_LIB (make all builds it)"
+	requires python3
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	GATE=$BATS_TEST_TMPDIR/gate
+	EVENTS=$BATS_TEST_TMPDIR/events
+	METRICS=$BATS_TEST_TMPDIR/metrics
+	FI_LOG=$BATS_TEST_TMPDIR/fi.log
+	DPID=
+}
+
+teardown() {
+	touch "$GATE"
+	if [ -n "${DPID:-}" ] && kill -0 "$DPID" 2>/dev/null; then
+		kill -KILL "$DPID"
+		wait "$DPID" 2>/dev/null || true
+	fi
+	common_teardown
+}
+
+# start_held_daemon ARGS...: kvoffd under the injector, every write of a
+# block file held until $GATE exists (300 s at most, a bound for a test
+# gone wrong, never reached by one that works), as start_daemon in
+# kvoffd.bats.
+start_held_daemon() {
+	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line hold="300000:path=_r0/:until=$GATE"
+	mkfifo "$fifo"
+	env LD_PRELOAD="$FI_LIB" KVFI_LOG="$FI_LOG" \
+		KVFI_DELAY="write:$hold,uring_write:$hold" \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		kvoffd --root "$KV_ROOT" --socket "$SOCK" --ready-fd 3 \
+		--cpu-bytes 16M --slot-bytes 1M --write-threads 1 \
+		--events "$EVENTS" --metrics-file "$METRICS" "$@" \
+		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	read -r line <"$fifo"
+	rm -f "$fifo"
+	kill -0 "$DPID"
+}
+
+stat_of() {
+	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
+}
+
+metric_of() {
+	sed -n "s/^$1 //p" "$METRICS"
+}
+
+# put_all: blocks abcdef00$FIRST..$LAST, one kvput each, in order, each
+# with its own random content kept in $BATS_TEST_TMPDIR/b<i>.
+put_all() {
+	local i
+	for i in $(seq "$FIRST" "$LAST"); do
+		random_file "$BATS_TEST_TMPDIR/b$i" $((300000 + i))
+		run kvput --daemon "$SOCK" --model-dir "$MODEL" "abcdef00$i" "$BATS_TEST_TMPDIR/b$i"
+		[ "$status" -eq 0 ] || fail "put $i: exit $status: $output"
+	done
+}
+
+# The hashes that left RAM before any write of theirs landed, from the
+# events: a BlockRemoved (cpu) with no BlockStored (fs) before it.
+dropped_hashes() {
+	python3 - "$EVENTS" <<'PY'
+import json, sys
+on_disk, dropped = set(), []
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "BlockStored" and e["tier"] == "fs":
+        on_disk.add(e["hash"])
+    elif e["event"] == "BlockRemoved" and e["tier"] == "cpu" and e["hash"] not in on_disk:
+        dropped.append(e["hash"])
+print(" ".join(dropped))
+PY
+}
+
+# Every block not dropped reads back byte for byte through the daemon;
+# every dropped one is in neither tier.
+assert_gets() {
+	local i dropped=" $1 "
+	for i in $(seq "$FIRST" "$LAST"); do
+		if [[ $dropped == *" abcdef00$i "* ]]; then
+			run kvget --daemon "$SOCK" --model-dir "$MODEL" --exists "abcdef00$i"
+			[ "$status" -eq 1 ] || fail "dropped abcdef00$i: exit $status"
+		else
+			kvget --daemon "$SOCK" --model-dir "$MODEL" -o "$BATS_TEST_TMPDIR/got" "abcdef00$i"
+			cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/b$i"
+		fi
+	done
+}
+
+# The file tier holds exactly the blocks not dropped, each whole and
+# checksummed, and no temp file.
+assert_disk() {
+	local i dropped=" $1 " f n=0
+	for i in $(seq "$FIRST" "$LAST"); do
+		f=$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef00$i.bin
+		if [[ $dropped == *" abcdef00$i "* ]]; then
+			[ ! -e "$f" ] || fail "dropped abcdef00$i is on disk"
+		else
+			cmp "$f" "$BATS_TEST_TMPDIR/b$i"
+			n=$((n + 1))
+		fi
+	done
+	[ -z "$(find "$KV_ROOT" -name '*.tmp')" ]
+	run kvls --verify --root "$KV_ROOT"
+	assert_success
+	assert_output --partial "$n blocks: $n verified, 0 mismatched, 0 without checksum"
+}
+
+# wait_for CMD...: poll until CMD succeeds; the bound, about ten
+# minutes, only stops a test whose daemon never gets there.
+wait_for() {
+	local n
+	for n in $(seq 6000); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	fail "never true: $*"
+}
+
+stat_is() {
+	[ "$(stat_of "$1")" = "$2" ]
+}
+
+@test "kvoffd queue: the injector holds block writes until the gate opens" {
+	# A delay that is not a number of milliseconds is refused, not ignored.
+	run env LD_PRELOAD="$FI_LIB" KVFI_DELAY=uring_write:soon /bin/true
+	[ "$status" -eq 125 ]
+	assert_output --partial "bad rule in KVFI_DELAY: 'uring_write:soon'"
+	start_held_daemon --write-policy always
+	random_file "$BATS_TEST_TMPDIR/b" 4096
+	kvput --daemon "$SOCK" --model-dir "$MODEL" abcdef0001 "$BATS_TEST_TMPDIR/b"
+	[ "$(stat_of wb_queue_depth)" -eq 1 ]
+	wait_for grep -Eq "^$DPID delay (uring_)?write .*/abcdef0001\.bin_.*\.tmp$" "$FI_LOG"
+	[ "$(stat_of spills)" -eq 0 ]
+	[ ! -e "$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" ]
+	touch "$GATE"
+	wait_for stat_is spills 1
+	cmp "$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" "$BATS_TEST_TMPDIR/b"
+}
+
+@test "kvoffd queue: always, storage held: refused writes wait in RAM, full-pool puts drop the oldest unwritten blocks, counted" {
+	local drops dropped slots cap want i
+	start_held_daemon --write-policy always
+	put_all
+	slots=$(stat_of slots) cap=$(stat_of wb_queue_capacity)
+	[ "$slots" -eq 16 ] && [ "$cap" -eq 8 ]
+	[ "$(stat_of puts)" -eq 24 ]
+	[ "$(stat_of wb_queue_depth)" -eq "$cap" ]
+	# The first $cap puts were queued; the next ones were refused and stay
+	# in RAM unwritten; each put past the pool's size then had to evict
+	# one of those, oldest first.
+	drops=$(stat_of wb_drops)
+	[ "$drops" -eq $((24 - slots)) ]
+	[ "$(stat_of evictions)" -eq "$drops" ]
+	[ "$(stat_of dirty_blocks)" -eq "$slots" ]
+	dropped=$(dropped_hashes)
+	want=
+	for i in $(seq $((FIRST + cap)) $((FIRST + cap + drops - 1))); do
+		want+="${want:+ }abcdef00$i"
+	done
+	[ "$dropped" = "$want" ]
+	assert_gets "$dropped"
+	[ "$(stat_of spills)" -eq 0 ]
+	# Storage catches up: the refused blocks are written without waiting
+	# for an eviction or SIGTERM.
+	touch "$GATE"
+	wait_for stat_is dirty_blocks 0
+	wait_for stat_is wb_queue_depth 0
+	[ "$(stat_of spills)" -eq "$slots" ]
+	[ "$(stat_of wb_drops)" -eq "$drops" ]
+	assert_disk "$dropped"
+	kill -TERM "$DPID"
+	wait "$DPID"
+	DPID=
+	[ "$(metric_of kv_offload_writebehind_drops_total)" -eq "$drops" ]
+	[ "$(metric_of kv_offload_evictions_total)" -eq "$drops" ]
+	[ "$(metric_of kv_offload_writebehind_queue_depth)" -eq 0 ]
+}
+
+@test "kvoffd queue: on-evict, storage held: a put waits for a queued write only until storage is seen stalled, then drops; SIGTERM drains the rest" {
+	local drops dropped
+	start_held_daemon
+	put_all
+	[ "$(stat_of puts)" -eq 24 ]
+	# No write has landed, so every eviction lost its block.
+	[ "$(stat_of spills)" -eq 0 ]
+	drops=$(stat_of wb_drops)
+	[ "$drops" -gt 0 ]
+	[ "$(stat_of evictions)" -eq "$drops" ]
+	[ "$(stat_of blocks)" -eq $((24 - drops)) ]
+	dropped=$(dropped_hashes)
+	[ "$(wc -w <<<"$dropped")" -eq "$drops" ]
+	assert_gets "$dropped"
+	# SIGTERM while the writes are still held: the daemon must wait for
+	# them and write every block left in RAM before it exits 0.
+	kill -TERM "$DPID"
+	wait_for test ! -e "$SOCK"
+	kill -0 "$DPID"
+	touch "$GATE"
+	wait "$DPID"
+	DPID=
+	assert_disk "$dropped"
+	[ "$(metric_of kv_offload_writebehind_drops_total)" -eq "$drops" ]
+	[ "$(metric_of kv_offload_bytes_total'{direction="spill"}')" -eq \
+	  "$(find "$KV_ROOT" -name '*.bin' -printf '%s\n' | awk '{ n += $1 } END { print n }')" ]
+}
