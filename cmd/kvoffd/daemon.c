@@ -222,6 +222,13 @@ static int queue_write(struct offd *d, uint32_t i)
 	return 0;
 }
 
+/* Storage is behind when the queue is full, or when no write has landed
+ * for a whole interval (stall_check). */
+static int storage_behind(struct offd *d)
+{
+	return d->wb_inflight >= d->wr.wcap || d->wb_stalled;
+}
+
 /*
  * A slot for a new block: a free one, else the least recently used
  * unpinned block already in the file tier.  Dirty blocks met on the way
@@ -233,10 +240,9 @@ static int queue_write(struct offd *d, uint32_t i)
 static int get_slot(struct offd *d, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	/* Storage is behind when the queue was full already, or when no
-	 * write has landed for a whole interval (stall_check); a queue this
-	 * call filled is worth waiting for. */
-	int behind = d->wb_inflight >= d->wr.wcap || d->wb_stalled;
+	/* Judged before this call queues anything: a queue it filled
+	 * itself is worth waiting for. */
+	int behind = storage_behind(d);
 
 	if (d->nfree) {
 		*out = pop_free(d);
@@ -507,6 +513,12 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	if (i != NIL) {
 		/* Someone's miss is loading this key: wait for that one. */
 		wait_load(d, c, f, i);
+		return;
+	}
+	/* Room for a read-through may cost an unwritten block when storage
+	 * is behind: never for a key the file tier does not hold either. */
+	if (!d->nfree && storage_behind(d) && (err = kv_io_has(d->io, path))) {
+		reply_status(d, c, f->type, err);
 		return;
 	}
 	err = get_slot(d, &i);

@@ -90,18 +90,24 @@ PY
 }
 
 # Every block not dropped reads back byte for byte through the daemon;
-# every dropped one is in neither tier.
+# every dropped one is in neither tier, and asking for it (a miss that
+# needs a slot to read through) costs no other unwritten block.
 assert_gets() {
-	local i dropped=" $1 "
+	local i dropped=" $1 " drops
+	drops=$(stat_of wb_drops)
 	for i in $(seq "$FIRST" "$LAST"); do
 		if [[ $dropped == *" abcdef00$i "* ]]; then
 			run kvget --daemon "$SOCK" --model-dir "$MODEL" --exists "abcdef00$i"
+			[ "$status" -eq 1 ] || fail "dropped abcdef00$i: --exists exit $status"
+			run kvget --daemon "$SOCK" --model-dir "$MODEL" -o "$BATS_TEST_TMPDIR/got" \
+				"abcdef00$i"
 			[ "$status" -eq 1 ] || fail "dropped abcdef00$i: exit $status"
 		else
 			kvget --daemon "$SOCK" --model-dir "$MODEL" -o "$BATS_TEST_TMPDIR/got" "abcdef00$i"
 			cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/b$i"
 		fi
 	done
+	[ "$(stat_of wb_drops)" -eq "$drops" ]
 }
 
 # The file tier holds exactly the blocks not dropped, each whole and
