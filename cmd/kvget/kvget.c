@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "../tool.h"
+#include "blockline.h"
 
 #define DEFAULT_QD	32
 #define MAX_QD		1024
@@ -331,89 +332,6 @@ static void bad_line(struct batch *b, const char *hash, const char *relpath,
 	print_record(b->get, b->line, hash, relpath, -1, 0, msg);
 }
 
-static int uint_field(json_t *rec, const char *key, unsigned dflt, unsigned *out)
-{
-	json_t *v = json_object_get(rec, key);
-
-	*out = dflt;
-	if (!v)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    json_integer_value(v) > UINT_MAX)
-		return -1;
-	*out = (unsigned)json_integer_value(v);
-	return 0;
-}
-
-/* A kvls record: its "path", else model_dir/rank/group/hash. */
-static int parse_record(struct batch *b, const char *text, struct slot *s)
-{
-	const char *path, *model_dir, *hash;
-	struct kv_block_ref ref;
-	json_error_t jerr;
-	unsigned rank, group;
-	json_t *rec;
-	int ret = -1;
-
-	rec = json_loads(text, 0, &jerr);
-	if (!rec || !json_is_object(rec)) {
-		bad_line(b, NULL, NULL, "invalid JSON: %s", rec ? "not an object" : jerr.text);
-		json_decref(rec);
-		return -1;
-	}
-	path = json_string_value(json_object_get(rec, "path"));
-	model_dir = json_string_value(json_object_get(rec, "model_dir"));
-	hash = json_string_value(json_object_get(rec, "hash"));
-	if (!model_dir)
-		model_dir = b->get->model_dir;
-	if (path) {
-		if (kv_layout_block_parse(path, &ref) < 0 || strlen(path) >= sizeof(s->relpath)) {
-			bad_line(b, hash, path, "not a block path in the cache layout");
-		} else {
-			strcpy(s->relpath, path);
-			strcpy(s->hash, ref.hash);
-			ret = 0;
-		}
-	} else if (!hash) {
-		bad_line(b, NULL, NULL, "no \"path\" and no \"hash\"");
-	} else if (kv_layout_hash_normalize(hash, s->hash, sizeof(s->hash)) < 0) {
-		bad_line(b, hash, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", hash);
-	} else if (uint_field(rec, "rank", b->get->rank, &rank) < 0 ||
-		   uint_field(rec, "group", b->get->group, &group) < 0) {
-		bad_line(b, s->hash, NULL, "\"rank\" and \"group\" must be integers >= 0");
-	} else if (!*model_dir) {
-		bad_line(b, s->hash, NULL, "no model dir: give \"model_dir\", --model-dir or --config");
-	} else if (kv_layout_model_dir_parse(model_dir, &ref) < 0 ||
-		   kv_layout_block_path(model_dir, rank, group, s->hash, s->relpath,
-					sizeof(s->relpath)) < 0) {
-		bad_line(b, s->hash, NULL, "invalid model dir '%s'", model_dir);
-	} else {
-		ret = 0;
-	}
-	json_decref(rec);
-	return ret;
-}
-
-/* A bare hash on its own line, in --model-dir/--rank/--group. */
-static int parse_hash(struct batch *b, char *text, struct slot *s)
-{
-	text[strcspn(text, " \t\r\n")] = '\0';
-	if (kv_layout_hash_normalize(text, s->hash, sizeof(s->hash)) < 0) {
-		bad_line(b, NULL, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", text);
-		return -1;
-	}
-	if (!b->get->model_dir[0]) {
-		bad_line(b, s->hash, NULL, "a bare hash needs --model-dir or --config");
-		return -1;
-	}
-	if (kv_layout_block_path(b->get->model_dir, b->get->rank, b->get->group, s->hash,
-				 s->relpath, sizeof(s->relpath)) < 0) {
-		bad_line(b, s->hash, NULL, "cannot compose a block path");
-		return -1;
-	}
-	return 0;
-}
-
 /*
  * Make s a read request, or answer the line at once (miss, --exists):
  * 1 if s is ready for the engine, 0 if the line is done.  Blocks of a
@@ -462,16 +380,24 @@ static int prepare(struct batch *b, struct slot *s)
  * or -EIO on a read error (said).  Bad lines are reported on the way. */
 static int next_line(struct batch *b, struct slot *s)
 {
-	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
-		char *p = b->text + strspn(b->text, " \t\r\n");
+	struct block_line l;
+	int ret;
 
+	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
 		b->line++;
-		if (!*p)
+		if (!b->text[strspn(b->text, " \t\r\n")])
 			continue;
-		if ((*p == '{' ? parse_record(b, p, s) : parse_hash(b, p, s)) == 0) {
+		ret = block_line_parse(b->text, b->get->model_dir, b->get->rank, b->get->group, &l);
+		if (ret == 0) {
+			strcpy(s->hash, l.hash);
+			strcpy(s->relpath, l.relpath);
 			s->line = b->line;
-			return 1;
+		} else {
+			bad_line(b, l.record_hash, l.record_path, "%s", l.error);
 		}
+		block_line_free(&l);
+		if (ret == 0)
+			return 1;
 	}
 	if (ferror(stdin)) {
 		tool_err("cannot read '<stdin>': %s", strerror(errno));

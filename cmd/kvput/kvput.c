@@ -21,8 +21,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <openssl/evp.h>
 #include "../tool.h"
+#include "manifest.h"
 
 #define READ_CHUNK_BYTES	(1u << 20)
 #define DEFAULT_QD		32
@@ -206,39 +206,6 @@ static void on_sigbus(int sig)
 	_exit(EXIT_RUNTIME);
 }
 
-/* Base64 into an aligned buffer; -EINVAL unless it is clean base64. */
-static int decode_b64(const char *text, void **buf, size_t *cap, size_t *len)
-{
-	size_t n = strlen(text), out = n / 4 * 3;
-	int got;
-
-	if (n % 4)
-		return -EINVAL;
-	if (out > *cap || !*buf) {
-		void *nb = kv_io_buf_alloc(out);
-
-		if (!nb)
-			return -ENOMEM;
-		kv_io_buf_free(*buf);
-		*buf = nb;
-		*cap = out ? out : 1;
-	}
-	if (n == 0) {
-		*len = 0;
-		return 0;
-	}
-	got = EVP_DecodeBlock(*buf, (const unsigned char *)text, (int)n);
-	if (got < 0 || (size_t)got != out)
-		return -EINVAL;
-	/* EVP_DecodeBlock counts the padding as zero bytes. */
-	if (text[n - 1] == '=')
-		out--;
-	if (text[n - 2] == '=')
-		out--;
-	*len = out;
-	return 0;
-}
-
 /* --- batch ------------------------------------------------------------ */
 
 static void print_result(struct put *put, const char *hash, const char *relpath,
@@ -277,69 +244,28 @@ static void bad_line(struct batch *b, const char *hash, const char *relpath,
 	print_result(b->put, hash, relpath, b->line, 0, msg);
 }
 
-static int uint_field(json_t *rec, const char *key, unsigned dflt, unsigned *out)
-{
-	json_t *v = json_object_get(rec, key);
-
-	*out = dflt;
-	if (!v)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    json_integer_value(v) > UINT_MAX)
-		return -1;
-	*out = (unsigned)json_integer_value(v);
-	return 0;
-}
-
 /* Turn one manifest line into a ready request in s; 0 on success. */
 static int load_line(struct batch *b, const char *text, struct slot *s)
 {
-	const char *hash, *file, *b64;
-	json_error_t jerr;
-	unsigned rank, group;
-	json_t *rec;
+	struct manifest_line m;
 	int ret;
 
-	rec = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-	if (!rec || !json_is_object(rec)) {
-		bad_line(b, NULL, NULL, "invalid JSON: %s", rec ? "not an object" : jerr.text);
-		json_decref(rec);
-		return -1;
-	}
-	hash = json_string_value(json_object_get(rec, "hash"));
-	file = json_string_value(json_object_get(rec, "file"));
-	b64 = json_string_value(json_object_get(rec, "data_b64"));
-	ret = -1;
-	if (!hash) {
-		bad_line(b, NULL, NULL, "no \"hash\" string");
+	ret = manifest_line_parse(text, b->put->model_dir, b->put->rank, b->put->group, &m);
+	if (ret < 0) {
+		bad_line(b, m.record_hash, m.record_path, "%s", m.error);
 		goto out;
 	}
-	if (kv_layout_hash_normalize(hash, s->hash, sizeof(s->hash)) < 0) {
-		bad_line(b, hash, NULL, "invalid hash '%s' (want 5 to 128 hex digits)", hash);
-		goto out;
-	}
-	if (uint_field(rec, "rank", b->put->rank, &rank) < 0 ||
-	    uint_field(rec, "group", b->put->group, &group) < 0) {
-		bad_line(b, s->hash, NULL, "\"rank\" and \"group\" must be integers >= 0");
-		goto out;
-	}
-	if (kv_layout_block_path(b->put->model_dir, rank, group, s->hash, s->relpath,
-				 sizeof(s->relpath)) < 0) {
-		bad_line(b, s->hash, NULL, "cannot compose a block path");
-		goto out;
-	}
-	if (!file == !b64) {
-		bad_line(b, s->hash, s->relpath, "want exactly one of \"file\" and \"data_b64\"");
-		goto out;
-	}
-	if (file) {
-		ret = payload_file(&s->payload, file);
+	strcpy(s->hash, m.hash);
+	strcpy(s->relpath, m.relpath);
+	if (m.file) {
+		ret = payload_file(&s->payload, m.file);
 		if (ret < 0)
-			bad_line(b, s->hash, s->relpath, "cannot read '%s': %s", file,
+			bad_line(b, s->hash, s->relpath, "cannot read '%s': %s", m.file,
 				 kv_strerror(ret));
 	} else {
 		payload_release(&s->payload);
-		ret = decode_b64(b64, &s->payload.buf, &s->payload.cap, &s->payload.len);
+		ret = manifest_b64_decode(m.data_b64, &s->payload.buf, &s->payload.cap,
+					  &s->payload.len);
 		s->payload.data = s->payload.buf;
 		if (ret < 0)
 			bad_line(b, s->hash, s->relpath, "invalid \"data_b64\": %s",
@@ -347,14 +273,14 @@ static int load_line(struct batch *b, const char *text, struct slot *s)
 	}
 	if (ret == 0) {
 		s->line = b->line;
-		s->rank = rank;
-		s->group = group;
+		s->rank = m.rank;
+		s->group = m.group;
 		s->req = (struct kv_io_req){ .op = KV_IO_OP_PUT, .relpath = s->relpath,
 					     .buf = (void *)s->payload.data,
 					     .len = s->payload.len, .user = s };
 	}
 out:
-	json_decref(rec);
+	manifest_line_free(&m);
 	return ret;
 }
 

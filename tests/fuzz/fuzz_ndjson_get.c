@@ -1,72 +1,52 @@
 /*
- * libFuzzer harness for kvget --batch input, in process: kvget's own
- * source is compiled in (its main renamed) and every input line goes
- * where batch_next() sends it, parse_record() for a kvls NDJSON record
- * and parse_hash() for a bare hash.  A line must be refused or name a
- * block path of the layout whose hash is the one recorded, never a path
- * that leaves the root ("..", absolute, a foreign name).
+ * libFuzzer harness for kvget --batch input: every input line goes
+ * through block_line_parse(), the parser kvget --batch runs on each line
+ * (a kvls NDJSON record or a bare hash).  A line must be refused with a
+ * reason or name a block path of the layout whose hash is the one
+ * recorded, never a path that leaves the root ("..", absolute, a foreign
+ * name).
  */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../../cmd/kvget/blockline.c"
 
-#define main kvget_main
-#include "../../cmd/kvget/kvget.c"
-#undef main
-#include "../../cmd/tool.c"
-#include "../../cmd/tool_modeldir.c"
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	tool_name = "kvget";
-	if (!freopen("/dev/null", "w", stdout))
-		abort();
-	stderr = fopen("/dev/null", "w");
-	return 0;
-}
-
-static void check_slot(const struct slot *s)
+static void check_line(const struct block_line *l)
 {
 	struct kv_block_ref ref;
 
-	if (kv_layout_block_parse(s->relpath, &ref) != 0 || strcmp(ref.hash, s->hash) ||
-	    s->relpath[0] == '/' || strstr(s->relpath, ".."))
+	if (kv_layout_block_parse(l->relpath, &ref) != 0 || strcmp(ref.hash, l->hash) ||
+	    l->relpath[0] == '/' || strstr(l->relpath, ".."))
 		abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	/* The first byte picks whether --model-dir was given. */
-	struct get get = { .root = "/nonexistent" };
-	struct batch b = { .get = &get };
-	struct slot s;
+	/* The first byte picks whether --model-dir was given, and --rank. */
+	const char *model_dir;
+	struct block_line l;
 	char *text, *line, *save = NULL;
+	unsigned rank;
 
 	if (size < 1)
 		return 0;
-	if (data[0] & 1)
-		strcpy(get.model_dir, "fuzz_model_0123456789ab");
-	get.rank = (data[0] >> 1) & 3;
+	model_dir = data[0] & 1 ? "fuzz_model_0123456789ab" : "";
+	rank = (data[0] >> 1) & 3;
 	text = malloc(size);
 	if (!text)
 		return 0;
 	memcpy(text, data + 1, size - 1);
 	text[size - 1] = '\0';
-	memset(&s, 0, sizeof(s));
 	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char *p = line + strspn(line, " \t\r");
-
-		b.line++;
-		if (!*p)
+		if (!line[strspn(line, " \t\r")])
 			continue;
-		if ((*p == '{' ? parse_record(&b, p, &s) : parse_hash(&b, p, &s)) == 0)
-			check_slot(&s);
+		if (block_line_parse(line, model_dir, rank, 0, &l) == 0)
+			check_line(&l);
+		else if (!l.error[0])
+			abort();
+		block_line_free(&l);
 	}
 	free(text);
 	return 0;
