@@ -972,8 +972,9 @@ static void jobs_done(struct offd *d)
 	if (d->draining) {
 		drain_step(d);
 	} else {
-		/* Parked puts first: the blocks just written are their
-		 * victims, which the queue room they freed cannot buy. */
+		/* Parked puts first: the blocks just written are clean
+		 * victims for them, and catch_up filling the room those
+		 * writes freed would make them drop instead. */
 		wake_parked(d);
 		if (d->catchup)
 			catch_up(d);
