@@ -465,91 +465,107 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
 	return 1;
 }
 
-/* One directory below dirfd, as a dirfd for *at() calls: not a
- * symlink, not a mount point. */
-static int open_dir_at(int dirfd, const char *name, dev_t dev)
+/*
+ * Open the bucket dir "<rank>/<hhh>/<hh>_g<n>" below rootfd as a dirfd for
+ * *at() calls: never above the root, through no symlink, across no mount
+ * point.  One openat2 resolves the three components with those checks.
+ */
+static int open_bucket(int rootfd, const char *dir, dev_t dev)
 {
 	struct open_how how = {
 		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
 	};
+	char comp[KV_NAME_MAX + 1];
+	const char *p = dir, *slash;
 	struct stat st;
-	long fd;
+	int fd = rootfd, next, e;
+	size_t len;
 
-	fd = syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
-	if (fd >= 0)
-		return (int)fd;
+	next = (int)syscall(SYS_openat2, rootfd, dir, &how, sizeof(how));
+	if (next >= 0)
+		return next;
 	if (errno != ENOSYS)
 		return -errno;
-	/* Kernels before 5.6: the same checks by hand. */
-	fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat((int)fd, &st) < 0 || st.st_dev != dev) {
-		close((int)fd);
-		return -EXDEV;
+	/* Kernels before 5.6: the same checks by hand, a component at a time. */
+	for (;;) {
+		slash = strchr(p, '/');
+		len = slash ? (size_t)(slash - p) : strlen(p);
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		e = errno;
+		if (fd != rootfd)
+			close(fd);
+		if (next < 0)
+			return -e;
+		if (fstat(next, &st) < 0 || st.st_dev != dev) {
+			close(next);
+			return -EXDEV;
+		}
+		if (!slash)
+			return next;
+		fd = next;
+		p = slash + 1;
 	}
-	return (int)fd;
 }
 
-/* The rank and top bucket dirs of the last block opened: blocks taken in
- * path order share them, which saves two lookups and opens per block. */
+/* The bucket dir of the last block opened: blocks taken in path order
+ * share it, which saves its open and close for all but the first block of
+ * a bucket. */
 struct dircache {
-	int fd[2];
-	char name[2][KV_NAME_MAX + 1];
+	int fd;
+	size_t len;
+	char dir[3 * (KV_NAME_MAX + 1)];	/* three components, two '/' */
 };
 
 static void dircache_init(struct dircache *dc)
 {
-	dc->fd[0] = dc->fd[1] = -1;
+	dc->fd = -1;
+	dc->len = 0;
 }
 
-static void dircache_drop(struct dircache *dc, int level)
+static void dircache_drop(struct dircache *dc)
 {
-	for (; level < 2; level++) {
-		if (dc->fd[level] >= 0)
-			close(dc->fd[level]);
-		dc->fd[level] = -1;
-	}
+	if (dc->fd >= 0)
+		close(dc->fd);
+	dircache_init(dc);
 }
 
 /*
- * Open the bucket dir holding block path relpath ("<rank>/<hhh>/<hh>_g<n>/
- * <name>") one component at a time from the root, through no symlink and
- * across no mount point; *name points into relpath.  The caller closes
- * the fd.
+ * The bucket dir holding block path relpath ("<rank>/<hhh>/<hh>_g<n>/
+ * <name>"), from dc or freshly opened into it; *name points into relpath.
+ * The fd belongs to dc.
  */
 static int open_parent(int rootfd, dev_t dev, struct dircache *dc, const char *relpath,
 		       const char **name)
 {
-	char comp[KV_NAME_MAX + 1];
 	const char *p = relpath, *slash;
-	int fd = rootfd, level;
 	size_t len;
+	int level, fd;
 
 	for (level = 0; level < 3; level++) {
 		slash = strchr(p, '/');
 		len = slash ? (size_t)(slash - p) : 0;
-		if (!len || len > KV_NAME_MAX)
+		if (!len || len > KV_NAME_MAX || (p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))))
 			return -EINVAL;
-		memcpy(comp, p, len);
-		comp[len] = '\0';
 		p = slash + 1;
-		if (level == 2)
-			break;
-		if (dc->fd[level] < 0 || strcmp(dc->name[level], comp)) {
-			dircache_drop(dc, level);
-			dc->fd[level] = open_dir_at(fd, comp, dev);
-			if (dc->fd[level] < 0)
-				return dc->fd[level];
-			memcpy(dc->name[level], comp, len + 1);
-		}
-		fd = dc->fd[level];
 	}
-	if (strchr(p, '/'))
+	if (!*p || strchr(p, '/'))
 		return -EINVAL;
 	*name = p;
-	return open_dir_at(fd, comp, dev);
+	len = (size_t)(p - 1 - relpath);
+	if (dc->fd >= 0 && dc->len == len && !memcmp(dc->dir, relpath, len))
+		return dc->fd;
+	dircache_drop(dc);
+	memcpy(dc->dir, relpath, len);
+	dc->dir[len] = '\0';
+	fd = open_bucket(rootfd, dc->dir, dev);
+	if (fd < 0)
+		return fd;
+	dc->fd = fd;
+	dc->len = len;
+	return fd;
 }
 
 int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o,
@@ -572,24 +588,22 @@ int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o
 	dev = st.st_dev;
 	dircache_init(&dc);
 	fd = open_parent(rootfd, dev, &dc, relpath, &name);
-	dircache_drop(&dc, 0);
-	if (fd >= 0 && fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		close(fd);
+	if (fd >= 0 && fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		fd = -errno;
-	}
 	if (fd < 0) {
+		dircache_drop(&dc);
 		r->skipped_other++;
 		return fd == -ENOENT ? 0 : fd;
 	}
 	r->files_scanned++;
 	r->bytes_scanned += (uint64_t)st.st_blocks * 512;
 	if (!S_ISREG(st.st_mode)) {
-		close(fd);
+		dircache_drop(&dc);
 		r->skipped_other++;
 		return S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL;
 	}
 	rc = remove_block(o, r, dev, fd, name, st.st_ino, relpath, &ref, NULL);
-	close(fd);
+	dircache_drop(&dc);
 	return rc;
 }
 
@@ -760,14 +774,14 @@ static int walk(struct ctx *c, unsigned flags, kv_walk_fn fn)
 	return kv_walk(c->root, &wo, fn, c);
 }
 
-/* A held file (its path parsed by the walk): open its dir safely,
- * re-check, unlink. */
+/* A held file (its path parsed by the walk): open its dir safely (or
+ * reuse it from dc), re-check, unlink. */
 static int remove_held(struct ctx *c, struct kv_evict_report *r, const struct stash_item *it,
 		       struct dircache *dc, pthread_mutex_t *cb_lock)
 {
 	struct kv_block_ref ref;
 	const char *name;
-	int fd, rc;
+	int fd;
 
 	/* Only the callback needs the ref back. */
 	if (c->o->removed && kv_layout_block_parse(it->path, &ref) < 0) {
@@ -779,9 +793,7 @@ static int remove_held(struct ctx *c, struct kv_evict_report *r, const struct st
 		r->skipped_other++;
 		return 0;
 	}
-	rc = remove_block(c->o, r, c->dev, fd, name, it->ino, it->path, &ref, cb_lock);
-	close(fd);
-	return rc;
+	return remove_block(c->o, r, c->dev, fd, name, it->ino, it->path, &ref, cb_lock);
 }
 
 /* Files below this many are not worth threads; each takes this many
@@ -811,7 +823,7 @@ static void *drain_worker(void *arg)
 		for (; i < last; i++)
 			remove_held(j->c, &t, &j->v[i], &dc, &j->lock);
 	}
-	dircache_drop(&dc, 0);
+	dircache_drop(&dc);
 	pthread_mutex_lock(&j->lock);
 	r->files_deleted += t.files_deleted;
 	r->bytes_deleted += t.bytes_deleted;
@@ -880,7 +892,7 @@ static void drain(struct ctx *c)
 		if (fs_target_met(c))
 			p->stop = 1;
 	}
-	dircache_drop(&dc, 0);
+	dircache_drop(&dc);
 	heap_free(h);
 }
 
