@@ -17,7 +17,12 @@
 # CPU seconds (user + system, all processes) are reported beside the
 # wall-clock seconds: on a shared machine they vary less.
 #
-# Usage: [BUILD=build] [FILES=100000] [RUNS=5] [SPREAD_S=86400] bench/evict.sh
+# Random 64-bit hashes leave about one block per <hhh>/<hh>_g0 bucket dir
+# at this size; BUCKETS=N draws the five-digit bucket prefix from N values
+# spread over all 2^20 instead, for the denser dirs of a far larger cache
+# (BUCKETS=1024: about 24 blocks per bucket dir).
+#
+# Usage: [BUILD=build] [FILES=100000] [RUNS=5] [SPREAD_S=86400] [BUCKETS=0] bench/evict.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -25,11 +30,14 @@ KVEVICT=$PWD/$BUILD/bin/kvevict
 FILES=${FILES:-100000}
 RUNS=${RUNS:-5}
 SPREAD_S=${SPREAD_S:-86400}
+BUCKETS=${BUCKETS:-0}
 HIGH=80
 LOW=50
 
 [ "$(id -u)" -eq 0 ] || { echo "bench/evict.sh: needs root to mount tmpfs" >&2; exit 77; }
 [ -x "$KVEVICT" ] || { echo "bench/evict.sh: build $KVEVICT first" >&2; exit 2; }
+[ "$BUCKETS" -ge 0 ] && [ "$BUCKETS" -le 1048576 ] ||
+	{ echo "bench/evict.sh: BUCKETS must be 0 to 1048576" >&2; exit 2; }
 if [ ! -x /usr/bin/time ]; then
 	apt-get install -y time >/dev/null
 fi
@@ -44,9 +52,9 @@ trap 'umount "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 make_tree() {
 	umount "$mnt" 2>/dev/null || true
 	mount -t tmpfs -o size=850m tmpfs "$mnt"
-	python3 - "$mnt" "$FILES" "$SPREAD_S" > "$work/manifest" <<'PY'
+	python3 - "$mnt" "$FILES" "$SPREAD_S" "$BUCKETS" > "$work/manifest" <<'PY'
 import os, random, sys
-root, n, spread = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, n, spread, buckets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(20261122)
 models = ["meta-llama_Llama-3.1-8B_0123456789ab", "Qwen_Qwen3-8B_ba9876543210"]
 for m in models:
@@ -62,6 +70,8 @@ payload = bytes(8192)
 out = []
 for i in range(n):
     h = "%016x" % rng.getrandbits(64)
+    if buckets:
+        h = "%05x" % (rng.randrange(buckets) * ((1 << 20) // buckets)) + h[5:]
     rank = i % 4
     d = os.path.join(root, "%s_r%d" % (models[rank // 2], rank % 2), h[:3], h[3:5] + "_g0")
     os.makedirs(d, exist_ok=True)
@@ -117,7 +127,7 @@ cpu_s() {
 	awk -F': ' '/User time|System time/ { t += $2 } END { printf "%.2f", t }' "$1"
 }
 
-echo "files=$FILES spread=${SPREAD_S}s runs=$RUNS high=$HIGH low=$LOW tmpfs=850m cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
+echo "files=$FILES spread=${SPREAD_S}s buckets=$BUCKETS runs=$RUNS high=$HIGH low=$LOW tmpfs=850m cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
 printf '%-9s %4s %8s %6s %8s %9s %10s %8s\n' tool run seconds cpu_s deleted precision use% rss_kib
 for f in k_s p_s k_cpu p_cpu k_rss k_prec p_prec; do : > "$work/$f"; done
 for run in $(seq 1 "$RUNS"); do
