@@ -131,7 +131,7 @@ put() {
 	requires python3 xattr
 	put ffffff0001 $((2 * 1024 * 1024))
 	f=$(vllm_path ffffff0001)
-	printf '\x5a' | dd of="$f" bs=1 seek=1000000 conv=notrunc status=none
+	flip_byte "$f" 1000000
 	cp "$f" "$BATS_TEST_TMPDIR/damaged"
 	run --separate-stderr kvget --config "$CFG" ffffff0001
 	[ "$status" -eq 3 ]
@@ -256,7 +256,7 @@ put() {
 	[ "$status" -eq 0 ]
 	[ "$(jq -s 'map(select(.hit)) | length' <<< "$output")" -eq 12 ]
 	f=$(vllm_path fedcb00004)
-	printf '\x00\x01' | dd of="$f" bs=1 seek=7 conv=notrunc status=none
+	flip_byte "$f" 7
 	run --separate-stderr kvget --batch < "$BATS_TEST_TMPDIR/list"
 	[ "$status" -eq 3 ]
 	jq -s -e 'map(select(.hash == "fedcb00004"))[0] | .hit == false and .error == "checksum mismatch"' <<< "$output"

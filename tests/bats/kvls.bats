@@ -271,7 +271,7 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	[[ "$output" == *notes.txt* && "$output" == *_stale.tmp* ]] || fail "$output"
 	rm "$KV_ROOT/notes.txt" "$KV_ROOT/${p%.bin}_stale.tmp"
 
-	printf '\xff' | dd of="$KV_ROOT/$p" bs=1 seek=1234 conv=notrunc status=none
+	flip_byte "$KV_ROOT/$p" 1234
 	touch -a -d @"$before" "$KV_ROOT/$p"
 	run --separate-stderr kvls --verify -J
 	[ "$status" -eq 1 ]

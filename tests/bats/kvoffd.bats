@@ -458,8 +458,7 @@ PY
 	put_block a abcdef0001 300000
 	stop_daemon TERM
 	[ "$DRC" -eq 0 ]
-	printf 'X' | dd of="$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" bs=1 seek=1000 \
-		conv=notrunc status=none
+	flip_byte "$KV_ROOT/${MODEL}_r0/abc/de_g0/abcdef0001.bin" 1000
 	start_daemon --cpu-bytes 8M
 	run client get "$SOCK" "$MODEL" 0 0 abcdef0001
 	assert_failure 3

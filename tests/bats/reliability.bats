@@ -387,7 +387,7 @@ decoy_tree() {
 	random_file "$BATS_TEST_TMPDIR/new" 65536
 	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
 	f=$(block_file "$KV_ROOT" "$HASH")
-	printf '\x5a' | dd of="$f" bs=1 seek=40000 conv=notrunc status=none
+	flip_byte "$f" 40000
 	run --separate-stderr kvget --root "$KV_ROOT" --config "$CFG" "$HASH"
 	[ "$status" -eq 3 ]
 	[ -z "$output" ] || fail "kvget wrote ${#output} bytes of a corrupt block"

@@ -87,3 +87,17 @@ PY
 random_file() {
 	head -c "$2" /dev/urandom > "$1"
 }
+
+# flip_byte FILE OFFSET: invert one byte in place.  Writing a fixed byte
+# instead leaves random content unchanged once in 256 runs.
+flip_byte() {
+	python3 - "$1" "$2" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+off = int(sys.argv[2])
+b = os.pread(fd, 1, off)
+assert len(b) == 1, "offset beyond the end of the file"
+os.pwrite(fd, bytes([b[0] ^ 0xFF]), off)
+os.close(fd)
+PY
+}
