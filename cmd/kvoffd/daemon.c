@@ -22,7 +22,10 @@
 #define HUGE_PAGE_BYTES		(2u << 20)
 #define MAX_PINS_PER_CLIENT	4096
 #define FRAMES_PER_WAKEUP	64
-#define METRICS_INTERVAL_S	5
+/* The loop ticks each second to judge a stalled file tier (stall_check)
+ * and rewrites the metrics file every METRICS_TICKS ticks. */
+#define TICK_S			1
+#define METRICS_TICKS		5
 
 /* epoll tags for the loop's own fds; clients are tagged by pointer. */
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_TIMER, TAG_DONE };
@@ -223,7 +226,7 @@ static int queue_write(struct offd *d, uint32_t i)
 }
 
 /* Storage is behind when the queue is full, or when no write has landed
- * for a whole interval (stall_check). */
+ * for a whole tick (stall_check). */
 static int storage_behind(struct offd *d)
 {
 	return d->wb_inflight >= d->wr.wcap || d->wb_stalled;
@@ -983,7 +986,7 @@ static void jobs_done(struct offd *d)
 
 /*
  * A put waits on write-behind only while storage makes progress: once
- * writes have been in flight for a whole metrics interval and none
+ * writes have been in flight for a whole one-second tick and none
  * landed, get_slot treats the file tier as behind and drops instead,
  * until a write lands again.  Parked puts retry at once.
  */
@@ -1053,8 +1056,8 @@ static int add_fd(struct offd *d, int fd, uint64_t tag)
 int offd_serve(struct offd *d, int ready_fd)
 {
 	struct itimerspec its = {
-		.it_interval = { .tv_sec = METRICS_INTERVAL_S },
-		.it_value = { .tv_sec = METRICS_INTERVAL_S },
+		.it_interval = { .tv_sec = TICK_S },
+		.it_value = { .tv_sec = TICK_S },
 	};
 	struct epoll_event evs[64];
 	sigset_t mask;
@@ -1104,6 +1107,8 @@ int offd_serve(struct offd *d, int ready_fd)
 				if (read(d->tfd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
 					continue;
 				stall_check(d);
+				if (++d->ticks % METRICS_TICKS)
+					continue;
 				if ((err = report_write_metrics(d)))
 					tool_err("cannot write '%s': %s", d->metrics_path,
 						 kv_strerror(err));

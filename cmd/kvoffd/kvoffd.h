@@ -114,7 +114,7 @@ struct offd {
 	uint64_t wb_landed;		/* write-behind jobs finished */
 	int catchup;			/* some slot has wb_refused set */
 	uint32_t catchup_at;		/* where catch_up resumes */
-	int wb_stalled;			/* no write landed for a metrics interval */
+	int wb_stalled;			/* no write landed for a whole tick */
 	int tick_busy;			/* writes were in flight at the last tick */
 	uint64_t tick_landed;		/* wb_landed at the last tick */
 
@@ -122,7 +122,8 @@ struct offd {
 	int lfd, epfd;
 	struct client *clients;
 	struct client *parked_head, *parked_tail;
-	int sfd, tfd;			/* signalfd, metrics timerfd */
+	int sfd, tfd;			/* signalfd, one-second timerfd */
+	uint64_t ticks;			/* timer ticks seen */
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */
 	struct kv_io *io;		/* loop thread's handle (HAS) */
