@@ -28,33 +28,9 @@ setup() {
 }
 
 teardown() {
-	if [ -n "${DPID:-}" ] && kill -0 "$DPID" 2>/dev/null; then
-		kill -KILL "$DPID"
-		wait "$DPID" 2>/dev/null || true
-	fi
+	kill_daemon
 	[ -z "${PUBDIR:-}" ] || rm -rf "$PUBDIR"
 	common_teardown
-}
-
-# start_daemon ARGS...: kvoffd on $SOCK, returning once it wrote its
-# --ready-fd newline (a daemon that dies first fails the read).
-start_daemon() {
-	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
-	mkfifo "$fifo"
-	kvoffd --root "$KV_ROOT" --socket "$SOCK" --ready-fd 3 "$@" \
-		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	read -r line <"$fifo"
-	rm -f "$fifo"
-	kill -0 "$DPID"
-}
-
-# stop_daemon [SIGNAL]: signal it and leave its exit status in $DRC.
-stop_daemon() {
-	kill -"${1:-TERM}" "$DPID"
-	DRC=0
-	wait "$DPID" || DRC=$?
-	DPID=
 }
 
 # public_socket: $SOCK in a directory every user can reach, so only the

@@ -26,10 +26,7 @@ setup() {
 
 teardown() {
 	touch "$GATE"
-	if [ -n "${DPID:-}" ] && kill -0 "$DPID" 2>/dev/null; then
-		kill -KILL "$DPID"
-		wait "$DPID" 2>/dev/null || true
-	fi
+	kill_daemon
 	common_teardown
 }
 
