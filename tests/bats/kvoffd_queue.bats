@@ -31,7 +31,7 @@ teardown() {
 }
 
 # start_held_daemon ARGS...: kvoffd under the injector, as start_daemon
-# in kvoffd.bats.  Every write of a block file is held until $GATE exists
+# in test_helper.bash.  Every write of a block file is held until $GATE exists
 # (300 s at most, a bound for a test gone wrong that one that works never
 # reaches), or by $HOLD when that is set (a KVFI_DELAY rule's MS:... part).
 start_held_daemon() {
