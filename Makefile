@@ -61,10 +61,10 @@ NVCCFLAGS ?= -O2
 override NVCCFLAGS += -Xcompiler -fPIC,-Wall,-Werror -Ilib/include -Ilib -DKV_HAVE_CUDA=1
 # nvcc's kernel launch stubs need the C++ runtime (guards, personality).
 LDLIBS += -L$(CUDA_HOME_REAL)/lib64 -Wl,-rpath,$(CUDA_HOME_REAL)/lib64 -lcudart -ldl -lstdc++
-CU_SRCS := $(wildcard lib/*.cu)
+CU_SRCS := $(wildcard lib/*/*.cu)
 endif
 
-LIB_SRCS   := $(wildcard lib/*.c)
+LIB_SRCS   := $(wildcard lib/*/*.c)
 LIB_OBJS   := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/tool*.c))
 PROGS      := $(notdir $(patsubst %/,%,$(wildcard cmd/*/)))

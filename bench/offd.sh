@@ -42,7 +42,7 @@ cleanup() {
 trap cleanup EXIT
 
 cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"bench"' -Ilib/include \
-	bench/offd_client.c lib/offd_client.c lib/offd_proto.c lib/kv.c lib/units.c \
+	bench/offd_client.c lib/offd/offd_client.c lib/offd/offd_proto.c lib/util/kv.c lib/util/units.c \
 	-o "$TMP/offd_client"
 
 # Every put takes a fresh slot before the old copy of its key is freed:

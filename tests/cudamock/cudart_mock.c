@@ -1,6 +1,6 @@
 /*
  * A simulated CUDA device for machines without a GPU: LD_PRELOAD this
- * over libcudart and libkv's CUDA code (lib/dma_cuda.cu and everything
+ * over libcudart and libkv's CUDA code (lib/gpu/dma_cuda.cu and everything
  * above it) runs against one "device" whose memory is host memory at
  * addresses the host cannot dereference.  What it checks:
  *
@@ -16,7 +16,7 @@
  *
  * It checks addresses, bytes and ordering, not timing.  The only
  * kernel it knows is libkv's fragment copy kernel, whose arguments it
- * interprets the way lib/dma_cuda.cu lays them out.
+ * interprets the way lib/gpu/dma_cuda.cu lays them out.
  */
 #include <pthread.h>
 #include <dirent.h>

@@ -148,8 +148,8 @@ done
 offd_rounds=0 offd_keys=0
 client=$work/offd_client
 if [ -x "$bin/kvoffd" ] && cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' \
-	-Ilib/include bench/offd_client.c lib/offd_client.c lib/offd_proto.c lib/kv.c \
-	lib/units.c -o "$client" 2>/dev/null; then
+	-Ilib/include bench/offd_client.c lib/offd/offd_client.c lib/offd/offd_proto.c lib/util/kv.c \
+	lib/util/units.c -o "$client" 2>/dev/null; then
 	offd_keys=4
 	for ((k = keys; k < keys + offd_keys; k++)); do done_ver[k]=-1; done
 	for ((i = 1; i <= iterations / 10; i++)); do

@@ -1,5 +1,5 @@
 /*
- * What a tier implements and what lib/tier.c does for all of them
+ * What a tier implements and what lib/tier/tier.c does for all of them
  * (chaining, counters).  kvi_* names stay out of libkv.so's exports.
  */
 #ifndef KV_TIER_IMPL_H

@@ -1,5 +1,5 @@
 /*
- * The CUDA device behind lib/dma.c.  Every runtime call is checked; a
+ * The CUDA device behind lib/gpu/dma.c.  Every runtime call is checked; a
  * failure is recorded for kv_dma_last_error() and returned as -EIO.
  */
 #include <errno.h>

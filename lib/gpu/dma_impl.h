@@ -1,5 +1,5 @@
 /*
- * Between lib/dma.c (API, CPU device) and lib/dma_cuda.cu (the CUDA
+ * Between lib/gpu/dma.c (API, CPU device) and lib/gpu/dma_cuda.cu (the CUDA
  * device, built only with CUDA=1).  Names are kvi_* so the version
  * script keeps them out of libkv.so's exports.
  */
