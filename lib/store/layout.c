@@ -110,6 +110,20 @@ int kv_layout_safe_model(const char *model_name, char *buf, size_t len)
 	return 0;
 }
 
+int kv_layout_model_matches(const char *filter, const char *model_dir)
+{
+	char safe[KV_NAME_MAX + 1];
+	size_t n;
+
+	if (!filter || !strcmp(filter, model_dir))
+		return 1;
+	if (kv_layout_safe_model(filter, safe, sizeof(safe)) < 0)
+		return 0;
+	n = strlen(safe);
+	return strlen(model_dir) == n + 1 + KV_FINGERPRINT_LEN &&
+	       !strncmp(model_dir, safe, n) && model_dir[n] == '_';
+}
+
 int kv_layout_model_dir(const char *model_name, const char *fingerprint,
 			char *buf, size_t len)
 {

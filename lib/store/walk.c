@@ -60,7 +60,6 @@ struct walk {
 	dev_t rootdev;
 	unsigned flags;
 	const char *model;
-	char safe_model[KV_NAME_MAX + 1];
 	int rank;
 	kv_walk_fn fn;
 	void *arg;
@@ -522,19 +521,6 @@ static void queue_close(struct worker *self)
 	pthread_mutex_unlock(&w->q_lock);
 }
 
-static int model_matches(const struct walk *w, const char *model_dir)
-{
-	size_t n, m;
-
-	if (!w->model || !strcmp(model_dir, w->model))
-		return 1;
-	/* A safe model name matches every fingerprint of that model. */
-	n = strlen(model_dir);
-	m = strlen(w->safe_model);
-	return m && n == m + 1 + KV_FINGERPRINT_LEN &&
-	       !strncmp(model_dir, w->safe_model, m) && model_dir[m] == '_';
-}
-
 /* A rank dir: queue its <hhh> buckets, report anything else as foreign. */
 static int walk_rank(struct worker *wk, const char *name,
 		     const struct kv_block_ref *ref)
@@ -644,7 +630,7 @@ static int walk_root(struct worker *wk)
 		else if (kv_layout_model_dir_parse(d->d_name, &ref) == 0)
 			kind = ROOT_MODEL;
 		/* Filters skip whole dirs, and everything outside any model. */
-		if (filtered && (kind == ROOT_OTHER || !model_matches(w, ref.model_dir) ||
+		if (filtered && (kind == ROOT_OTHER || !kv_layout_model_matches(w->model, ref.model_dir) ||
 				 (kind == ROOT_RANK && ref.rank != (unsigned)w->rank &&
 				  w->rank >= 0)))
 			continue;
@@ -723,9 +709,6 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	w->flags = opts ? opts->flags : 0;
 	w->rank = opts ? opts->rank : -1;
 	w->model = opts ? opts->model : NULL;
-	if (w->model && kv_layout_safe_model(w->model, w->safe_model,
-					     sizeof(w->safe_model)) < 0)
-		w->safe_model[0] = '\0';
 	w->fn = fn;
 	w->arg = arg;
 	pthread_mutex_init(&w->cb_lock, NULL);

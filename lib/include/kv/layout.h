@@ -47,6 +47,10 @@ int kv_layout_model_dir(const char *model_name, const char *fingerprint,
  * ref->fingerprint; -KV_EBADPATH with no change to ref otherwise. */
 int kv_layout_model_dir_parse(const char *name, struct kv_block_ref *ref);
 
+/* 1 if filter selects model_dir: the model dir name itself, or a model
+ * name (its '/' read as '_') with any fingerprint; NULL selects all. */
+int kv_layout_model_matches(const char *filter, const char *model_dir);
+
 /* Check a rank dir name ("<model_dir>_r<rank>"), filling model_dir,
  * fingerprint and rank. */
 int kv_layout_rank_dir_parse(const char *name, struct kv_block_ref *ref);
