@@ -25,12 +25,11 @@
 #include <linux/openat2.h>
 #include <kv/kv.h>
 #include <kv/evict.h>
+#include "util/loglin.h"
 
 /* First-level histogram: log-linear in age, 1/512 relative width. */
-#define SUB_BITS	10
-#define SUB_COUNT	(1u << SUB_BITS)
-#define HALF_COUNT	(SUB_COUNT / 2)
-#define LOG_BUCKETS	(SUB_COUNT + (64 - SUB_BITS) * HALF_COUNT)
+#define AGE_SUB_BITS	9
+#define LOG_BUCKETS	KVI_LOGLIN_BUCKETS(AGE_SUB_BITS)
 #define REFINE_BUCKETS	65536u
 /* Bytes the scan may spend keeping victims with their paths, and how
  * many it may keep (an array of at most 8 MiB). */
@@ -171,35 +170,10 @@ int kv_evict_lock(const char *root, int wait, int *fd)
 
 /* ---- histograms ---- */
 
+/* Index ascending in atime: older (larger age) first. */
 static unsigned log_index(uint64_t age)
 {
-	unsigned msb, shift, b;
-
-	if (age < SUB_COUNT) {
-		b = (unsigned)age;
-	} else {
-		msb = 63 - (unsigned)__builtin_clzll(age);
-		shift = msb - (SUB_BITS - 1);
-		b = SUB_COUNT + (shift - 1) * HALF_COUNT +
-		    (unsigned)((age >> shift) - HALF_COUNT);
-	}
-	return LOG_BUCKETS - 1 - b;	/* older (larger age) first */
-}
-
-static void log_age_range(unsigned b, uint64_t *lo, uint64_t *hi)
-{
-	unsigned k, shift;
-	uint64_t m;
-
-	if (b < SUB_COUNT) {
-		*lo = *hi = b;
-		return;
-	}
-	k = b - SUB_COUNT;
-	shift = k / HALF_COUNT + 1;
-	m = k % HALF_COUNT + HALF_COUNT;
-	*lo = m << shift;
-	*hi = *lo + ((uint64_t)1 << shift) - 1;
+	return LOG_BUCKETS - 1 - kvi_loglin_index(age, AGE_SUB_BITS);
 }
 
 static int64_t sat_sub(int64_t now, uint64_t age)
@@ -220,7 +194,8 @@ static void hist_range(const struct hist *h, unsigned i, int64_t *lo, int64_t *h
 	}
 	uint64_t alo, ahi;
 
-	log_age_range(LOG_BUCKETS - 1 - i, &alo, &ahi);
+	alo = kvi_loglin_low(LOG_BUCKETS - 1 - i, AGE_SUB_BITS);
+	ahi = kvi_loglin_high(LOG_BUCKETS - 1 - i, AGE_SUB_BITS);
 	*lo = i == 0 ? INT64_MIN : sat_sub(h->now, ahi);
 	*hi = i == h->n - 1 ? INT64_MAX : sat_sub(h->now, alo);
 }

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kv/stats.h>
-
-#define SUB	(1u << KV_HIST_SUB_BITS)
+#include "loglin.h"
 
 void kv_hist_init(struct kv_hist *h)
 {
@@ -29,35 +28,55 @@ void kv_hist_free(struct kv_hist *h)
 	free(h);
 }
 
-/* Group g >= 1 holds [2^(g+S-1), 2^(g+S)) in SUB buckets of width 2^(g-1);
- * group 0 holds 0..SUB-1 exactly. */
-unsigned kv_hist_index(uint64_t value)
+/*
+ * The log-linear bucket maths, for any number of sub-bucket bits S (the
+ * histograms here use KV_HIST_SUB_BITS; eviction's age histogram wants
+ * finer buckets).  Group g >= 1 holds [2^(g+S-1), 2^(g+S)) in 2^S buckets
+ * of width 2^(g-1); group 0 holds 0..2^S-1 exactly.
+ */
+unsigned kvi_loglin_index(uint64_t value, unsigned sub_bits)
 {
+	uint64_t sub = 1ull << sub_bits;
 	unsigned msb, shift;
 
-	if (value < SUB)
+	if (value < sub)
 		return (unsigned)value;
 	msb = 63u - (unsigned)__builtin_clzll(value);
-	shift = msb - KV_HIST_SUB_BITS;
-	return (shift + 1) * SUB + (unsigned)((value >> shift) - SUB);
+	shift = msb - sub_bits;
+	return (shift + 1) * (unsigned)sub + (unsigned)((value >> shift) - sub);
+}
+
+uint64_t kvi_loglin_low(unsigned index, unsigned sub_bits)
+{
+	unsigned group = index >> sub_bits, sub = index & ((1u << sub_bits) - 1);
+
+	if (group == 0)
+		return sub;
+	return ((1ull << sub_bits) + sub) << (group - 1);
+}
+
+uint64_t kvi_loglin_high(unsigned index, unsigned sub_bits)
+{
+	unsigned group = index >> sub_bits;
+
+	if (group == 0)
+		return index;
+	return kvi_loglin_low(index, sub_bits) + ((1ull << (group - 1)) - 1);
+}
+
+unsigned kv_hist_index(uint64_t value)
+{
+	return kvi_loglin_index(value, KV_HIST_SUB_BITS);
 }
 
 uint64_t kv_hist_bucket_low(unsigned index)
 {
-	unsigned group = index / SUB, sub = index % SUB;
-
-	if (group == 0)
-		return sub;
-	return (uint64_t)(SUB + sub) << (group - 1);
+	return kvi_loglin_low(index, KV_HIST_SUB_BITS);
 }
 
 uint64_t kv_hist_bucket_high(unsigned index)
 {
-	unsigned group = index / SUB;
-
-	if (group == 0)
-		return index;
-	return kv_hist_bucket_low(index) + ((1ULL << (group - 1)) - 1);
+	return kvi_loglin_high(index, KV_HIST_SUB_BITS);
 }
 
 void kv_hist_record_n(struct kv_hist *h, uint64_t value, uint64_t n)
