@@ -21,7 +21,7 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 	}
 	ret = kv_config_load(AT_FDCWD, config, &cfg);
 	if (ret == -KV_EBADCONFIG) {
-		tool_err("invalid config '%s': %s", config, kv_config_error());
+		tool_err("invalid config '%s': %s", config, kv_error_detail());
 		exit(EXIT_RUNTIME);
 	}
 	if (ret < 0) {

@@ -101,7 +101,7 @@ static double rate(uint64_t bytes, int64_t ns)
 static int fail_cuda(const char *what, int r)
 {
 	tool_err("dma: %s: %s%s%s", what, kv_strerror(r),
-		 *kv_dma_last_error() ? ": " : "", kv_dma_last_error());
+		 *kv_error_detail() ? ": " : "", kv_error_detail());
 	return EXIT_RUNTIME;
 }
 
@@ -490,7 +490,7 @@ int kvbench_dma_main(int argc, char **argv)
 
 	r = kv_dma_open(device, &o, &b.dma);
 	if (r == -KV_ENODEV) {
-		tool_err("dma: no CUDA device (%s)", kv_dma_last_error());
+		tool_err("dma: no CUDA device (%s)", kv_error_detail());
 		return EXIT_ANSWER_NO;
 	}
 	if (r < 0)

@@ -232,7 +232,7 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 		return 0;
 	r = kv_geometry_load_hf(AT_FDCWD, a->hf, g);
 	if (r == -KV_EBADCONFIG) {
-		tool_err("'%s' is not a usable model config: %s", a->hf, kv_geometry_error());
+		tool_err("'%s' is not a usable model config: %s", a->hf, kv_error_detail());
 		exit(EXIT_RUNTIME);
 	}
 	if (r < 0) {
@@ -251,7 +251,7 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 		exit(EXIT_USAGE);
 	}
 	if (r < 0)
-		tool_usage_fail("%s", kv_geometry_error());
+		tool_usage_fail("%s", kv_error_detail());
 	return 1;
 }
 

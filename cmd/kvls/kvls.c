@@ -665,8 +665,8 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 	if (rc < 0) {
 		if (ls->check)
 			return problem(ls, "bad-config", e->path,
-				       rc == -KV_EBADCONFIG && *kv_config_error() ?
-				       kv_config_error() : kv_strerror(rc));
+				       rc == -KV_EBADCONFIG && *kv_error_detail() ?
+				       kv_error_detail() : kv_strerror(rc));
 		tool_err("cannot read '%s': %s", e->path, kv_strerror(rc));
 		return 0;
 	}

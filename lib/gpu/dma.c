@@ -46,22 +46,6 @@ struct kv_dma_pool {
 	unsigned char *in_use;
 };
 
-static __thread char last_error[256];
-
-void kvi_dma_set_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-}
-
-const char *kv_dma_last_error(void)
-{
-	return last_error;
-}
-
 static int is_cpu(const struct kv_dma *dma)
 {
 	return dma->device == KV_DMA_DEVICE_CPU;
@@ -75,16 +59,13 @@ int kv_dma_device_count(int *count)
 
 	if (r < 0)
 		return r;
-	if (n == 0) {
-		kvi_dma_set_error("no CUDA device present");
-		return -KV_ENODEV;
-	}
+	if (n == 0)
+		return kvi_fail(-KV_ENODEV, "no CUDA device present");
 	*count = n;
 	return 0;
 #else
 	(void)count;
-	kvi_dma_set_error("built without CUDA");
-	return -KV_ENODEV;
+	return kvi_fail(-KV_ENODEV, "built without CUDA");
 #endif
 }
 
@@ -96,10 +77,9 @@ static int open_cuda(struct kv_dma *dma, int device)
 	r = kv_dma_device_count(&n);
 	if (r < 0)
 		return r;
-	if (device >= n) {
-		kvi_dma_set_error("CUDA device %d absent (%d present)", device, n);
-		return -KV_ENODEV;
-	}
+	if (device >= n)
+		return kvi_fail(-KV_ENODEV, "CUDA device %d absent (%d present)",
+				device, n);
 	r = kvi_cuda_open(device, dma->name, sizeof(dma->name), dma->pci,
 			  sizeof(dma->pci));
 	if (r < 0)
@@ -109,8 +89,7 @@ static int open_cuda(struct kv_dma *dma, int device)
 #else
 	(void)dma;
 	(void)device;
-	kvi_dma_set_error("built without CUDA");
-	return -KV_ENODEV;
+	return kvi_fail(-KV_ENODEV, "built without CUDA");
 #endif
 }
 

@@ -1,6 +1,6 @@
 /*
  * The CUDA device behind lib/gpu/dma.c.  Every runtime call is checked; a
- * failure is recorded for kv_dma_last_error() and returned as -EIO.
+ * failure is recorded for kv_error_detail() and returned as -EIO.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,9 +39,8 @@ struct kvi_cuda_stream {
 
 static int fail(const char *call, cudaError_t e)
 {
-	kvi_dma_set_error("%s: %s (%s)", call, cudaGetErrorString(e),
-			  cudaGetErrorName(e));
-	return -EIO;
+	return kvi_fail(-EIO, "%s: %s (%s)", call, cudaGetErrorString(e),
+			cudaGetErrorName(e));
 }
 
 #define CK(call) do {							\
@@ -465,8 +464,8 @@ static int device_view(const void *p, uint64_t *out)
 	default:
 		break;
 	}
-	kvi_dma_set_error("copy kernel: %p is not device or mapped pinned memory", p);
-	return -EINVAL;
+	return kvi_fail(-EINVAL, "copy kernel: %p is not device or mapped pinned memory",
+			p);
 }
 
 static int tab_reserve(struct kvi_cuda_stream *cs, size_t entries)

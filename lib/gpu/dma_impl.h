@@ -8,14 +8,11 @@
 
 #include <stdarg.h>
 #include <kv/dma.h>
+#include "util/error.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Record this thread's kv_dma_last_error() text. */
-void kvi_dma_set_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
 
 #ifdef KV_HAVE_CUDA
 struct kvi_cuda_stream;

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <kv/kv.h>
+#include "util/error.h"
 
 #define CONFIG_MAX_BYTES	(1 << 20)	/* far above any real config */
 
@@ -47,24 +48,6 @@ static const struct {
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
-static __thread char last_error[256];
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-	return -KV_EBADCONFIG;
-}
-
-const char *kv_config_error(void)
-{
-	return last_error;
-}
 
 /* A growing output buffer; on allocation failure it records -ENOMEM
  * once and ignores further appends. */
@@ -396,20 +379,20 @@ static int check_groups(const json_t *groups)
 	json_t *g;
 
 	if (!json_is_array(groups))
-		return fail("field 'kv_cache_groups' is %s, not a list",
+		return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups' is %s, not a list",
 			    type_name(groups));
 	json_array_foreach(groups, i, g) {
 		json_t *bs = json_object_get(g, "block_size");
 		json_t *names = json_object_get(g, "layer_names");
 
 		if (!json_is_object(g))
-			return fail("field 'kv_cache_groups': item %zu is %s, "
+			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu is %s, "
 				    "not an object", i, type_name(g));
 		if (!json_is_integer(bs))
-			return fail("field 'kv_cache_groups': item %zu has no "
+			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu has no "
 				    "integer 'block_size'", i);
 		if (!json_is_array(names))
-			return fail("field 'kv_cache_groups': item %zu has no "
+			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu has no "
 				    "list 'layer_names'", i);
 	}
 	return 0;
@@ -422,23 +405,23 @@ static int check_field(const json_t *root, size_t f)
 	char safe[KV_NAME_MAX + 1];
 
 	if (!v)
-		return fail("missing field '%s'", key);
+		return kvi_fail(-KV_EBADCONFIG, "missing field '%s'", key);
 	switch (fields[f].type) {
 	case FIELD_STRING:
 		if (!json_is_string(v))
-			return fail("field '%s' is %s, not a string", key,
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not a string", key,
 				    type_name(v));
 		if (strlen(json_string_value(v)) != json_string_length(v))
-			return fail("field '%s' holds a NUL character", key);
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' holds a NUL character", key);
 		if (!strcmp(key, "model_name") &&
 		    kv_layout_safe_model(json_string_value(v), safe,
 					 sizeof(safe)) < 0)
-			return fail("field 'model_name' cannot name a directory "
+			return kvi_fail(-KV_EBADCONFIG, "field 'model_name' cannot name a directory "
 				    "(empty, too long or control characters)");
 		return 0;
 	case FIELD_INT:
 		if (!json_is_integer(v))
-			return fail("field '%s' is %s, not an integer", key,
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not an integer", key,
 				    type_name(v));
 		return 0;
 	case FIELD_GROUPS:
@@ -454,14 +437,14 @@ int kv_config_parse(const char *text, size_t len, struct kv_config **out)
 	json_t *root;
 	int ret;
 
-	last_error[0] = '\0';
+	kvi_error_clear();
 	/* Python accepts "\u0000" in strings; keep it so the fingerprint of
 	 * any such config still matches, then refuse it where it matters. */
 	root = json_loadb(text, len, JSON_ALLOW_NUL, &jerr);
 	if (!root)
-		return fail("line %d: %s", jerr.line, jerr.text);
+		return kvi_fail(-KV_EBADCONFIG, "line %d: %s", jerr.line, jerr.text);
 	if (!json_is_object(root)) {
-		ret = fail("config is %s, not an object", type_name(root));
+		ret = kvi_fail(-KV_EBADCONFIG, "config is %s, not an object", type_name(root));
 		json_decref(root);
 		return ret;
 	}
@@ -501,7 +484,7 @@ static int load_at(int dirfd, const char *path, int oflags,
 	char *text;
 	int fd, ret;
 
-	last_error[0] = '\0';
+	kvi_error_clear();
 	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
 		    oflags);
 	if (fd < 0)
@@ -513,7 +496,7 @@ static int load_at(int dirfd, const char *path, int oflags,
 	}
 	if ((oflags & O_NOFOLLOW) && !S_ISREG(st.st_mode)) {
 		close(fd);
-		return fail("not a regular file");
+		return kvi_fail(-KV_EBADCONFIG, "not a regular file");
 	}
 	text = malloc(cap);
 	if (!text) {
@@ -528,7 +511,7 @@ static int load_at(int dirfd, const char *path, int oflags,
 			char *p;
 
 			if (cap >= CONFIG_MAX_BYTES) {
-				ret = fail("larger than %d bytes",
+				ret = kvi_fail(-KV_EBADCONFIG, "larger than %d bytes",
 					   CONFIG_MAX_BYTES);
 				goto out;
 			}

@@ -10,26 +10,8 @@
 #include <jansson.h>
 #include <kv/errors.h>
 #include <kv/geometry.h>
+#include "error.h"
 
-static __thread char geo_err[256];
-
-const char *kv_geometry_error(void)
-{
-	return geo_err;
-}
-
-static int fail(int err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static int fail(int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(geo_err, sizeof(geo_err), fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 static const struct {
 	const char *name;
@@ -75,10 +57,10 @@ static int get_uint(json_t *obj, const char *key, unsigned *out)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v))
-		return fail(-KV_EBADCONFIG, "field '%s' is not an integer", key);
+		return kvi_fail(-KV_EBADCONFIG, "field '%s' is not an integer", key);
 	n = json_integer_value(v);
 	if (n <= 0 || n > (json_int_t)UINT32_MAX)
-		return fail(-KV_EBADCONFIG, "field '%s' out of range: %lld", key,
+		return kvi_fail(-KV_EBADCONFIG, "field '%s' out of range: %lld", key,
 			    (long long)n);
 	*out = (unsigned)n;
 	return 1;
@@ -89,7 +71,7 @@ static int need_uint(json_t *obj, const char *key, unsigned *out)
 	int r = get_uint(obj, key, out);
 
 	if (r == 0)
-		return fail(-KV_EBADCONFIG, "missing field '%s'", key);
+		return kvi_fail(-KV_EBADCONFIG, "missing field '%s'", key);
 	return r < 0 ? r : 0;
 }
 
@@ -139,7 +121,7 @@ static int parse_obj(json_t *root, struct kv_geometry *g)
 	int r;
 
 	if (!json_is_object(root))
-		return fail(-KV_EBADCONFIG, "not a JSON object");
+		return kvi_fail(-KV_EBADCONFIG, "not a JSON object");
 	if (!json_object_get(root, "num_hidden_layers") &&
 	    json_is_object(json_object_get(root, "text_config")))
 		cfg = json_object_get(root, "text_config");
@@ -165,7 +147,7 @@ static int parse_obj(json_t *root, struct kv_geometry *g)
 		if (!g->kv_heads)
 			g->kv_heads = g->attention_heads;
 		if (!g->kv_heads)
-			return fail(-KV_EBADCONFIG,
+			return kvi_fail(-KV_EBADCONFIG,
 				    "missing field 'num_key_value_heads' (and 'num_attention_heads')");
 		if ((r = get_uint(cfg, "head_dim", &g->head_dim)) < 0)
 			return r;
@@ -173,10 +155,10 @@ static int parse_obj(json_t *root, struct kv_geometry *g)
 			if ((r = get_uint(cfg, "hidden_size", &hidden)) < 0)
 				return r;
 			if (!hidden || !g->attention_heads)
-				return fail(-KV_EBADCONFIG,
+				return kvi_fail(-KV_EBADCONFIG,
 					    "missing field 'head_dim' (and 'hidden_size' with 'num_attention_heads')");
 			if (hidden % g->attention_heads)
-				return fail(-KV_EBADCONFIG,
+				return kvi_fail(-KV_EBADCONFIG,
 					    "hidden_size %u is not a multiple of num_attention_heads %u",
 					    hidden, g->attention_heads);
 			g->head_dim = hidden / g->attention_heads;
@@ -194,9 +176,9 @@ static int parse_obj(json_t *root, struct kv_geometry *g)
 	}
 	if (v && !json_is_null(v)) {
 		if (!json_is_string(v))
-			return fail(-KV_EBADCONFIG, "field 'torch_dtype' is not a string");
+			return kvi_fail(-KV_EBADCONFIG, "field 'torch_dtype' is not a string");
 		if (kv_dtype_parse(json_string_value(v), g->dtype, &g->dtype_bytes) < 0)
-			return fail(-KV_EBADCONFIG, "unknown torch_dtype '%s'",
+			return kvi_fail(-KV_EBADCONFIG, "unknown torch_dtype '%s'",
 				    json_string_value(v));
 	}
 	return 0;
@@ -208,10 +190,10 @@ int kv_geometry_parse_hf(const char *text, size_t len, struct kv_geometry *g)
 	json_t *root;
 	int r;
 
-	geo_err[0] = '\0';
+	kvi_error_clear();
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
-		return fail(-KV_EBADCONFIG, "line %d: %s", jerr.line, jerr.text);
+		return kvi_fail(-KV_EBADCONFIG, "line %d: %s", jerr.line, jerr.text);
 	r = parse_obj(root, g);
 	json_decref(root);
 	return r;
@@ -225,7 +207,7 @@ int kv_geometry_load_hf(int dirfd, const char *path, struct kv_geometry *g)
 	ssize_t n;
 	int fd, r;
 
-	geo_err[0] = '\0';
+	kvi_error_clear();
 	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -251,7 +233,7 @@ int kv_geometry_load_hf(int dirfd, const char *path, struct kv_geometry *g)
 	close(fd);
 	if (len == MAX_CONFIG_BYTES) {
 		free(buf);
-		return fail(-KV_EBADCONFIG, "larger than %d bytes", MAX_CONFIG_BYTES);
+		return kvi_fail(-KV_EBADCONFIG, "larger than %d bytes", MAX_CONFIG_BYTES);
 	}
 	r = kv_geometry_parse_hf(buf, len, g);
 	free(buf);
@@ -262,7 +244,7 @@ int kv_geometry_derive(struct kv_geometry *g)
 {
 	uint64_t per_layer;
 
-	geo_err[0] = '\0';
+	kvi_error_clear();
 	if (!g->tp)
 		g->tp = 1;
 	if (!g->gpu_block_tokens)
@@ -270,11 +252,11 @@ int kv_geometry_derive(struct kv_geometry *g)
 	if (!g->tokens_per_file)
 		g->tokens_per_file = 256;
 	if (!g->dtype_bytes)
-		return fail(-EINVAL, "no dtype in the model config: give one");
+		return kvi_fail(-EINVAL, "no dtype in the model config: give one");
 	if (!g->layers)
-		return fail(-EINVAL, "no layers");
+		return kvi_fail(-EINVAL, "no layers");
 	if (g->tokens_per_file % g->gpu_block_tokens)
-		return fail(-EINVAL,
+		return kvi_fail(-EINVAL,
 			    "tokens per file %u is not a multiple of the GPU block of %u tokens",
 			    g->tokens_per_file, g->gpu_block_tokens);
 	if (g->mla) {
@@ -285,14 +267,14 @@ int kv_geometry_derive(struct kv_geometry *g)
 	} else {
 		if (g->tp <= g->kv_heads) {
 			if (g->kv_heads % g->tp)
-				return fail(-EINVAL,
+				return kvi_fail(-EINVAL,
 					    "tp %u does not divide the %u KV heads",
 					    g->tp, g->kv_heads);
 			g->kv_heads_per_rank = g->kv_heads / g->tp;
 		} else {
 			/* More ranks than KV heads: each head is replicated. */
 			if (g->tp % g->kv_heads)
-				return fail(-EINVAL,
+				return kvi_fail(-EINVAL,
 					    "the %u KV heads do not divide tp %u",
 					    g->kv_heads, g->tp);
 			g->kv_heads_per_rank = 1;
@@ -300,7 +282,7 @@ int kv_geometry_derive(struct kv_geometry *g)
 		per_layer = 2ULL * g->kv_heads_per_rank * g->head_dim * g->dtype_bytes;
 	}
 	if (per_layer > UINT64_MAX / g->layers / g->tokens_per_file)
-		return fail(-ERANGE, "geometry overflows 64 bits");
+		return kvi_fail(-ERANGE, "geometry overflows 64 bits");
 	g->bytes_per_token = per_layer * g->layers;
 	g->bytes_per_gpu_block = g->bytes_per_token * g->gpu_block_tokens;
 	g->bytes_per_file = g->bytes_per_token * g->tokens_per_file;

@@ -1,6 +1,34 @@
-/* Library identity and error strings. */
+/* Library identity, error strings and the error-detail channel. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+#include <kv/errors.h>
 #include <kv/kv.h>
+#include "error.h"
+
+/* Per thread, as errno is: a failure's detail belongs to the caller that
+ * got the failure. */
+static __thread char detail[256];
+
+int kvi_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void kvi_error_clear(void)
+{
+	detail[0] = '\0';
+}
+
+const char *kv_error_detail(void)
+{
+	return detail;
+}
 
 const char *kv_version(void)
 {

@@ -24,10 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ret = kv_config_parse((const char *)data, size, &cfg);
 	if (ret < 0) {
 		ASSERT(ret == -KV_EBADCONFIG || ret == -ENOMEM);
-		ASSERT(ret == -ENOMEM || kv_config_error()[0] != '\0');
+		ASSERT(ret == -ENOMEM || kv_error_detail()[0] != '\0');
 		return 0;
 	}
-	ASSERT(kv_config_error()[0] == '\0');
+	ASSERT(kv_error_detail()[0] == '\0');
 	ASSERT(kv_config_string(cfg, "model_name") != NULL);
 	ASSERT(kv_config_string(cfg, "dtype") != NULL);
 	ASSERT(kv_config_canonical(cfg, &canon) == 0);

@@ -21,7 +21,7 @@ static int failures;
 		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
 		fprintf(stderr, __VA_ARGS__);				\
 		fprintf(stderr, " (seed %llu; %s)\n", seed,		\
-			kv_dma_last_error());				\
+			kv_error_detail());				\
 		failures++;						\
 		return -1;						\
 	}								\

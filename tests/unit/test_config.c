@@ -139,7 +139,7 @@ static struct kv_config *parse(const char *text)
 
 	if (ret < 0) {
 		fprintf(stderr, "parse: %s: %s\n", kv_strerror(ret),
-			kv_config_error());
+			kv_error_detail());
 		failures++;
 	}
 	return cfg;
@@ -218,9 +218,9 @@ static int parse_edited(const char *from, const char *to)
 
 static int error_has(const char *what)
 {
-	if (strstr(kv_config_error(), what))
+	if (strstr(kv_error_detail(), what))
 		return 1;
-	fprintf(stderr, "error '%s' lacks '%s'\n", kv_config_error(), what);
+	fprintf(stderr, "error '%s' lacks '%s'\n", kv_error_detail(), what);
 	return 0;
 }
 
@@ -267,7 +267,7 @@ static void test_errors(void)
 	CHECK(cfg == NULL);
 	CHECK(parse_edited("\"tp_size\": 1, ", "") == -KV_EBADCONFIG);
 	CHECK(kv_config_parse(llama_json, strlen(llama_json), &cfg) == 0);
-	CHECK(!strcmp(kv_config_error(), ""));
+	CHECK(!strcmp(kv_error_detail(), ""));
 	kv_config_free(cfg);
 }
 

@@ -17,9 +17,9 @@ int main(void)
 	 * fallback flag gives the CPU device instead. */
 	if (kv_dma_device_count(&n) < 0) {
 		r = kv_dma_open(0, NULL, &dma);
-		if (r != -KV_ENODEV || !*kv_dma_last_error()) {
+		if (r != -KV_ENODEV || !*kv_error_detail()) {
 			fprintf(stderr, "open(0) without a device: %d '%s'\n", r,
-				kv_dma_last_error());
+				kv_error_detail());
 			return 1;
 		}
 		r = kv_dma_open(0, &o, &dma);

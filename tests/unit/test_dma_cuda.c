@@ -17,11 +17,11 @@ static int check_cuda_only(struct kv_dma *dma)
 	CHECK(kv_dma_stream_open(dma, &s) == 0, "stream_open");
 	/* The kernel cannot reach pageable memory and must say so. */
 	r = kv_dma_gather(s, KV_DMA_KERNEL, &f, &id, blocks, 1);
-	CHECK(r == -EINVAL && strstr(kv_dma_last_error(), "not device"),
+	CHECK(r == -EINVAL && strstr(kv_error_detail(), "not device"),
 	      "kernel on pageable memory: %d", r);
 	/* A CUDA failure is -EIO with the call named. */
 	r = kv_dma_dev_alloc(dma, (size_t)1 << 60, &p);
-	CHECK(r == -EIO && strstr(kv_dma_last_error(), "cudaMalloc"),
+	CHECK(r == -EIO && strstr(kv_error_detail(), "cudaMalloc"),
 	      "huge cudaMalloc: %d", r);
 	kv_dma_stream_close(s);
 	kv_dma_dev_free(dma, tensors[0]);
@@ -36,13 +36,13 @@ int main(void)
 
 	seed_rng();
 	if (kv_dma_device_count(&n) < 0) {
-		printf("no CUDA device: %s\n", kv_dma_last_error());
+		printf("no CUDA device: %s\n", kv_error_detail());
 		return 77;
 	}
 	r = kv_dma_open(0, NULL, &dma);
 	if (r < 0) {
 		fprintf(stderr, "open device 0: %s: %s\n", kv_strerror(r),
-			kv_dma_last_error());
+			kv_error_detail());
 		return 1;
 	}
 	printf("device 0: %s, batch API %s\n", kv_dma_name(dma),

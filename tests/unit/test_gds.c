@@ -157,14 +157,14 @@ int main(void)
 	kv_dma_close(dma);
 	if (kv_dma_device_count(&n) == 0) {
 		if (kv_dma_open(0, NULL, &dma) < 0) {
-			fprintf(stderr, "open device 0: %s\n", kv_dma_last_error());
+			fprintf(stderr, "open device 0: %s\n", kv_error_detail());
 			return 1;
 		}
 		check_device(dma, root, getenv("KV_TEST_CUFILE"));
 		kv_dma_close(dma);
 	} else {
 		printf("no CUDA device (%s): device transfers not checked\n",
-		       kv_dma_last_error());
+		       kv_error_detail());
 	}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)

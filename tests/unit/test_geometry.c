@@ -10,7 +10,7 @@ static int failures;
 
 #define CHECK(cond) do { if (!(cond)) { \
 	fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, \
-		kv_geometry_error()); failures++; } } while (0)
+		kv_error_detail()); failures++; } } while (0)
 
 #define PARSE(text) kv_geometry_parse_hf(text, strlen(text), &g)
 
@@ -97,17 +97,17 @@ int main(void)
 
 	/* Bad configs name what is wrong. */
 	CHECK(PARSE("{\"num_hidden_layers\":") == -KV_EBADCONFIG);
-	CHECK(strstr(kv_geometry_error(), "line 1") != NULL);
+	CHECK(strstr(kv_error_detail(), "line 1") != NULL);
 	CHECK(PARSE("[1]") == -KV_EBADCONFIG);
 	CHECK(PARSE("{\"hidden_size\":4096}") == -KV_EBADCONFIG);
-	CHECK(strstr(kv_geometry_error(), "num_hidden_layers") != NULL);
+	CHECK(strstr(kv_error_detail(), "num_hidden_layers") != NULL);
 	CHECK(PARSE("{\"num_hidden_layers\":\"32\"}") == -KV_EBADCONFIG);
-	CHECK(strstr(kv_geometry_error(), "not an integer") != NULL);
+	CHECK(strstr(kv_error_detail(), "not an integer") != NULL);
 	CHECK(PARSE("{\"num_hidden_layers\":-1}") == -KV_EBADCONFIG);
 	CHECK(PARSE("{\"num_hidden_layers\":2,\"num_attention_heads\":3,"
 				   "\"hidden_size\":10}") == -KV_EBADCONFIG);
 	CHECK(PARSE("{\"num_hidden_layers\":2,\"kv_lora_rank\":8}") == -KV_EBADCONFIG);
-	CHECK(strstr(kv_geometry_error(), "qk_rope_head_dim") != NULL);
+	CHECK(strstr(kv_error_detail(), "qk_rope_head_dim") != NULL);
 	CHECK(PARSE("{\"num_hidden_layers\":2,\"num_attention_heads\":2,"
 				   "\"hidden_size\":8,\"torch_dtype\":\"int3\"}")
 	      == -KV_EBADCONFIG);

@@ -118,7 +118,7 @@ static int check_gpu(void)
 
 	if (kv_dma_device_count(&n) < 0) {
 		printf("no CUDA device (%s): GPU placement not checked\n",
-		       kv_dma_last_error());
+		       kv_error_detail());
 		return 0;
 	}
 	CHECK(kv_dma_open(0, NULL, &dma) == 0, "open device 0");

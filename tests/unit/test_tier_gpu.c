@@ -18,7 +18,7 @@ static int failures;
 	if (!(cond)) {							\
 		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
 		fprintf(stderr, __VA_ARGS__);				\
-		fprintf(stderr, " (%s)\n", kv_dma_last_error());	\
+		fprintf(stderr, " (%s)\n", kv_error_detail());	\
 		failures++;						\
 		return -1;						\
 	}								\
@@ -76,11 +76,11 @@ int main(void)
 	int n;
 
 	if (kv_dma_device_count(&n) < 0) {
-		printf("no CUDA device: %s\n", kv_dma_last_error());
+		printf("no CUDA device: %s\n", kv_error_detail());
 		return 77;
 	}
 	if (kv_dma_open(0, NULL, &dma) < 0 || !mkdtemp(root)) {
-		fprintf(stderr, "open device 0: %s\n", kv_dma_last_error());
+		fprintf(stderr, "open device 0: %s\n", kv_error_detail());
 		return 1;
 	}
 	for (int i = 0; i < NBLOCKS; i++) {

@@ -22,15 +22,11 @@ struct kv_config;
 
 /* Parse config JSON text.  Every field above must be present; other keys
  * are dropped.  -KV_EBADCONFIG on malformed JSON or a missing/mistyped
- * field, with a message for kv_config_error(). */
+ * field, with the detail in kv_error_detail(). */
 int kv_config_parse(const char *text, size_t len, struct kv_config **out);
 
 /* Read and parse a file (dirfd-relative, AT_FDCWD allowed). */
 int kv_config_load(int dirfd, const char *path, struct kv_config **out);
-
-/* What was wrong with the last parse in this thread ("missing field
- * 'tp_size'", "line 3: ..."), or "". */
-const char *kv_config_error(void);
 
 void kv_config_free(struct kv_config *cfg);
 

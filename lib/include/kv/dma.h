@@ -12,7 +12,7 @@
  *
  * A handle may be shared by threads; a kv_dma_stream belongs to one
  * worker thread at a time.  CUDA failures come back as -EIO with the
- * CUDA message in kv_dma_last_error().
+ * CUDA message in kv_error_detail().
  */
 
 #include <stddef.h>
@@ -37,7 +37,7 @@ struct kv_dma;
 struct kv_dma_stream;
 struct kv_dma_pool;
 
-/* Number of CUDA devices; -KV_ENODEV (reason in kv_dma_last_error())
+/* Number of CUDA devices; -KV_ENODEV (reason in kv_error_detail())
  * in a build without CUDA, without a driver, or with none present. */
 int kv_dma_device_count(int *count);
 
@@ -66,10 +66,6 @@ int kv_dma_numa_node(const struct kv_dma *dma, int *node);
 
 /* 1 if copies go through cudaMemcpyBatchAsync, else 0. */
 int kv_dma_batched(const struct kv_dma *dma);
-
-/* The last CUDA failure in this thread ("cudaMemcpyAsync: invalid
- * argument"), or "". */
-const char *kv_dma_last_error(void);
 
 /* Pinned host memory (cudaHostAlloc, mapped and portable), 4096-aligned;
  * free with kv_dma_host_free. */

@@ -53,7 +53,7 @@ struct kv_geometry {
 /* Parse a Hugging Face config.json (a nested "text_config" is used when
  * the top level has no num_hidden_layers).  Fills the model fields and
  * zeroes the rest.  -KV_EBADCONFIG on malformed JSON or a missing or
- * mistyped field, with a message for kv_geometry_error(). */
+ * mistyped field, with the detail in kv_error_detail(). */
 int kv_geometry_parse_hf(const char *text, size_t len, struct kv_geometry *g);
 
 /* Read and parse a file (dirfd-relative, AT_FDCWD allowed); -errno when
@@ -67,13 +67,11 @@ int kv_dtype_parse(const char *name, char canon[KV_DTYPE_NAME_MAX],
 		   unsigned *bytes);
 
 /* Fill the derived fields from the model and deployment fields.  -EINVAL
- * (message in kv_geometry_error()) when tp does not divide the KV heads
+ * (detail in kv_error_detail()) when tp does not divide the KV heads
  * (nor they tp), tokens_per_file is not a multiple of gpu_block_tokens,
  * or no dtype is known; -ERANGE on overflow. */
 int kv_geometry_derive(struct kv_geometry *g);
 
-/* What was wrong with the last parse or derive in this thread, or "". */
-const char *kv_geometry_error(void);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,9 @@
  *
  * Conventions: functions are kv_<object>_<verb>; they return 0 (or a
  * count) on success and -errno on failure, never set errno, never print
- * and never exit.  Objects come back through out-parameters.
+ * and never exit.  Objects come back through out-parameters.  The text
+ * behind a failure, where there is more than kv_strerror() says, comes
+ * through one channel: kv_error_detail().
  */
 #ifndef KV_KV_H
 #define KV_KV_H
@@ -17,6 +19,12 @@ const char *kv_version(void);
 
 /* A static message for a libkv return code (a negative errno or KV_E*). */
 const char *kv_strerror(int err);
+
+/* The detail behind this thread's last failure that had more to say than
+ * its code (the config field, the CUDA call and its message); "" when the
+ * last call that could set it failed without detail or succeeded.  Read it
+ * before the thread's next libkv call. */
+const char *kv_error_detail(void);
 
 #ifdef __cplusplus
 }
