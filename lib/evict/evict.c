@@ -23,7 +23,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/openat2.h>
-#include <kv/kv.h>
+#include <kv/layout.h>
+#include <kv/units.h>
+#include <kv/walk.h>
 #include <kv/evict.h>
 #include "util/loglin.h"
 

@@ -20,7 +20,9 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <openssl/evp.h>
-#include <kv/kv.h>
+#include <kv/config.h>
+#include <kv/errors.h>
+#include <kv/layout.h>
 #include "util/error.h"
 
 #define CONFIG_MAX_BYTES	(1 << 20)	/* far above any real config */

@@ -15,7 +15,8 @@
 #define xxh3_64(buf, len)		XXH3_64bits(buf, len)
 #define xxh3_64_update(st, buf, len)	XXH3_64bits_update(st, buf, len)
 #endif
-#include <kv/kv.h>
+#include <kv/errors.h>
+#include <kv/integrity.h>
 
 #define XXH3_HEX_LEN	16
 #define VERIFY_CHUNK_BYTES	(1u << 20)

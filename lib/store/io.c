@@ -22,7 +22,10 @@
 #include <sys/vfs.h>
 #include <linux/magic.h>
 #include <liburing.h>
-#include <kv/kv.h>
+#include <kv/errors.h>
+#include <kv/integrity.h>
+#include <kv/io.h>
+#include <kv/layout.h>
 
 #define DEFAULT_QUEUE_DEPTH	32
 #define MAX_QUEUE_DEPTH		1024

@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
-#include <kv/kv.h>
+#include <kv/errors.h>
+#include <kv/layout.h>
 
 /* "_r" plus the widest unsigned rank. */
 #define RANK_SUFFIX_MAX	(2 + 10)
