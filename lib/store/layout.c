@@ -245,6 +245,35 @@ int kv_layout_block_path_ref(const struct kv_block_ref *ref, char *buf,
 				    ref->hash, buf, len);
 }
 
+/* "<hhh>" */
+static int top_bucket_ok(const char *s, size_t n)
+{
+	return n == 3 && all_lower_hex(s, 3);
+}
+
+/* "<hh>_g<group>" */
+static int group_bucket_split(const char *s, size_t n, unsigned *group)
+{
+	return n >= 5 && all_lower_hex(s, 2) && s[2] == '_' && s[3] == 'g' &&
+	       parse_decimal(s + 4, n - 4, group) == 0 ? 0 : -1;
+}
+
+int kv_layout_hash_bucket_parse(const char *name)
+{
+	return top_bucket_ok(name, strlen(name)) ? 0 : -KV_EBADPATH;
+}
+
+int kv_layout_group_bucket_parse(const char *name, unsigned *group)
+{
+	unsigned g;
+
+	if (group_bucket_split(name, strlen(name), &g) < 0)
+		return -KV_EBADPATH;
+	if (group)
+		*group = g;
+	return 0;
+}
+
 int kv_layout_block_parse(const char *relpath, struct kv_block_ref *ref)
 {
 	const char *comp[4];
@@ -279,11 +308,8 @@ int kv_layout_block_parse(const char *relpath, struct kv_block_ref *ref)
 	memset(&r, 0, sizeof(r));
 	if (rank_dir_split(comp[0], clen[0], &mlen, &r.rank) < 0)
 		return -KV_EBADPATH;
-	if (clen[1] != 3 || !all_lower_hex(comp[1], 3))
-		return -KV_EBADPATH;
-	if (clen[2] < 5 || !all_lower_hex(comp[2], 2) ||
-	    comp[2][2] != '_' || comp[2][3] != 'g' ||
-	    parse_decimal(comp[2] + 4, clen[2] - 4, &r.group) < 0)
+	if (!top_bucket_ok(comp[1], clen[1]) ||
+	    group_bucket_split(comp[2], clen[2], &r.group) < 0)
 		return -KV_EBADPATH;
 	hash = comp[3];
 	if (clen[3] <= strlen(KV_BLOCK_SUFFIX))

@@ -297,33 +297,6 @@ static int classify(struct worker *wk, int dirfd, const struct dirent64 *d,
 	return type;
 }
 
-static int is_lower_hex(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return 1;
-}
-
-/* "<hhh>" */
-static int is_top_bucket(const char *name)
-{
-	return strlen(name) == 3 && is_lower_hex(name, 3);
-}
-
-/* "<hh>_g<group>" */
-static int is_group_bucket(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (n < 5 || !is_lower_hex(name, 2) || name[2] != '_' || name[3] != 'g')
-		return 0;
-	for (size_t i = 4; i < n; i++)
-		if (name[i] < '0' || name[i] > '9')
-			return 0;
-	return 1;
-}
-
 /* Post-order report of a bucket dir, stat'ed through its own fd. */
 static int emit_dir(struct worker *wk, int parentfd, int fd, size_t name_off,
 		    const struct kv_block_ref *ref)
@@ -411,10 +384,10 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 
 		if (plen < 0)
 			continue;
-		if (type != DT_DIR || !is_group_bucket(d->d_name))
+		if (type != DT_DIR || !kv_layout_group_bucket_parse(d->d_name, NULL) == 0)
 			type = classify(wk, fd, d, (size_t)len + 1, &rd->ref, 1,
 					&e, &rc);
-		if (type == DT_DIR && is_group_bucket(d->d_name))
+		if (type == DT_DIR && kv_layout_group_bucket_parse(d->d_name, NULL) == 0)
 			rc = walk_leaf(wk, fd, (size_t)plen, (size_t)len + 1, rd);
 		else if (type)
 			rc = emit_at(wk, KV_WALK_FOREIGN, fd, (size_t)len + 1,
@@ -557,9 +530,9 @@ static int walk_rank(struct worker *wk, const char *name,
 		path_push(wk, 0, name);
 		if (path_push(wk, len, d->d_name) < 0)
 			continue;
-		if (type != DT_DIR || !is_top_bucket(d->d_name))
+		if (type != DT_DIR || !kv_layout_hash_bucket_parse(d->d_name) == 0)
 			type = classify(wk, fd, d, len + 1, ref, 1, &e, &rc);
-		if (type == DT_DIR && is_top_bucket(d->d_name))
+		if (type == DT_DIR && kv_layout_hash_bucket_parse(d->d_name) == 0)
 			queue_push(wk, rd, d->d_name);
 		else if (type)
 			rc = emit_at(wk, KV_WALK_FOREIGN, fd, len + 1, ref, 1, 0, &e);

@@ -261,8 +261,35 @@ static void test_temp(void)
 	CHECK(kv_layout_is_temp(NULL) == 0);
 }
 
+static void test_buckets(void)
+{
+	unsigned g = 99;
+
+	CHECK(kv_layout_hash_bucket_parse("0af") == 0);
+	CHECK(kv_layout_hash_bucket_parse("0AF") == -KV_EBADPATH);
+	CHECK(kv_layout_hash_bucket_parse("0a") == -KV_EBADPATH);
+	CHECK(kv_layout_hash_bucket_parse("0abc") == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g0", &g) == 0 && g == 0);
+	CHECK(kv_layout_group_bucket_parse("3e_g17", &g) == 0 && g == 17);
+	CHECK(kv_layout_group_bucket_parse("3e_g17", NULL) == 0);
+	/* The group is canonical decimal, as block paths require. */
+	CHECK(kv_layout_group_bucket_parse("3e_g017", &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g", &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3E_g1", &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e-g1", &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g4294967296", &g) == -KV_EBADPATH);
+	/* model matching: the dir itself, or the model name, any fingerprint */
+	CHECK(kv_layout_model_matches(NULL, "m_0123456789ab"));
+	CHECK(kv_layout_model_matches("m_0123456789ab", "m_0123456789ab"));
+	CHECK(kv_layout_model_matches("org/m", "org_m_0123456789ab"));
+	CHECK(kv_layout_model_matches("org_m", "org_m_0123456789ab"));
+	CHECK(!kv_layout_model_matches("org/m", "org_mx_0123456789ab"));
+	CHECK(!kv_layout_model_matches("org", "org_m_0123456789ab"));
+}
+
 int main(void)
 {
+	test_buckets();
 	test_hash();
 	test_model_names();
 	test_dir_parse();

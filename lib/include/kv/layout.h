@@ -55,6 +55,14 @@ int kv_layout_model_matches(const char *filter, const char *model_dir);
  * fingerprint and rank. */
 int kv_layout_rank_dir_parse(const char *name, struct kv_block_ref *ref);
 
+/* 0 if name is a first-level bucket dir ("<hhh>", lowercase hex), else
+ * -KV_EBADPATH. */
+int kv_layout_hash_bucket_parse(const char *name);
+
+/* 0 if name is a second-level bucket dir ("<hh>_g<group>", the group in
+ * canonical decimal), filling *group when not NULL; else -KV_EBADPATH. */
+int kv_layout_group_bucket_parse(const char *name, unsigned *group);
+
 /* "<model_dir>_r<rank>/<hhh>/<hh>_g<group>/<hash>.bin" into buf. */
 int kv_layout_block_path(const char *model_dir, unsigned rank, unsigned group,
 			 const char *hash, char *buf, size_t len);
