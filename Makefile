@@ -110,6 +110,14 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkv.a
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 
+# The kvoffd client that bench/offd.sh, the stress runs and the daemon
+# tests drive: libkv linked in, so a copy runs anywhere on this machine.
+$(BUILD)/bench/offd_client: $(BUILD)/bench/offd_client.o $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+all: $(BUILD)/bench/offd_client
+
 # The reliability suite's LD_PRELOAD fault injector (tests/fault/): built
 # without sanitizers so it preloads into sanitized programs too, and not
 # executable so tests/run.sh does not take it for a unit test.

@@ -785,36 +785,13 @@ static int peer_allowed(struct offd *d, int fd, const struct ucred *cred)
 
 static int send_hello(struct offd *d, int fd, int status)
 {
-	struct kv_offd_frame f = { .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .status = status };
-	unsigned char buf[KV_OFFD_FRAME_BYTES];
-	union {
-		struct cmsghdr hdr;
-		char space[CMSG_SPACE(sizeof(int))];
-	} ctl;
-	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *cm;
-	ssize_t n;
+	struct kv_offd_geometry geo = {
+		.pool_bytes = d->pool_bytes,
+		.slot_bytes = d->slot_bytes,
+		.slots = d->nslots,
+	};
 
-	if (!status) {
-		f.slot = d->nslots;
-		f.len = d->pool_bytes;
-		f.arg = d->slot_bytes;
-		memset(&ctl, 0, sizeof(ctl));
-		msg.msg_control = ctl.space;
-		msg.msg_controllen = sizeof(ctl.space);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &d->memfd, sizeof(int));
-	}
-	if (kv_offd_frame_encode(&f, buf, sizeof(buf)))
-		return -KV_EPROTO;
-	do
-		n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	return n == (ssize_t)sizeof(buf) ? 0 : -EPIPE;
+	return kv_offd_hello_send(fd, status, d->memfd, &geo);
 }
 
 static void accept_clients(struct offd *d)

@@ -10,7 +10,6 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <kv/errors.h>
 #include <kv/offd.h>
@@ -61,53 +60,11 @@ static int recv_all(int fd, void *buf, size_t len)
 	return 0;
 }
 
-/* The HELLO frame with the pool's fd in SCM_RIGHTS; *pool_fd -1 if none. */
-static int recv_hello(int fd, struct kv_offd_frame *f, int *pool_fd)
-{
-	unsigned char buf[KV_OFFD_FRAME_BYTES];
-	union {
-		struct cmsghdr hdr;
-		char space[CMSG_SPACE(sizeof(int))];
-	} ctl;
-	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = ctl.space, .msg_controllen = sizeof(ctl.space),
-	};
-	struct cmsghdr *cm;
-	ssize_t n;
-	int err;
-
-	*pool_fd = -1;
-	do
-		n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	if (n == 0)
-		return -ECONNRESET;
-	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(pool_fd, CMSG_DATA(cm), sizeof(int));
-	err = recv_all(fd, buf + n, sizeof(buf) - (size_t)n);
-	if (!err)
-		err = kv_offd_frame_decode(buf, sizeof(buf), f);
-	if (!err && f->type != (KV_OFFD_HELLO | KV_OFFD_REPLY))
-		err = -KV_EPROTO;
-	if (err && *pool_fd >= 0) {
-		close(*pool_fd);
-		*pool_fd = -1;
-	}
-	return err;
-}
-
 int kv_offd_connect(const char *socket_path, struct kv_offd **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct kv_offd_frame hello;
+	struct kv_offd_geometry geo;
 	struct kv_offd *c;
-	struct stat st;
 	int fd, pool_fd = -1, err;
 
 	if (strlen(socket_path) >= sizeof(sa.sun_path))
@@ -121,25 +78,15 @@ int kv_offd_connect(const char *socket_path, struct kv_offd **out)
 		/* A stale socket file with no listener reads as refused. */
 		goto fail;
 	}
-	err = recv_hello(fd, &hello, &pool_fd);
+	err = kv_offd_hello_recv(fd, &geo, &pool_fd);
 	if (err)
-		goto fail;
-	if (hello.status) {
-		err = hello.status;
-		goto fail;
-	}
-	err = -KV_EPROTO;
-	if (pool_fd < 0 || hello.slot == 0 || hello.arg == 0 ||
-	    hello.len / hello.arg != hello.slot || hello.len % hello.arg ||
-	    hello.len > SIZE_MAX || fstat(pool_fd, &st) < 0 ||
-	    (uint64_t)st.st_size < hello.len)
 		goto fail;
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		err = -ENOMEM;
 		goto fail;
 	}
-	c->pool = mmap(NULL, (size_t)hello.len, PROT_READ | PROT_WRITE, MAP_SHARED,
+	c->pool = mmap(NULL, (size_t)geo.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
 		       pool_fd, 0);
 	if (c->pool == MAP_FAILED) {
 		err = -errno;
@@ -148,9 +95,9 @@ int kv_offd_connect(const char *socket_path, struct kv_offd **out)
 	}
 	close(pool_fd);
 	c->fd = fd;
-	c->pool_bytes = (size_t)hello.len;
-	c->slot_bytes = (size_t)hello.arg;
-	c->slots = hello.slot;
+	c->pool_bytes = (size_t)geo.pool_bytes;
+	c->slot_bytes = (size_t)geo.slot_bytes;
+	c->slots = geo.slots;
 	*out = c;
 	return 0;
 fail:

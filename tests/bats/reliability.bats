@@ -418,11 +418,8 @@ stat_field() {
 }
 
 @test "kvoffd writing behind onto a full filesystem: errors counted, no partial file, RAM still serves" {
-	requires kvoffd cc
-	client=$BATS_TEST_TMPDIR/offd_client
-	cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' -I"$top/lib/include" \
-		"$top/bench/offd_client.c" "$top"/lib/{offd_client,offd_proto,kv,units}.c -o "$client" ||
-		skip "cannot build bench/offd_client.c"
+	requires kvoffd
+	client=$KV_BIN/../bench/offd_client
 	mount_tmpfs 1m
 	model=stress_faults_0123456789ab
 	SOCK=$BATS_TEST_TMPDIR/offd.sock

@@ -146,10 +146,8 @@ done
 # (--write-policy always), one tenth as many rounds, on keys of its own.
 # Whatever reached the tier must be whole; RAM-only blocks may be lost.
 offd_rounds=0 offd_keys=0
-client=$work/offd_client
-if [ -x "$bin/kvoffd" ] && cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' \
-	-Ilib/include bench/offd_client.c lib/offd/offd_client.c lib/offd/offd_proto.c lib/util/kv.c \
-	lib/util/units.c -o "$client" 2>/dev/null; then
+client=$bin/../bench/offd_client
+if [ -x "$bin/kvoffd" ] && [ -x "$client" ]; then
 	offd_keys=4
 	for ((k = keys; k < keys + offd_keys; k++)); do done_ver[k]=-1; done
 	for ((i = 1; i <= iterations / 10; i++)); do

@@ -120,6 +120,25 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
  * hash is lowercased).  -KV_EBADHASH / -KV_EBADPATH on bad text. */
 int kv_offd_frame_set_key(struct kv_offd_frame *f, const struct kv_block_ref *ref);
 
+/* The shared pool as HELLO describes it: slots of slot_bytes each. */
+struct kv_offd_geometry {
+	uint64_t pool_bytes;
+	uint64_t slot_bytes;
+	uint32_t slots;
+};
+
+/* Daemon side: a new connection's HELLO, status 0 with geo and pool_fd
+ * (passed by SCM_RIGHTS), or a refusal (-EACCES) with neither.  Never
+ * blocks; -EPIPE when the peer cannot take the frame. */
+int kv_offd_hello_send(int fd, int status, int pool_fd,
+		       const struct kv_offd_geometry *geo);
+
+/* Client side: read the HELLO, fill geo and *pool_fd (the caller's to
+ * close).  The refusal's status, -ECONNRESET on a closed socket, or
+ * -KV_EPROTO when the frame or the geometry does not check out (the fd
+ * must hold the whole pool). */
+int kv_offd_hello_recv(int fd, struct kv_offd_geometry *geo, int *pool_fd);
+
 /* ---- client ---- */
 
 struct kv_offd;
