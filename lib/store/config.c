@@ -28,27 +28,73 @@
 #define CONFIG_MAX_BYTES	(1 << 20)	/* far above any real config */
 
 struct kv_config {
-	json_t *fields;		/* an object holding exactly the ten fields */
+	json_t *fields;		/* the whole config object, unknown keys kept */
+	enum kv_config_schema schema;
 };
 
-enum field_type { FIELD_STRING, FIELD_INT, FIELD_GROUPS };
+/*
+ * The two schemas upstream writes.  Required fields must be present with
+ * their type; optional ones are checked when present; any other key is
+ * kept untouched, because the fingerprint covers the whole object.
+ */
+enum field_type { FIELD_STRING, FIELD_SIZE, FIELD_BOOL, FIELD_GROUPS };
 
-static const struct {
+struct field {
 	const char *key;
 	enum field_type type;
-} fields[] = {
-	{ "model_name", FIELD_STRING },
-	{ "hash_block_size", FIELD_INT },
-	{ "gpu_blocks_per_file", FIELD_INT },
-	{ "tp_size", FIELD_INT },
-	{ "pp_size", FIELD_INT },
-	{ "pcp_size", FIELD_INT },
-	{ "dcp_size", FIELD_INT },
-	{ "dtype", FIELD_STRING },
-	{ "kv_cache_groups", FIELD_GROUPS },
-	{ "inference_engine", FIELD_STRING },
+	int required;
+	int64_t max;		/* FIELD_SIZE: 1..max */
 };
-#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+#define SIZE_TOKENS_MAX		(1 << 20)	/* tokens in a block */
+#define SIZE_BLOCKS_MAX		(1 << 20)	/* GPU blocks in a file */
+#define SIZE_PARALLEL_MAX	(1 << 16)	/* ranks along one axis */
+
+static const struct field llmd_fields[] = {
+	{ "model_name", FIELD_STRING, 1, 0 },
+	{ "hash_block_size", FIELD_SIZE, 1, SIZE_TOKENS_MAX },
+	{ "gpu_blocks_per_file", FIELD_SIZE, 1, SIZE_BLOCKS_MAX },
+	{ "tp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "pp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "pcp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "dcp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "dtype", FIELD_STRING, 1, 0 },
+	{ "kv_cache_groups", FIELD_GROUPS, 1, 0 },
+	{ "inference_engine", FIELD_STRING, 1, 0 },
+};
+
+static const struct field vllm_fields[] = {
+	{ "model_name", FIELD_STRING, 1, 0 },
+	{ "tokens_per_hash", FIELD_SIZE, 1, SIZE_TOKENS_MAX },
+	{ "blocks_per_file", FIELD_SIZE, 1, SIZE_BLOCKS_MAX },
+	{ "tp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "pp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "pcp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "dcp_size", FIELD_SIZE, 1, SIZE_PARALLEL_MAX },
+	{ "dtype", FIELD_STRING, 1, 0 },
+	{ "kv_cache_groups", FIELD_GROUPS, 1, 0 },
+	{ "inference_engine", FIELD_STRING, 1, 0 },
+	{ "parallel_agnostic", FIELD_BOOL, 0, 0 },
+	{ "replicated_layout", FIELD_BOOL, 0, 0 },
+	{ "canonical_format", FIELD_STRING, 0, 0 },
+	{ "storage_format", FIELD_STRING, 0, 0 },
+};
+
+static const struct schema {
+	const char *name;
+	const char *tokens_key;		/* tokens per hashed block */
+	const char *per_file_key;	/* GPU blocks per file */
+	const char *group_tokens_key;	/* kv_cache_groups[i]: tokens per block */
+	const struct field *fields;
+	size_t nfields;
+} schemas[] = {
+	[KV_CONFIG_LLMD] = { "llm-d", "hash_block_size", "gpu_blocks_per_file",
+			     "block_size", llmd_fields,
+			     sizeof(llmd_fields) / sizeof(llmd_fields[0]) },
+	[KV_CONFIG_VLLM] = { "vllm", "tokens_per_hash", "blocks_per_file",
+			     "tokens_per_block", vllm_fields,
+			     sizeof(vllm_fields) / sizeof(vllm_fields[0]) },
+};
 
 
 /* A growing output buffer; on allocation failure it records -ENOMEM
@@ -375,65 +421,93 @@ static const char *type_name(const json_t *v)
 	return "null";
 }
 
-static int check_groups(const json_t *groups)
+static int check_groups(const json_t *groups, const char *tokens_key)
 {
 	size_t i;
 	json_t *g;
 
 	if (!json_is_array(groups))
 		return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups' is %s, not a list",
-			    type_name(groups));
+				type_name(groups));
 	json_array_foreach(groups, i, g) {
-		json_t *bs = json_object_get(g, "block_size");
+		json_t *bs = json_object_get(g, tokens_key);
 		json_t *names = json_object_get(g, "layer_names");
 
 		if (!json_is_object(g))
 			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu is %s, "
-				    "not an object", i, type_name(g));
+					"not an object", i, type_name(g));
 		if (!json_is_integer(bs))
 			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu has no "
-				    "integer 'block_size'", i);
+					"integer '%s'", i, tokens_key);
+		if (json_integer_value(bs) < 1 || json_integer_value(bs) > SIZE_TOKENS_MAX)
+			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu: '%s' "
+					"is %lld, not 1..%d", i, tokens_key,
+					(long long)json_integer_value(bs), SIZE_TOKENS_MAX);
 		if (!json_is_array(names))
 			return kvi_fail(-KV_EBADCONFIG, "field 'kv_cache_groups': item %zu has no "
-				    "list 'layer_names'", i);
+					"list 'layer_names'", i);
 	}
 	return 0;
 }
 
-static int check_field(const json_t *root, size_t f)
+static int check_field(const json_t *root, const struct schema *sc,
+		       const struct field *f)
 {
-	const char *key = fields[f].key;
-	json_t *v = json_object_get(root, key);
+	json_t *v = json_object_get(root, f->key);
 	char safe[KV_NAME_MAX + 1];
 
 	if (!v)
-		return kvi_fail(-KV_EBADCONFIG, "missing field '%s'", key);
-	switch (fields[f].type) {
+		return f->required ? kvi_fail(-KV_EBADCONFIG, "missing field '%s'", f->key) : 0;
+	switch (f->type) {
 	case FIELD_STRING:
 		if (!json_is_string(v))
-			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not a string", key,
-				    type_name(v));
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not a string",
+					f->key, type_name(v));
 		if (strlen(json_string_value(v)) != json_string_length(v))
-			return kvi_fail(-KV_EBADCONFIG, "field '%s' holds a NUL character", key);
-		if (!strcmp(key, "model_name") &&
-		    kv_layout_safe_model(json_string_value(v), safe,
-					 sizeof(safe)) < 0)
-			return kvi_fail(-KV_EBADCONFIG, "field 'model_name' cannot name a directory "
-				    "(empty, too long or control characters)");
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' holds a NUL character",
+					f->key);
+		if (!strcmp(f->key, "model_name") &&
+		    kv_layout_safe_model(json_string_value(v), safe, sizeof(safe)) < 0)
+			return kvi_fail(-KV_EBADCONFIG, "field 'model_name' cannot name a "
+					"directory (empty, too long or control characters)");
 		return 0;
-	case FIELD_INT:
+	case FIELD_SIZE:
 		if (!json_is_integer(v))
-			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not an integer", key,
-				    type_name(v));
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not an integer",
+					f->key, type_name(v));
+		if (json_integer_value(v) < 1 || json_integer_value(v) > f->max)
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %lld, not 1..%lld",
+					f->key, (long long)json_integer_value(v),
+					(long long)f->max);
+		return 0;
+	case FIELD_BOOL:
+		if (!json_is_boolean(v))
+			return kvi_fail(-KV_EBADCONFIG, "field '%s' is %s, not a boolean",
+					f->key, type_name(v));
 		return 0;
 	case FIELD_GROUPS:
-		return check_groups(v);
+		return check_groups(v, sc->group_tokens_key);
 	}
+	return 0;
+}
+
+/* Which writer's schema: its tokens-per-block key tells them apart. */
+static int schema_of(const json_t *root, enum kv_config_schema *out)
+{
+	int llmd = json_object_get(root, schemas[KV_CONFIG_LLMD].tokens_key) != NULL;
+	int vllm = json_object_get(root, schemas[KV_CONFIG_VLLM].tokens_key) != NULL;
+
+	if (llmd == vllm)
+		return kvi_fail(-KV_EBADCONFIG, llmd ?
+				"both 'hash_block_size' (llm-d) and 'tokens_per_hash' (vLLM)" :
+				"missing field 'hash_block_size' (llm-d) or 'tokens_per_hash' (vLLM)");
+	*out = llmd ? KV_CONFIG_LLMD : KV_CONFIG_VLLM;
 	return 0;
 }
 
 int kv_config_parse(const char *text, size_t len, struct kv_config **out)
 {
+	enum kv_config_schema schema = KV_CONFIG_LLMD;
 	struct kv_config *cfg;
 	json_error_t jerr;
 	json_t *root;
@@ -450,28 +524,20 @@ int kv_config_parse(const char *text, size_t len, struct kv_config **out)
 		json_decref(root);
 		return ret;
 	}
-	for (size_t f = 0; f < NFIELDS; f++) {
-		ret = check_field(root, f);
-		if (ret < 0) {
-			json_decref(root);
-			return ret;
-		}
+	ret = schema_of(root, &schema);
+	for (size_t f = 0; ret == 0 && f < schemas[schema].nfields; f++)
+		ret = check_field(root, &schemas[schema], &schemas[schema].fields[f]);
+	if (ret < 0) {
+		json_decref(root);
+		return ret;
 	}
 	cfg = calloc(1, sizeof(*cfg));
-	if (!cfg || !(cfg->fields = json_object())) {
-		free(cfg);
+	if (!cfg) {
 		json_decref(root);
 		return -ENOMEM;
 	}
-	for (size_t f = 0; f < NFIELDS; f++) {
-		if (json_object_set(cfg->fields, fields[f].key,
-				    json_object_get(root, fields[f].key))) {
-			kv_config_free(cfg);
-			json_decref(root);
-			return -ENOMEM;
-		}
-	}
-	json_decref(root);
+	cfg->fields = root;
+	cfg->schema = schema;
 	*out = cfg;
 	return 0;
 }
@@ -600,6 +666,29 @@ int kv_config_model_dir(const struct kv_config *cfg, char *buf, size_t len)
 const char *kv_config_string(const struct kv_config *cfg, const char *key)
 {
 	return json_string_value(json_object_get(cfg->fields, key));
+}
+
+enum kv_config_schema kv_config_schema(const struct kv_config *cfg)
+{
+	return cfg->schema;
+}
+
+const char *kv_config_schema_name(const struct kv_config *cfg)
+{
+	return schemas[cfg->schema].name;
+}
+
+int kv_config_blocks(const struct kv_config *cfg, uint64_t *tokens_per_block,
+		     uint64_t *blocks_per_file)
+{
+	const struct schema *sc = &schemas[cfg->schema];
+
+	/* Both were checked positive at parse. */
+	*tokens_per_block = (uint64_t)json_integer_value(json_object_get(cfg->fields,
+									 sc->tokens_key));
+	*blocks_per_file = (uint64_t)json_integer_value(json_object_get(cfg->fields,
+									sc->per_file_key));
+	return 0;
 }
 
 int kv_config_int(const struct kv_config *cfg, const char *key, int64_t *out)

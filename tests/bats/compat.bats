@@ -7,18 +7,13 @@
 
 load test_helper
 
-FIELDS_PY='FIELDS = ["model_name", "hash_block_size", "gpu_blocks_per_file",
-          "tp_size", "pp_size", "pcp_size", "dcp_size", "dtype",
-          "kv_cache_groups", "inference_engine"]'
-
-# py_layout CONFIG [RANK GROUP HASH]: the model dir vLLM names for CONFIG,
-# or the block path for RANK/GROUP/HASH.
+# py_layout CONFIG [RANK GROUP HASH]: the model dir vLLM names for CONFIG
+# (its fingerprint covers the whole object), or the block path for
+# RANK/GROUP/HASH.
 py_layout() {
 	python3 - "$@" <<PY
 import hashlib, json, sys
-$FIELDS_PY
-cfg = json.load(open(sys.argv[1], encoding="utf-8"))
-d = {k: cfg[k] for k in FIELDS}
+d = json.load(open(sys.argv[1], encoding="utf-8"))
 fp = hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 mdir = d["model_name"].replace("/", "_") + "_" + fp
 if len(sys.argv) == 2:
@@ -33,10 +28,9 @@ PY
 py_config_json() {
 	python3 - "$1" "$2" <<PY
 import json, sys
-$FIELDS_PY
 cfg = json.load(open(sys.argv[1], encoding="utf-8"))
 with open(sys.argv[2], "w", encoding="utf-8") as f:
-    json.dump({k: cfg[k] for k in FIELDS}, f, indent=2, sort_keys=True)
+    json.dump(cfg, f, indent=2, sort_keys=True)
 PY
 }
 
@@ -46,7 +40,6 @@ PY
 py_tree() {
 	python3 - "$1" "$2" <<PY
 import hashlib, json, os, random, sys
-$FIELDS_PY
 root, manifest = sys.argv[1], sys.argv[2]
 rng = random.Random(7)
 def config(model, tp, dtype, groups):

@@ -39,11 +39,11 @@ static const char qwen_json[] =
 	"{\"model_name\": \"Qwen/Qwen3-32B-\303\274\344\270\255\346\226\207\360\237\231\202\", \"hash_block_size\": 16, \"gpu_blocks_per_file\": 8,\n"
 	" \"tp_size\": 4, \"pp_size\": 2, \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"float16\",\n"
 	" \"kv_cache_groups\": [{\"block_size\": 16, \"layer_names\": [\"model.layers.0.self_attn.attn\"]}],\n"
-	" \"inference_engine\": \"vllm\", \"extra\": \"dropped\"}";
+	" \"inference_engine\": \"vllm\", \"extra\": \"kept\"}";
 static const char qwen_canonical[] =
-	"{\"dcp_size\":1,\"dtype\":\"float16\",\"gpu_blocks_per_file\":8,\"hash_block_size\":16,\"inference_engine\":\"vllm\",\"kv_cache_groups\":[{\"block_size\":16,\"layer_names\":[\"model.layers.0.self_attn.attn\"]}],\"model_name\":\"Qwen/Qwen3-32B-\\u00fc\\u4e2d\\u6587\\ud83d\\ude42\",\"pcp_size\":1,\"pp_size\":2,\"tp_size\":4}";
-static const char qwen_fp[] = "e6162f00f052";
-static const char qwen_dir[] = "Qwen_Qwen3-32B-\303\274\344\270\255\346\226\207\360\237\231\202_e6162f00f052";
+	"{\"dcp_size\":1,\"dtype\":\"float16\",\"extra\":\"kept\",\"gpu_blocks_per_file\":8,\"hash_block_size\":16,\"inference_engine\":\"vllm\",\"kv_cache_groups\":[{\"block_size\":16,\"layer_names\":[\"model.layers.0.self_attn.attn\"]}],\"model_name\":\"Qwen/Qwen3-32B-\\u00fc\\u4e2d\\u6587\\ud83d\\ude42\",\"pcp_size\":1,\"pp_size\":2,\"tp_size\":4}";
+static const char qwen_fp[] = "cb246f31fc1c";
+static const char qwen_dir[] = "Qwen_Qwen3-32B-\303\274\344\270\255\346\226\207\360\237\231\202_cb246f31fc1c";
 
 /* mixed */
 static const char mixed_json[] =
@@ -55,11 +55,11 @@ static const char mixed_json[] =
 	"   \"z\": [1.5, 1e-05, 1e16, 1E15, 0.1, -0.0, -2.5e-300, 100.0, true, false, null, [], {}, [[]], -7, 0],\n"
 	"   \"\\u4e2d\": 1, \"\\u00e9\": 2, \"Z\": 3, \"z0\": {\"b\": 1, \"a\": {\"d\": [1, 2], \"c\": 0.0001}}, \"\\ud83d\\ude42\": 4, \"\\uffff\": 5},\n"
 	"  {\"block_size\": 32, \"layer_names\": []}],\n"
-	" \"ignored\": {\"deep\": [1, 2, 3]}}";
+	" \"unknown\": {\"deep\": [1, 2, 3]}}";
 static const char mixed_canonical[] =
-	"{\"dcp_size\":2,\"dtype\":\"float8_e4m3fn\",\"gpu_blocks_per_file\":1,\"hash_block_size\":256,\"inference_engine\":\"vllm/\\u00e9\\t\",\"kv_cache_groups\":[{\"Z\":3,\"block_size\":16,\"layer_names\":[\"a\\\"b\\\\c\\n\\t\\r\\b\\f\\u0001\\u001f\\u007f/\\u00e9\\u2028\\ud83d\\ude42\",\"\",\"x\"],\"z\":[1.5,1e-05,1e+16,1000000000000000.0,0.1,-0.0,-2.5e-300,100.0,true,false,null,[],{},[[]],-7,0],\"z0\":{\"a\":{\"c\":0.0001,\"d\":[1,2]},\"b\":1},\"\\u00e9\":2,\"\\u4e2d\":1,\"\\uffff\":5,\"\\ud83d\\ude42\":4},{\"block_size\":32,\"layer_names\":[]}],\"model_name\":\"org/m\\u00e9\\\"q\\\\z\",\"pcp_size\":1,\"pp_size\":1,\"tp_size\":8}";
-static const char mixed_fp[] = "676ec5769bdb";
-static const char mixed_dir[] = "org_m\303\251\"q\\z_676ec5769bdb";
+	"{\"dcp_size\":2,\"dtype\":\"float8_e4m3fn\",\"gpu_blocks_per_file\":1,\"hash_block_size\":256,\"inference_engine\":\"vllm/\\u00e9\\t\",\"kv_cache_groups\":[{\"Z\":3,\"block_size\":16,\"layer_names\":[\"a\\\"b\\\\c\\n\\t\\r\\b\\f\\u0001\\u001f\\u007f/\\u00e9\\u2028\\ud83d\\ude42\",\"\",\"x\"],\"z\":[1.5,1e-05,1e+16,1000000000000000.0,0.1,-0.0,-2.5e-300,100.0,true,false,null,[],{},[[]],-7,0],\"z0\":{\"a\":{\"c\":0.0001,\"d\":[1,2]},\"b\":1},\"\\u00e9\":2,\"\\u4e2d\":1,\"\\uffff\":5,\"\\ud83d\\ude42\":4},{\"block_size\":32,\"layer_names\":[]}],\"model_name\":\"org/m\\u00e9\\\"q\\\\z\",\"pcp_size\":1,\"pp_size\":1,\"tp_size\":8,\"unknown\":{\"deep\":[1,2,3]}}";
+static const char mixed_fp[] = "dc511f7fc601";
+static const char mixed_dir[] = "org_m\303\251\"q\\z_dc511f7fc601";
 static const char mixed_pretty[] =
 	"{\n"
 	"  \"dcp_size\": 2,\n"
@@ -119,7 +119,14 @@ static const char mixed_pretty[] =
 	"  \"model_name\": \"org/m\\u00e9\\\"q\\\\z\",\n"
 	"  \"pcp_size\": 1,\n"
 	"  \"pp_size\": 1,\n"
-	"  \"tp_size\": 8\n"
+	"  \"tp_size\": 8,\n"
+	"  \"unknown\": {\n"
+	"    \"deep\": [\n"
+	"      1,\n"
+	"      2,\n"
+	"      3\n"
+	"    ]\n"
+	"  }\n"
 	"}";
 
 struct known {
@@ -187,7 +194,7 @@ static void test_fields(void)
 	CHECK(!strcmp(kv_config_string(cfg, "model_name"),
 		      "Qwen/Qwen3-32B-\303\274\344\270\255\346\226\207\360\237\231\202"));
 	CHECK(kv_config_string(cfg, "tp_size") == NULL);
-	CHECK(kv_config_string(cfg, "extra") == NULL);	/* dropped */
+	CHECK(!strcmp(kv_config_string(cfg, "extra"), "kept"));	/* kept whole */
 	CHECK(kv_config_int(cfg, "tp_size", &v) == 0 && v == 4);
 	CHECK(kv_config_int(cfg, "pp_size", &v) == 0 && v == 2);
 	CHECK(kv_config_int(cfg, "dtype", &v) == -ENOENT);
@@ -269,6 +276,71 @@ static void test_errors(void)
 	CHECK(kv_config_parse(llama_json, strlen(llama_json), &cfg) == 0);
 	CHECK(!strcmp(kv_error_detail(), ""));
 	kv_config_free(cfg);
+}
+
+/* vLLM's native tier: old (no parallel_agnostic), new, and newest fields;
+ * fingerprints from Python's json.dumps over the whole object. */
+static const struct {
+	const char *json, *fp;
+} vllm_cases[] = {
+	{ "{\"model_name\": \"Qwen/Qwen3-0.6B\", \"tokens_per_hash\": 16, \"blocks_per_file\": 1, \"tp_size\": 2, \"pp_size\": 1, \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"bfloat16\", \"kv_cache_groups\": [{\"tokens_per_block\": 16, \"layer_names\": [\"model.layers.0.self_attn.attn\"]}], \"inference_engine\": \"vllm\"}",
+	  "1fa589604724" },
+	{ "{\"model_name\": \"Qwen/Qwen3-0.6B\", \"tokens_per_hash\": 16, \"blocks_per_file\": 1, \"tp_size\": 2, \"pp_size\": 1, \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"bfloat16\", \"kv_cache_groups\": [{\"tokens_per_block\": 16, \"layer_names\": [\"model.layers.0.self_attn.attn\"]}], \"inference_engine\": \"vllm\", \"parallel_agnostic\": false}",
+	  "56edf777c321" },
+	{ "{\"model_name\": \"Qwen/Qwen3-0.6B\", \"tokens_per_hash\": 16, \"blocks_per_file\": 1, \"tp_size\": 1, \"pp_size\": 1, \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"bfloat16\", \"kv_cache_groups\": [{\"tokens_per_block\": 16, \"layer_names\": [\"model.layers.0.self_attn.attn\"]}], \"inference_engine\": \"vllm\", \"replicated_layout\": true, \"canonical_format\": \"hnd-v1\", \"storage_format\": \"raw\"}",
+	  "0d6ba268e2ab" },
+	{ "{\"model_name\": \"Qwen/Qwen3-0.6B\", \"tokens_per_hash\": 16, \"blocks_per_file\": 1, \"tp_size\": 2, \"pp_size\": 1, \"pcp_size\": 1, \"dcp_size\": 1, \"dtype\": \"bfloat16\", \"kv_cache_groups\": [], \"inference_engine\": \"vllm\"}",
+	  "c71150b3bd37" },
+};
+
+static void test_vllm(void)
+{
+	for (size_t i = 0; i < sizeof(vllm_cases) / sizeof(vllm_cases[0]); i++) {
+		struct kv_config *cfg = parse(vllm_cases[i].json);
+		char fp[KV_FINGERPRINT_LEN + 1];
+		uint64_t tokens, per_file;
+
+		if (!cfg)
+			continue;
+		CHECK(kv_config_schema(cfg) == KV_CONFIG_VLLM);
+		CHECK(!strcmp(kv_config_schema_name(cfg), "vllm"));
+		CHECK(kv_config_fingerprint(cfg, fp) == 0 && !strcmp(fp, vllm_cases[i].fp));
+		CHECK(kv_config_blocks(cfg, &tokens, &per_file) == 0 &&
+		      tokens == 16 && per_file == 1);
+		kv_config_free(cfg);
+	}
+}
+
+/* Sizes are positive and bounded, whatever the schema; errors name the field. */
+static void test_bounds(void)
+{
+	struct kv_config *cfg = parse(llama_json);
+	uint64_t tokens, per_file;
+
+	if (cfg) {
+		CHECK(kv_config_schema(cfg) == KV_CONFIG_LLMD);
+		CHECK(!strcmp(kv_config_schema_name(cfg), "llm-d"));
+		CHECK(kv_config_blocks(cfg, &tokens, &per_file) == 0 &&
+		      tokens == 16 && per_file == 16);
+		kv_config_free(cfg);
+	}
+	CHECK(parse_edited("\"hash_block_size\": 16", "\"hash_block_size\": -16") ==
+	      -KV_EBADCONFIG);
+	CHECK(error_has("field 'hash_block_size' is -16, not 1.."));
+	CHECK(parse_edited("\"gpu_blocks_per_file\": 16", "\"gpu_blocks_per_file\": 0") ==
+	      -KV_EBADCONFIG);
+	CHECK(error_has("field 'gpu_blocks_per_file' is 0"));
+	CHECK(parse_edited("\"tp_size\": 1", "\"tp_size\": 0") == -KV_EBADCONFIG);
+	CHECK(error_has("field 'tp_size' is 0"));
+	CHECK(parse_edited("\"tp_size\": 1", "\"tp_size\": 9999999") == -KV_EBADCONFIG);
+	CHECK(error_has("field 'tp_size' is 9999999"));
+	CHECK(parse_edited("{\"block_size\": 16", "{\"block_size\": 0") == -KV_EBADCONFIG);
+	CHECK(error_has("'block_size' is 0"));
+	CHECK(parse_edited("\"hash_block_size\": 16", "\"hash_block_size\": 16, \"tokens_per_hash\": 16") ==
+	      -KV_EBADCONFIG);
+	CHECK(error_has("both"));
+	CHECK(parse_edited("\"hash_block_size\": 16, ", "") == -KV_EBADCONFIG);
+	CHECK(error_has("'hash_block_size' (llm-d) or 'tokens_per_hash' (vLLM)"));
 }
 
 static char *slurp(int dirfd, const char *path)
@@ -429,6 +501,8 @@ int main(void)
 	test_known();
 	test_fields();
 	test_errors();
+	test_vllm();
+	test_bounds();
 	if (!mkdtemp(tmp)) {
 		perror("mkdtemp");
 		return 1;
