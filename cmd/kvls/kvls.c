@@ -37,7 +37,9 @@ struct model {
 	char fingerprint[KV_FINGERPRINT_LEN + 1];
 	char *name;		/* model_name from config.json */
 	char *dtype;
-	int64_t tp;
+	const char *schema;	/* "llm-d", "vllm", "llmd-v0"; NULL: unknown */
+	enum kv_layout_kind layout;
+	int64_t tp, pp, pcp, dcp;	/* -1: unknown */
 	int has_config;		/* a config.json that parsed */
 	int has_config_file;	/* a config.json, parsed or not */
 	int has_dir;		/* some entry seen inside the model dir */
@@ -335,7 +337,22 @@ static struct model *model_get(struct ls *ls, const struct kv_block_ref *ref)
 	memset(m, 0, sizeof(*m));
 	snprintf(m->model_dir, sizeof(m->model_dir), "%s", ref->model_dir);
 	snprintf(m->fingerprint, sizeof(m->fingerprint), "%s", ref->fingerprint);
-	m->tp = -1;
+	m->tp = m->pp = m->pcp = m->dcp = -1;
+	m->layout = ref->layout;
+	if (ref->layout == KV_LAYOUT_LLMD_V0) {
+		struct kv_layout_v0 v0;
+
+		/* No config.json: the dirs say it all. */
+		if (kv_layout_v0_parse(ref->model_dir, &v0) == 0) {
+			m->name = strdup(v0.model_name);
+			m->tp = v0.tp;
+			m->pp = v0.pp;
+			m->pcp = v0.pcp;
+		}
+		if (ref->dtype[0])
+			m->dtype = strdup(ref->dtype);
+		m->schema = kv_layout_name(ref->layout);
+	}
 	m->oldest_ns = INT64_MAX;
 	m->newest_ns = INT64_MIN;
 	ls->last = ls->nmodels++;
@@ -455,13 +472,18 @@ static json_t *model_json(const struct model *m)
 	for (size_t i = 0; i < m->nranks; i++)
 		json_array_append_new(ranks, json_integer(m->ranks[i]));
 	safe_model_of(m, safe, sizeof(safe));
-	return json_pack("{s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:b, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o}",
 			 "model", m->name ? m->name : safe,
 			 "model_dir", m->model_dir,
 			 "fingerprint", m->fingerprint,
 			 "config", m->has_config,
 			 "dtype", m->dtype ? json_string(m->dtype) : json_null(),
+			 "layout", kv_layout_name(m->layout),
+			 "schema", m->schema ? json_string(m->schema) : json_null(),
 			 "tp", m->tp >= 0 ? json_integer(m->tp) : json_null(),
+			 "pp", m->pp >= 0 ? json_integer(m->pp) : json_null(),
+			 "pcp", m->pcp >= 0 ? json_integer(m->pcp) : json_null(),
+			 "dcp", m->dcp >= 0 ? json_integer(m->dcp) : json_null(),
 			 "ranks", ranks,
 			 "files", (json_int_t)m->files,
 			 "size_bytes", (json_int_t)m->size_bytes,
@@ -487,8 +509,8 @@ static void models_table(struct ls *ls)
 		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));
 		wdtype = n > wdtype ? n : wdtype;
 	}
-	printf("%-*s  %-12s  %-*s  %3s  %5s  %8s  %6s  %-20s  %s\n", wmodel, "MODEL",
-	       "FINGERPRINT", wdtype, "DTYPE", "TP", "RANKS", "FILES", "SIZE",
+	printf("%-*s  %-12s  %-*s  %-7s  %3s  %5s  %8s  %6s  %-20s  %s\n", wmodel, "MODEL",
+	       "FINGERPRINT", wdtype, "DTYPE", "SCHEMA", "TP", "RANKS", "FILES", "SIZE",
 	       "OLDEST", "NEWEST");
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
@@ -507,9 +529,10 @@ static void models_table(struct ls *ls)
 			snprintf(tp, sizeof(tp), "%" PRId64, m->tp);
 		n = table_cell(m->name ? m->name : safe, cell, sizeof(cell));
 		table_pad(cell, n, wmodel, "  ");
-		printf("%-12s  ", m->fingerprint);
+		printf("%-12s  ", m->fingerprint[0] ? m->fingerprint : "-");
 		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));
 		table_pad(cell, n, wdtype, "  ");
+		printf("%-7s  ", m->schema ? m->schema : "-");
 		printf("%3s  %5zu  %8" PRIu64 "  %6s  %-20s  %s\n", tp, m->nranks,
 		       m->files, size, oldest, newest);
 	}
@@ -671,11 +694,15 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 		return 0;
 	}
 	m->has_config = 1;
+	m->schema = kv_config_schema_name(cfg);
 	if ((s = kv_config_string(cfg, "model_name")) && !m->name)
 		m->name = strdup(s);
 	if ((s = kv_config_string(cfg, "dtype")) && !m->dtype)
 		m->dtype = strdup(s);
 	kv_config_int(cfg, "tp_size", &m->tp);
+	kv_config_int(cfg, "pp_size", &m->pp);
+	kv_config_int(cfg, "pcp_size", &m->pcp);
+	kv_config_int(cfg, "dcp_size", &m->dcp);
 	rc = 0;
 	if (ls->check && kv_config_model_dir(cfg, want, sizeof(want)) == 0 &&
 	    strcmp(want, e->ref.model_dir)) {
@@ -823,7 +850,8 @@ static int check_models(struct ls *ls)
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
 
-		if (m->has_config_file)
+		/* llmd-v0 trees never had a config.json. */
+		if (m->has_config_file || m->layout == KV_LAYOUT_LLMD_V0)
 			continue;
 		if (m->has_dir && problem(ls, "no-config", m->model_dir,
 					  "model dir without config.json"))

@@ -37,6 +37,9 @@
  * many it may keep (an array of at most 8 MiB). */
 #define SCAN_HEAP_BYTES	(32u << 20)
 #define SCAN_HEAP_MAX	(SCAN_HEAP_BYTES / 128)
+/* A block path's dirs: llmd-v0's model name, parameters, rank, dtype and
+ * buckets are the most. */
+#define KV_BUCKET_DIR_MAX	((7 + KV_LAYOUT_V0_MODEL_DEPTH) * (KV_NAME_MAX + 1))
 /* What malloc adds to each path kept, for the count above. */
 #define MALLOC_OVERHEAD	16u
 /* Boundary files the second walk keeps for exact order. */
@@ -443,9 +446,10 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
 }
 
 /*
- * Open the bucket dir "<rank>/<hhh>/<hh>_g<n>" below rootfd as a dirfd for
- * *at() calls: never above the root, through no symlink, across no mount
- * point.  One openat2 resolves the three components with those checks.
+ * Open a block's bucket dir ("<rank>/<hhh>/<hh>_g<n>", or the longer dirs
+ * of llmd-v0) below rootfd as a dirfd for *at() calls: never above the
+ * root, through no symlink, across no mount point.  One openat2 resolves
+ * every component with those checks.
  */
 static int open_bucket(int rootfd, const char *dir, dev_t dev)
 {
@@ -493,7 +497,7 @@ static int open_bucket(int rootfd, const char *dir, dev_t dev)
 struct dircache {
 	int fd;
 	size_t len;
-	char dir[3 * (KV_NAME_MAX + 1)];	/* three components, two '/' */
+	char dir[KV_BUCKET_DIR_MAX];
 };
 
 static void dircache_init(struct dircache *dc)
@@ -510,28 +514,21 @@ static void dircache_drop(struct dircache *dc)
 }
 
 /*
- * The bucket dir holding block path relpath ("<rank>/<hhh>/<hh>_g<n>/
- * <name>"), from dc or freshly opened into it; *name points into relpath.
- * The fd belongs to dc.
+ * The bucket dir holding block path relpath (already parsed as a layout
+ * path: its dirs, then <name>), from dc or freshly opened into it; *name
+ * points into relpath.  The fd belongs to dc.
  */
 static int open_parent(int rootfd, dev_t dev, struct dircache *dc, const char *relpath,
 		       const char **name)
 {
-	const char *p = relpath, *slash;
+	const char *p = strrchr(relpath, '/');
 	size_t len;
-	int level, fd;
+	int fd;
 
-	for (level = 0; level < 3; level++) {
-		slash = strchr(p, '/');
-		len = slash ? (size_t)(slash - p) : 0;
-		if (!len || len > KV_NAME_MAX || (p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.'))))
-			return -EINVAL;
-		p = slash + 1;
-	}
-	if (!*p || strchr(p, '/'))
+	if (!p || !p[1] || (size_t)(p - relpath) >= sizeof(dc->dir))
 		return -EINVAL;
-	*name = p;
-	len = (size_t)(p - 1 - relpath);
+	*name = p + 1;
+	len = (size_t)(p - relpath);
 	if (dc->fd >= 0 && dc->len == len && !memcmp(dc->dir, relpath, len))
 		return dc->fd;
 	dircache_drop(dc);

@@ -121,6 +121,14 @@ int kv_layout_model_matches(const char *filter, const char *model_dir)
 	if (kv_layout_safe_model(filter, safe, sizeof(safe)) < 0)
 		return 0;
 	n = strlen(safe);
+	if (strchr(model_dir, '/')) {
+		struct kv_layout_v0 v0;
+		char v0safe[KV_NAME_MAX + 1];
+
+		return kv_layout_v0_parse(model_dir, &v0) == 0 &&
+		       kv_layout_safe_model(v0.model_name, v0safe, sizeof(v0safe)) == 0 &&
+		       !strcmp(safe, v0safe);
+	}
 	return strlen(model_dir) == n + 1 + KV_FINGERPRINT_LEN &&
 	       !strncmp(model_dir, safe, n) && model_dir[n] == '_';
 }
@@ -238,13 +246,6 @@ int kv_layout_block_path(const char *model_dir, unsigned rank, unsigned group,
 	return 0;
 }
 
-int kv_layout_block_path_ref(const struct kv_block_ref *ref, char *buf,
-			     size_t len)
-{
-	return kv_layout_block_path(ref->model_dir, ref->rank, ref->group,
-				    ref->hash, buf, len);
-}
-
 /* "<hhh>" */
 static int top_bucket_ok(const char *s, size_t n)
 {
@@ -263,36 +264,210 @@ int kv_layout_hash_bucket_parse(const char *name)
 	return top_bucket_ok(name, strlen(name)) ? 0 : -KV_EBADPATH;
 }
 
-int kv_layout_group_bucket_parse(const char *name, unsigned *group)
+/* llmd-v0 also had plain "<hh>" buckets (group 0); *grouped says which. */
+static int leaf_bucket_split(const char *s, size_t n, enum kv_layout_kind layout,
+			     unsigned *group, int *grouped)
+{
+	*grouped = 1;
+	if (group_bucket_split(s, n, group) == 0)
+		return 0;
+	if (layout == KV_LAYOUT_LLMD_V0 && n == 2 && all_lower_hex(s, 2)) {
+		*group = 0;
+		*grouped = 0;
+		return 0;
+	}
+	return -1;
+}
+
+int kv_layout_group_bucket_parse(const char *name, enum kv_layout_kind layout,
+				 unsigned *group)
 {
 	unsigned g;
+	int grouped;
 
-	if (group_bucket_split(name, strlen(name), &g) < 0)
+	if (leaf_bucket_split(name, strlen(name), layout, &g, &grouped) < 0)
 		return -KV_EBADPATH;
 	if (group)
 		*group = g;
 	return 0;
 }
 
-int kv_layout_block_parse(const char *relpath, struct kv_block_ref *ref)
+const char *kv_layout_name(enum kv_layout_kind layout)
 {
-	const char *comp[4];
-	size_t clen[4];
-	const char *p = relpath, *hash;
-	struct kv_block_ref r;
-	size_t mlen, hlen;
+	return layout == KV_LAYOUT_LLMD_V0 ? "llmd-v0" : "v1";
+}
+
+/* s[0..n) is prefix, then a canonical decimal, then (if infix) infix and
+ * another; the numbers go to a and b. */
+static int two_numbers(const char *s, size_t n, const char *prefix,
+		       const char *infix, unsigned *a, unsigned *b)
+{
+	size_t pl = strlen(prefix), il = infix ? strlen(infix) : 0, d;
+
+	if (n <= pl || memcmp(s, prefix, pl))
+		return -1;
+	s += pl;
+	n -= pl;
+	for (d = 0; d < n && s[d] >= '0' && s[d] <= '9'; d++)
+		;
+	if (parse_decimal(s, d, a) < 0)
+		return -1;
+	if (!infix)
+		return d == n ? 0 : -1;
+	if (n - d <= il || memcmp(s + d, infix, il))
+		return -1;
+	return parse_decimal(s + d + il, n - d - il, b);
+}
+
+/* "tp_<T>_pp_size_<P>_pcp_size_<C>" */
+static int v0_parallel_split(const char *s, size_t n, unsigned *tp, unsigned *pp,
+			     unsigned *pcp)
+{
+	const char *at = memmem(s, n, "_pcp_size_", 10);
+
+	if (!at || two_numbers(s, (size_t)(at - s), "tp_", "_pp_size_", tp, pp) < 0)
+		return -1;
+	return two_numbers(at, n - (size_t)(at - s), "_pcp_size_", NULL, pcp, NULL);
+}
+
+static int v0_params_split(const char *s, size_t n, unsigned *bs, unsigned *bpf)
+{
+	return two_numbers(s, n, "block_size_", "_blocks_per_file_", bs, bpf);
+}
+
+int kv_layout_v0_rank_parse(const char *name, unsigned *rank)
+{
+	unsigned r;
+
+	if (two_numbers(name, strlen(name), "rank_", NULL, &r, NULL) < 0)
+		return -KV_EBADPATH;
+	if (rank)
+		*rank = r;
+	return 0;
+}
+
+int kv_layout_v0_params_parse(const char *name)
+{
+	unsigned bs, bpf;
+
+	return v0_params_split(name, strlen(name), &bs, &bpf) == 0 ? 0 : -KV_EBADPATH;
+}
+
+/* A name llm-d wrote from a model name's part or a dtype: any safe bytes. */
+static int v0_name_ok(const char *s, size_t n)
+{
+	return n > 0 && n <= KV_NAME_MAX && name_bytes_ok(s, n) &&
+	       !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
+}
+
+int kv_layout_v0_parse(const char *model_dir, struct kv_layout_v0 *out)
+{
+	const char *comp[KV_LAYOUT_V0_MODEL_DEPTH + 2];
+	size_t clen[KV_LAYOUT_V0_MODEL_DEPTH + 2], mlen;
+	const char *p = model_dir;
 	int n = 0;
 
-	if (!relpath || *relpath == '/')
+	if (!model_dir || *model_dir == '/')
 		return -KV_EBADPATH;
-	/* Exactly four non-empty components; "." and ".." fail the name
-	 * checks below, but are refused here first so no caller ever sees
-	 * them accepted by accident. */
 	for (;;) {
 		const char *slash = strchr(p, '/');
 		size_t l = slash ? (size_t)(slash - p) : strlen(p);
 
-		if (n == 4 || l == 0 || l > KV_NAME_MAX ||
+		if (n == KV_LAYOUT_V0_MODEL_DEPTH + 2 || !v0_name_ok(p, l))
+			return -KV_EBADPATH;
+		comp[n] = p;
+		clen[n++] = l;
+		if (!slash)
+			break;
+		p = slash + 1;
+	}
+	if (n < 3 ||
+	    v0_params_split(comp[n - 2], clen[n - 2], &out->block_size,
+			    &out->blocks_per_file) < 0 ||
+	    v0_parallel_split(comp[n - 1], clen[n - 1], &out->tp, &out->pp,
+			      &out->pcp) < 0)
+		return -KV_EBADPATH;
+	mlen = (size_t)(comp[n - 2] - model_dir) - 1;
+	if (mlen > KV_NAME_MAX)
+		return -KV_EBADPATH;
+	memcpy(out->model_name, model_dir, mlen);
+	out->model_name[mlen] = '\0';
+	return 0;
+}
+
+/* The last three components: <hhh>/<hh>[_g<G>]/<hash>.bin, the hash
+ * agreeing with its buckets. */
+static int block_tail_parse(const char *const *comp, const size_t *clen,
+			    struct kv_block_ref *r)
+{
+	const char *hash = comp[2];
+	size_t hlen, sl = strlen(KV_BLOCK_SUFFIX);
+
+	if (!top_bucket_ok(comp[0], clen[0]) ||
+	    leaf_bucket_split(comp[1], clen[1], r->layout, &r->group, &r->group_dir) < 0)
+		return -1;
+	if (clen[2] <= sl)
+		return -1;
+	hlen = clen[2] - sl;
+	if (memcmp(hash + hlen, KV_BLOCK_SUFFIX, sl) ||
+	    hlen < KV_HASH_MIN_LEN || hlen > KV_HASH_MAX_LEN ||
+	    !all_lower_hex(hash, hlen))
+		return -1;
+	if (memcmp(hash, comp[0], 3) || memcmp(hash + 3, comp[1], 2))
+		return -1;
+	memcpy(r->hash, hash, hlen);
+	r->hash[hlen] = '\0';
+	return 0;
+}
+
+/* llmd-v0: comp[0..n-6) the model name, then block_size_..., tp_...,
+ * rank_<R>, <dtype> and the tail. */
+static int v0_block_parse(const char *const *comp, const size_t *clen, int n,
+			  struct kv_block_ref *r)
+{
+	struct kv_layout_v0 v0;
+	size_t dlen;
+
+	if (n < 8 || n > 7 + KV_LAYOUT_V0_MODEL_DEPTH)
+		return -1;
+	for (int i = 0; i < n - 7; i++)
+		if (!v0_name_ok(comp[i], clen[i]))
+			return -1;
+	if (two_numbers(comp[n - 5], clen[n - 5], "rank_", NULL, &r->rank, NULL) < 0 ||
+	    !v0_name_ok(comp[n - 4], clen[n - 4]) || clen[n - 4] > KV_DTYPE_DIR_MAX)
+		return -1;
+	dlen = (size_t)(comp[n - 5] - comp[0]) - 1;
+	if (dlen > KV_NAME_MAX)
+		return -1;
+	memcpy(r->model_dir, comp[0], dlen);
+	r->model_dir[dlen] = '\0';
+	if (kv_layout_v0_parse(r->model_dir, &v0) < 0)
+		return -1;
+	memcpy(r->dtype, comp[n - 4], clen[n - 4]);
+	r->dtype[clen[n - 4]] = '\0';
+	r->layout = KV_LAYOUT_LLMD_V0;
+	return block_tail_parse(comp + n - 3, clen + n - 3, r);
+}
+
+int kv_layout_block_parse(const char *relpath, struct kv_block_ref *ref)
+{
+	enum { MAXC = 7 + KV_LAYOUT_V0_MODEL_DEPTH };
+	const char *comp[MAXC];
+	size_t clen[MAXC], mlen;
+	const char *p = relpath;
+	struct kv_block_ref r;
+	int n = 0;
+
+	if (!relpath || *relpath == '/')
+		return -KV_EBADPATH;
+	/* Non-empty components; "." and ".." fail the name checks below,
+	 * but are refused here first so no caller ever sees them accepted
+	 * by accident. */
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t l = slash ? (size_t)(slash - p) : strlen(p);
+
+		if (n == MAXC || l == 0 || l > KV_NAME_MAX ||
 		    (l == 1 && p[0] == '.') ||
 		    (l == 2 && p[0] == '.' && p[1] == '.'))
 			return -KV_EBADPATH;
@@ -302,29 +477,15 @@ int kv_layout_block_parse(const char *relpath, struct kv_block_ref *ref)
 			break;
 		p = slash + 1;
 	}
-	if (n != 4)
-		return -KV_EBADPATH;
-
 	memset(&r, 0, sizeof(r));
-	if (rank_dir_split(comp[0], clen[0], &mlen, &r.rank) < 0)
+	if (n == 4) {
+		if (rank_dir_split(comp[0], clen[0], &mlen, &r.rank) < 0 ||
+		    block_tail_parse(comp + 1, clen + 1, &r) < 0)
+			return -KV_EBADPATH;
+		fill_model(&r, comp[0], mlen);
+	} else if (v0_block_parse(comp, clen, n, &r) < 0) {
 		return -KV_EBADPATH;
-	if (!top_bucket_ok(comp[1], clen[1]) ||
-	    group_bucket_split(comp[2], clen[2], &r.group) < 0)
-		return -KV_EBADPATH;
-	hash = comp[3];
-	if (clen[3] <= strlen(KV_BLOCK_SUFFIX))
-		return -KV_EBADPATH;
-	hlen = clen[3] - strlen(KV_BLOCK_SUFFIX);
-	if (memcmp(hash + hlen, KV_BLOCK_SUFFIX, strlen(KV_BLOCK_SUFFIX)) ||
-	    hlen < KV_HASH_MIN_LEN || hlen > KV_HASH_MAX_LEN ||
-	    !all_lower_hex(hash, hlen))
-		return -KV_EBADPATH;
-	if (memcmp(hash, comp[1], 3) || memcmp(hash + 3, comp[2], 2))
-		return -KV_EBADPATH;
-
-	fill_model(&r, comp[0], mlen);
-	memcpy(r.hash, hash, hlen);
-	r.hash[hlen] = '\0';
+	}
 	*ref = r;
 	return 0;
 }
@@ -367,6 +528,31 @@ int kv_layout_temp_name(const char *target_name, char *buf, size_t len)
 	base = strrchr(buf, '/');
 	base = base ? base + 1 : buf;
 	if (strlen(base) > KV_NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int kv_layout_block_path_ref(const struct kv_block_ref *ref, char *buf,
+			     size_t len)
+{
+	struct kv_layout_v0 v0;
+	char h[KV_HASH_MAX_LEN + 1], group[16] = "";
+	int ret;
+
+	if (ref->layout != KV_LAYOUT_LLMD_V0)
+		return kv_layout_block_path(ref->model_dir, ref->rank, ref->group,
+					    ref->hash, buf, len);
+	if (kv_layout_v0_parse(ref->model_dir, &v0) < 0 ||
+	    !v0_name_ok(ref->dtype, strlen(ref->dtype)))
+		return -KV_EBADPATH;
+	ret = kv_layout_hash_normalize(ref->hash, h, sizeof(h));
+	if (ret < 0)
+		return ret;
+	if (ref->group_dir)
+		snprintf(group, sizeof(group), "_g%u", ref->group);
+	ret = snprintf(buf, len, "%s/rank_%u/%s/%.3s/%.2s%s/%s%s", ref->model_dir,
+		       ref->rank, ref->dtype, h, h + 3, group, h, KV_BLOCK_SUFFIX);
+	if (ret < 0 || (size_t)ret >= len)
 		return -ENAMETOOLONG;
 	return 0;
 }

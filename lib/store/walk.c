@@ -32,22 +32,30 @@
 #define WALK_MAX_THREADS	8
 #define WALK_QUEUE_LEN		64
 #define WALK_DIRBUF_BYTES	(64 * 1024)
-#define WALK_PATH_MAX		(4 * (KV_NAME_MAX + 1))
+#define WALK_PATH_MAX		(8 * (KV_NAME_MAX + 1))
 #define WALK_STATX_MASK		(STATX_TYPE | STATX_MODE | STATX_NLINK | \
 				 STATX_INO | STATX_SIZE | STATX_BLOCKS | \
 				 STATX_ATIME | STATX_MTIME)
 /* A stat'ed entry that lives on another filesystem (a mount over it). */
 #define WALK_DT_OTHER_FS	0x100
 
-/* Levels of getdents buffers: root, rank or model dir, <hhh>, <hh>_g<g>. */
-enum { LVL_ROOT, LVL_RANK, LVL_TOP, LVL_LEAF, LVL_COUNT };
+/* Levels of getdents buffers: root, rank or model dir, <hhh>, <hh>_g<g>,
+ * then the caller's for an llmd-v0 tree: the dirs of a model name,
+ * block_size_*, tp_*, rank_* (its <dtype> dir takes LVL_RANK). */
+enum {
+	LVL_ROOT, LVL_RANK, LVL_TOP, LVL_LEAF,
+	LVL_V0_MODEL,
+	LVL_V0_PARAMS = LVL_V0_MODEL + KV_LAYOUT_V0_MODEL_DEPTH,
+	LVL_V0_PARALLEL, LVL_V0_RANK, LVL_COUNT
+};
 
-/* A rank dir stays open while any of its buckets is queued or walked. */
+/* A rank dir (llmd-v0: a <dtype> dir) stays open while any of its
+ * buckets is queued or walked; name is its path from the root. */
 struct rankdir {
 	int fd;
 	atomic_int refs;
 	struct kv_block_ref ref;
-	char name[KV_NAME_MAX + 1];
+	char name[WALK_PATH_MAX];
 };
 
 struct item {
@@ -384,10 +392,13 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 
 		if (plen < 0)
 			continue;
-		if (type != DT_DIR || !kv_layout_group_bucket_parse(d->d_name, NULL) == 0)
+		int leaf = kv_layout_group_bucket_parse(d->d_name, rd->ref.layout,
+							NULL) == 0;
+
+		if (type != DT_DIR || !leaf)
 			type = classify(wk, fd, d, (size_t)len + 1, &rd->ref, 1,
 					&e, &rc);
-		if (type == DT_DIR && kv_layout_group_bucket_parse(d->d_name, NULL) == 0)
+		if (type == DT_DIR && leaf)
 			rc = walk_leaf(wk, fd, (size_t)plen, (size_t)len + 1, rd);
 		else if (type)
 			rc = emit_at(wk, KV_WALK_FOREIGN, fd, (size_t)len + 1,
@@ -494,25 +505,27 @@ static void queue_close(struct worker *self)
 	pthread_mutex_unlock(&w->q_lock);
 }
 
-/* A rank dir: queue its <hhh> buckets, report anything else as foreign. */
-static int walk_rank(struct worker *wk, const char *name,
-		     const struct kv_block_ref *ref)
+/*
+ * A rank dir open at fd (its path from the root in name; parentfd and
+ * name_off say where its own name is): queue its <hhh> buckets, report
+ * anything else as foreign.  Takes fd.
+ */
+static int walk_rank_fd(struct worker *wk, int parentfd, int fd, const char *name,
+			size_t name_off, const struct kv_block_ref *ref)
 {
 	struct walk *w = wk->w;
 	struct rankdir *rd;
 	struct dirit it;
 	struct dirent64 *d;
-	int fd, rc = 0, n;
+	int rc = 0, n;
 	size_t len = strlen(name);
 
-	fd = open_subdir(w, w->rootfd, name);
-	if (fd < 0)
-		return emit_open_failure(wk, w->rootfd, 0, ref, 1, fd);
 	rd = malloc(sizeof(*rd));
 	if (!rd) {
 		close(fd);
-		return emit_at(wk, KV_WALK_ERROR, w->rootfd, 0, ref, 1, -ENOMEM,
-			       NULL);
+		path_push(wk, 0, name);
+		return emit_at(wk, KV_WALK_ERROR, parentfd, name_off, ref, 1,
+			       -ENOMEM, NULL);
 	}
 	rd->fd = fd;
 	atomic_init(&rd->refs, 1);
@@ -539,10 +552,20 @@ static int walk_rank(struct worker *wk, const char *name,
 	}
 	if (!rc && n < 0) {
 		path_push(wk, 0, name);
-		rc = emit_at(wk, KV_WALK_ERROR, w->rootfd, 0, ref, 1, n, NULL);
+		rc = emit_at(wk, KV_WALK_ERROR, parentfd, name_off, ref, 1, n, NULL);
 	}
 	rankdir_put(rd);
 	return rc;
+}
+
+static int walk_rank(struct worker *wk, const char *name,
+		     const struct kv_block_ref *ref)
+{
+	int fd = open_subdir(wk->w, wk->w->rootfd, name);
+
+	if (fd < 0)
+		return emit_open_failure(wk, wk->w->rootfd, 0, ref, 1, fd);
+	return walk_rank_fd(wk, wk->w->rootfd, fd, name, 0, ref);
 }
 
 /* A model dir: its config.json, temps of a config being written, and
@@ -581,6 +604,146 @@ static int walk_model(struct worker *wk, const char *name,
 	return rc;
 }
 
+/* ---- llm-d's layout before #585 (llmd-v0), read, never written ---- */
+
+/* Whether the dir name below fd holds a block_size_* dir within the
+ * levels of model-name dirs left: the mark of an llmd-v0 tree.  Names
+ * only; dot-names (snapshots, lock files) are never searched. */
+static int v0_probe(struct worker *wk, int fd, const char *name, unsigned level)
+{
+	struct dirit it;
+	struct dirent64 *d;
+	int n, found = 0, sub = open_subdir(wk->w, fd, name);
+
+	if (sub < 0)
+		return 0;
+	dirit_init(&it, sub, wk->buf[level]);
+	while (!found && (n = dirit_next(&it, &d)) > 0) {
+		if (d->d_type != DT_DIR && d->d_type != DT_UNKNOWN)
+			continue;
+		if (kv_layout_v0_params_parse(d->d_name) == 0)
+			found = 1;
+		else if (level + 1 < LVL_V0_PARAMS && d->d_name[0] != '.')
+			found = v0_probe(wk, sub, d->d_name, level + 1);
+	}
+	close(sub);
+	return found;
+}
+
+/* Rebuild wk->path as dir/name (the walks below reuse the buffer): its
+ * length, or -ENAMETOOLONG. */
+static int v0_path(struct worker *wk, const char *dir, const char *name)
+{
+	return path_push(wk, (size_t)path_push(wk, 0, dir), name);
+}
+
+enum v0_level { V0_MODEL, V0_PARAMS, V0_PARALLEL, V0_RANK };
+
+/*
+ * One dir of an llmd-v0 tree, open at fd with path dir: descend into what
+ * the next level may hold, report anything else as foreign.  ref carries
+ * what the levels above found; level_buf is this dir's getdents buffer.
+ */
+static int v0_dir(struct worker *wk, int fd, const char *dir, enum v0_level level,
+		  unsigned model_depth, struct kv_block_ref *ref)
+{
+	static const unsigned bufs[] = {
+		[V0_PARAMS] = LVL_V0_PARAMS, [V0_PARALLEL] = LVL_V0_PARALLEL,
+		[V0_RANK] = LVL_V0_RANK,
+	};
+	struct walk *w = wk->w;
+	size_t dlen = strlen(dir);
+	struct dirit it;
+	struct dirent64 *d;
+	int rc = 0, n;
+
+	dirit_init(&it, fd, wk->buf[level == V0_MODEL ? LVL_V0_MODEL + model_depth :
+				     bufs[level]]);
+	while (!rc && (n = dirit_next(&it, &d)) > 0) {
+		enum v0_level next = level;
+		struct kv_walk_entry e;
+		char path[WALK_PATH_MAX];
+		int plen = v0_path(wk, dir, d->d_name), type = d->d_type, want = 0, sub;
+		unsigned rank;
+
+		if (plen < 0)
+			continue;
+		switch (level) {
+		case V0_MODEL:
+			if (kv_layout_v0_params_parse(d->d_name) == 0)
+				want = 1, next = V0_PARAMS;
+			else if (model_depth + 1 < KV_LAYOUT_V0_MODEL_DEPTH &&
+				 d->d_name[0] != '.' &&
+				 v0_probe(wk, fd, d->d_name, LVL_V0_MODEL + model_depth + 1))
+				want = 1;
+			break;
+		case V0_PARAMS:
+			/* The dir above rank_<R> is the model dir of llmd-v0. */
+			if (kv_layout_v0_parse(wk->path, &(struct kv_layout_v0){ 0 }) == 0 &&
+			    (size_t)plen <= KV_NAME_MAX) {
+				want = kv_layout_model_matches(w->model, wk->path);
+				next = V0_PARALLEL;
+				if (!want)
+					continue;
+			}
+			break;
+		case V0_PARALLEL:
+			if (kv_layout_v0_rank_parse(d->d_name, &rank) == 0) {
+				if (w->rank >= 0 && rank != (unsigned)w->rank)
+					continue;
+				want = 1, next = V0_RANK;
+				ref->rank = rank;
+			}
+			break;
+		case V0_RANK:
+			want = strlen(d->d_name) <= KV_DTYPE_DIR_MAX;
+			break;
+		}
+		if (type != DT_DIR || !want)
+			type = classify(wk, fd, d, dlen + 1, NULL, 0, &e, &rc);
+		if (type != DT_DIR || !want) {
+			if (type && !(w->model || w->rank >= 0))
+				rc = emit_at(wk, KV_WALK_FOREIGN, fd, dlen + 1, NULL, 0, 0, &e);
+			continue;
+		}
+		memcpy(path, wk->path, (size_t)plen + 1);
+		sub = open_subdir(w, fd, d->d_name);
+		if (sub < 0) {
+			rc = emit_open_failure(wk, fd, dlen + 1, NULL, 0, sub);
+			continue;
+		}
+		if (level == V0_PARAMS)
+			memcpy(ref->model_dir, path, (size_t)plen + 1);
+		if (level == V0_RANK) {
+			memcpy(ref->dtype, d->d_name, strlen(d->d_name) + 1);
+			rc = walk_rank_fd(wk, fd, sub, path, dlen + 1, ref);
+			continue;
+		}
+		rc = v0_dir(wk, sub, path, next,
+			    next == V0_MODEL ? model_depth + 1 : model_depth, ref);
+		close(sub);
+	}
+	if (!rc && n < 0) {
+		path_push(wk, 0, dir);
+		rc = emit_at(wk, KV_WALK_ERROR, fd, 0, NULL, 0, n, NULL);
+	}
+	return rc;
+}
+
+/* A root entry that is no v1 name: the top of an llmd-v0 tree, or foreign. */
+static int walk_v0(struct worker *wk, const char *name)
+{
+	struct kv_block_ref ref = { .layout = KV_LAYOUT_LLMD_V0 };
+	int fd, rc;
+
+	fd = open_subdir(wk->w, wk->w->rootfd, name);
+	if (fd < 0)
+		return emit_open_failure(wk, wk->w->rootfd, 0, NULL, 0, fd);
+	rc = v0_dir(wk, fd, name, V0_MODEL, 0, &ref);
+	close(fd);
+	return rc;
+}
+
 enum root_kind { ROOT_OTHER, ROOT_RANK, ROOT_MODEL };
 
 static int walk_root(struct worker *wk)
@@ -603,9 +766,9 @@ static int walk_root(struct worker *wk)
 		else if (kv_layout_model_dir_parse(d->d_name, &ref) == 0)
 			kind = ROOT_MODEL;
 		/* Filters skip whole dirs, and everything outside any model. */
-		if (filtered && (kind == ROOT_OTHER || !kv_layout_model_matches(w->model, ref.model_dir) ||
-				 (kind == ROOT_RANK && ref.rank != (unsigned)w->rank &&
-				  w->rank >= 0)))
+		if (filtered && kind != ROOT_OTHER &&
+		    (!kv_layout_model_matches(w->model, ref.model_dir) ||
+		     (kind == ROOT_RANK && ref.rank != (unsigned)w->rank && w->rank >= 0)))
 			continue;
 		if (path_push(wk, 0, d->d_name) < 0)
 			continue;
@@ -615,7 +778,10 @@ static int walk_root(struct worker *wk)
 			rc = walk_rank(wk, d->d_name, &ref);
 		else if (type == DT_DIR && kind == ROOT_MODEL)
 			rc = walk_model(wk, d->d_name, &ref);
-		else if (type)
+		else if (type == DT_DIR && d->d_name[0] != '.' &&
+			 v0_probe(wk, w->rootfd, d->d_name, LVL_V0_MODEL))
+			rc = walk_v0(wk, d->d_name);
+		else if (type && !filtered)
 			rc = emit_at(wk, KV_WALK_FOREIGN, w->rootfd, 0, NULL, 0, 0, &e);
 	}
 	if (!rc && n < 0) {
@@ -625,11 +791,13 @@ static int walk_root(struct worker *wk)
 	return rc;
 }
 
-static int worker_init(struct worker *wk, struct walk *w, int first_level)
+/* Buffers for levels first..last-1: the caller reads every level, the
+ * workers only buckets. */
+static int worker_init(struct worker *wk, struct walk *w, int first, int last)
 {
 	memset(wk, 0, sizeof(*wk));
 	wk->w = w;
-	for (int i = first_level; i < LVL_COUNT; i++)
+	for (int i = first; i < last; i++)
 		if (!(wk->buf[i] = malloc(WALK_DIRBUF_BYTES)))
 			return -ENOMEM;
 	return 0;
@@ -688,11 +856,11 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	pthread_mutex_init(&w->q_lock, NULL);
 	pthread_cond_init(&w->q_ready, NULL);
 
-	rc = worker_init(&self, w, LVL_ROOT);
+	rc = worker_init(&self, w, LVL_ROOT, LVL_COUNT);
 	while (!rc && started + 1 < nthreads) {
 		struct worker *wk = &workers[started];
 
-		if (worker_init(wk, w, LVL_TOP) < 0 ||
+		if (worker_init(wk, w, LVL_TOP, LVL_LEAF + 1) < 0 ||
 		    pthread_create(&tids[started], NULL, worker_main, wk)) {
 			worker_fini(wk);
 			break;

@@ -45,17 +45,18 @@ make_tree() {
 	echo "$(block "$Q" 0 0 abcde00000 10) 10" >> "$MANIFEST"
 }
 
-@test "the model table: model, fingerprint, dtype, tp, ranks, files, size" {
+@test "the model table: model, fingerprint, dtype, schema, tp, ranks, files, size" {
 	make_tree
 	run --separate-stderr kvls
 	[ "$status" -eq 0 ] || fail "kvls: $stderr"
 	[ "${#lines[@]}" -eq 3 ]
-	[[ "${lines[0]}" == MODEL*FINGERPRINT*DTYPE*TP*RANKS*FILES*SIZE*OLDEST*NEWEST ]]
-	read -r model fp dtype tp ranks files size oldest newest <<< "$(grep -F "$LLAMA " <<< "$output")"
+	[[ "${lines[0]}" == MODEL*FINGERPRINT*DTYPE*SCHEMA*TP*RANKS*FILES*SIZE*OLDEST*NEWEST ]]
+	read -r model fp dtype schema tp ranks files size oldest newest <<< "$(grep -F "$LLAMA " <<< "$output")"
 	[ "$model" = "$LLAMA" ] && [ "$fp" = "${L##*_}" ] && [ "$dtype" = bfloat16 ]
+	[ "$schema" = llm-d ]
 	[ "$tp" = 2 ] && [ "$ranks" = 2 ] && [ "$files" = 6 ] && [ "$size" = 1.2K ]
 	[[ "$oldest" =~ ^20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9:]{8}Z$ ]]
-	read -r model fp dtype tp ranks files size oldest newest <<< "$(grep -F "$QWEN " <<< "$output")"
+	read -r model fp dtype schema tp ranks files size oldest newest <<< "$(grep -F "$QWEN " <<< "$output")"
 	[ "$dtype" = float16 ] && [ "$tp" = 1 ] && [ "$ranks" = 1 ] && [ "$files" = 2 ]
 	[ "$size" = 4.0K ]
 }

@@ -23,6 +23,23 @@ setup() {
 	done
 	[ "$(jq -r '.models[] | select(.model == "Qwen/Qwen3-0.6B") | .dtype' <<<"$output")" = float16 ]
 	[ "$(jq -r '.models[] | select(.model == "Qwen/Qwen3-0.6B") | .tp' <<<"$output")" = 2 ]
+	[ "$(jq -r '.models[] | select(.model == "Qwen/Qwen3-0.6B") | .schema' <<<"$output")" = vllm ]
+	[ "$(jq -r '.models[] | select(.model == "deepseek-ai/DeepSeek-V3") | .schema' <<<"$output")" = vllm ]
+	[ "$(jq -r '.models[] | select(.fingerprint == "" | not) | select(.model == "meta-llama/Llama-3.1-8B") | .schema' <<<"$output")" = llm-d ]
+}
+
+@test "upstream trees: kvls lists llm-d's pre-#585 layout by model, dtype and parallel sizes" {
+	run kvls -J
+	assert_success
+	v0=$(jq -c '[.models[] | select(.layout == "llmd-v0") | {model, dtype, tp, pp, pcp, schema, files}] | sort_by(.model)' <<<"$output")
+	[ "$v0" = '[{"model":"Qwen3-0.6B","dtype":"float16","tp":1,"pp":1,"pcp":1,"schema":"llmd-v0","files":4},{"model":"meta-llama/Llama-3.1-8B","dtype":"bfloat16","tp":2,"pp":1,"pcp":1,"schema":"llmd-v0","files":8}]' ] ||
+		fail "llmd-v0 models: $v0"
+	run kvls --blocks --ndjson --model meta-llama/Llama-3.1-8B
+	assert_success
+	[ "$(jq -r .path <<<"$output" | grep -c /block_size_16_blocks_per_file_8/)" -eq 8 ]
+	[ "$(jq -r .path <<<"$output" | grep -vc /block_size_16_blocks_per_file_8/)" -eq 12 ]
+	run kvls --blocks --ndjson --rank 1 --model meta-llama/Llama-3.1-8B
+	[ "$(jq -r .path <<<"$output" | grep -c '/rank_1/')" -eq 4 ]
 }
 
 @test "upstream trees: kvls --check finds no problem in a correctly named tree" {

@@ -269,15 +269,15 @@ static void test_buckets(void)
 	CHECK(kv_layout_hash_bucket_parse("0AF") == -KV_EBADPATH);
 	CHECK(kv_layout_hash_bucket_parse("0a") == -KV_EBADPATH);
 	CHECK(kv_layout_hash_bucket_parse("0abc") == -KV_EBADPATH);
-	CHECK(kv_layout_group_bucket_parse("3e_g0", &g) == 0 && g == 0);
-	CHECK(kv_layout_group_bucket_parse("3e_g17", &g) == 0 && g == 17);
-	CHECK(kv_layout_group_bucket_parse("3e_g17", NULL) == 0);
+	CHECK(kv_layout_group_bucket_parse("3e_g0", KV_LAYOUT_V1, &g) == 0 && g == 0);
+	CHECK(kv_layout_group_bucket_parse("3e_g17", KV_LAYOUT_V1, &g) == 0 && g == 17);
+	CHECK(kv_layout_group_bucket_parse("3e_g17", KV_LAYOUT_V1, NULL) == 0);
 	/* The group is canonical decimal, as block paths require. */
-	CHECK(kv_layout_group_bucket_parse("3e_g017", &g) == -KV_EBADPATH);
-	CHECK(kv_layout_group_bucket_parse("3e_g", &g) == -KV_EBADPATH);
-	CHECK(kv_layout_group_bucket_parse("3E_g1", &g) == -KV_EBADPATH);
-	CHECK(kv_layout_group_bucket_parse("3e-g1", &g) == -KV_EBADPATH);
-	CHECK(kv_layout_group_bucket_parse("3e_g4294967296", &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g017", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3E_g1", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e-g1", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
+	CHECK(kv_layout_group_bucket_parse("3e_g4294967296", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
 	/* model matching: the dir itself, or the model name, any fingerprint */
 	CHECK(kv_layout_model_matches(NULL, "m_0123456789ab"));
 	CHECK(kv_layout_model_matches("m_0123456789ab", "m_0123456789ab"));
@@ -287,8 +287,65 @@ static void test_buckets(void)
 	CHECK(!kv_layout_model_matches("org", "org_m_0123456789ab"));
 }
 
+/* llm-d before #585: the model name's '/' kept as dirs, parameters as
+ * dirs, <hh> buckets with or without _g<G>, 16-hex names of that era. */
+static void test_v0(void)
+{
+	const char *p = "meta-llama/Llama-3.1-8B/block_size_16_blocks_per_file_8/"
+			"tp_2_pp_size_1_pcp_size_1/rank_1/bfloat16/3fa/9c/3fa9c04e51d2b7a8.bin";
+	const char *pg = "Qwen3-0.6B/block_size_256_blocks_per_file_1/"
+			 "tp_1_pp_size_1_pcp_size_1/rank_0/torch.float16/0ab/cd_g2/"
+			 "0abcd0123456789a0abcd0123456789a.bin";
+	struct kv_block_ref ref;
+	struct kv_layout_v0 v0;
+	char buf[1024];
+	unsigned g;
+
+	CHECK(kv_layout_block_parse(p, &ref) == 0);
+	CHECK(ref.layout == KV_LAYOUT_LLMD_V0 && ref.rank == 1 && ref.group == 0 &&
+	      !ref.group_dir && !strcmp(ref.dtype, "bfloat16") &&
+	      !strcmp(ref.hash, "3fa9c04e51d2b7a8") &&
+	      !strcmp(ref.model_dir, "meta-llama/Llama-3.1-8B/block_size_16_blocks_per_file_8/"
+				     "tp_2_pp_size_1_pcp_size_1"));
+	CHECK(kv_layout_block_path_ref(&ref, buf, sizeof(buf)) == 0 && !strcmp(buf, p));
+	CHECK(kv_layout_v0_parse(ref.model_dir, &v0) == 0 &&
+	      !strcmp(v0.model_name, "meta-llama/Llama-3.1-8B") && v0.block_size == 16 &&
+	      v0.blocks_per_file == 8 && v0.tp == 2 && v0.pp == 1 && v0.pcp == 1);
+	CHECK(!strcmp(kv_layout_name(ref.layout), "llmd-v0"));
+	CHECK(kv_layout_model_matches("meta-llama/Llama-3.1-8B", ref.model_dir));
+	CHECK(kv_layout_model_matches("meta-llama_Llama-3.1-8B", ref.model_dir));
+	CHECK(!kv_layout_model_matches("meta-llama/Llama-3.1", ref.model_dir));
+	CHECK(kv_layout_block_parse(pg, &ref) == 0 && ref.group == 2 && ref.group_dir &&
+	      !strcmp(ref.dtype, "torch.float16"));
+	CHECK(kv_layout_block_path_ref(&ref, buf, sizeof(buf)) == 0 && !strcmp(buf, pg));
+	CHECK(kv_layout_group_bucket_parse("cd", KV_LAYOUT_LLMD_V0, &g) == 0 && g == 0);
+	CHECK(kv_layout_group_bucket_parse("cd", KV_LAYOUT_V1, &g) == -KV_EBADPATH);
+	CHECK(kv_layout_v0_params_parse("block_size_16_blocks_per_file_8") == 0);
+	CHECK(kv_layout_v0_params_parse("block_size_016_blocks_per_file_8") == -KV_EBADPATH);
+	CHECK(kv_layout_v0_params_parse("block_size_16_blocks_per_file_") == -KV_EBADPATH);
+	CHECK(kv_layout_v0_rank_parse("rank_12", &g) == 0 && g == 12);
+	CHECK(kv_layout_v0_rank_parse("rank_", &g) == -KV_EBADPATH);
+	/* Hash and buckets disagree, a bad parameter dir, no model name, a
+	 * model name deeper than four dirs: not the layout. */
+	CHECK(kv_layout_block_parse("m/block_size_16_blocks_per_file_8/tp_1_pp_size_1_pcp_size_1/"
+				    "rank_0/bf16/3fb/9c/3fa9c04e51d2b7a8.bin", &ref) == -KV_EBADPATH);
+	CHECK(kv_layout_block_parse("m/block_size_16_blocks_per_file_8/tp_1_pp_1_pcp_1/"
+				    "rank_0/bf16/3fa/9c/3fa9c04e51d2b7a8.bin", &ref) == -KV_EBADPATH);
+	CHECK(kv_layout_block_parse("block_size_16_blocks_per_file_8/tp_1_pp_size_1_pcp_size_1/"
+				    "rank_0/bf16/3fa/9c/3fa9c04e51d2b7a8.bin", &ref) == -KV_EBADPATH);
+	CHECK(kv_layout_block_parse("a/b/c/d/e/block_size_16_blocks_per_file_8/"
+				    "tp_1_pp_size_1_pcp_size_1/rank_0/bf16/3fa/9c/3fa9c04e51d2b7a8.bin",
+				    &ref) == -KV_EBADPATH);
+	CHECK(kv_layout_block_parse("a/b/c/d/block_size_16_blocks_per_file_8/"
+				    "tp_1_pp_size_1_pcp_size_1/rank_0/bf16/3fa/9c/3fa9c04e51d2b7a8.bin",
+				    &ref) == 0);
+	CHECK(kv_layout_block_parse("m/../block_size_16_blocks_per_file_8/tp_1_pp_size_1_pcp_size_1/"
+				    "rank_0/bf16/3fa/9c/3fa9c04e51d2b7a8.bin", &ref) == -KV_EBADPATH);
+}
+
 int main(void)
 {
+	test_v0();
 	test_buckets();
 	test_hash();
 	test_model_names();
