@@ -1,8 +1,9 @@
 /*
- * The kvoffd control plane: one epoll loop owns the slot table, the key
- * index, the LRU and every client; workers (writer.c) only touch slot
- * bytes the loop has handed them.  Block data moves through the shared
- * memfd, never through the socket.
+ * The kvoffd control plane: one epoll loop owns the slot store (key
+ * index, LRU, free list: lib/tier/slots.c), the per-slot state beside it
+ * and every client; workers (writer.c) only touch slot bytes the loop
+ * has handed them.  Block data moves through the shared memfd, never
+ * through the socket.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,7 @@
 /* epoll tags for the loop's own fds; clients are tagged by pointer. */
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_TIMER, TAG_DONE };
 
-/* ---- pool, index, LRU ---- */
+/* ---- pool ---- */
 
 static int map_pool(struct offd *d, unsigned flags)
 {
@@ -63,11 +64,17 @@ fail:
 
 int offd_pool_init(struct offd *d)
 {
-	uint32_t buckets = 16;
+	uint64_t count = d->pool_bytes / d->slot_bytes;
+	struct kvi_slots_class one = { .slot_bytes = d->slot_bytes, .count = (uint32_t)count };
 	int err;
 
-	d->nslots = (uint32_t)(d->pool_bytes / d->slot_bytes);
-	d->pool_bytes = (uint64_t)d->nslots * d->slot_bytes;
+	if (count > UINT32_MAX)
+		return -EINVAL;
+	err = kvi_slots_new(&one, 1, &d->store);
+	if (err)
+		return err;
+	d->nslots = kvi_slots_count(d->store);
+	d->pool_bytes = kvi_slots_pool_bytes(d->store);
 	/* hugetlbfs reserves at mmap time, so a machine without free huge
 	 * pages fails here and gets ordinary shared memory instead. */
 	err = -EINVAL;
@@ -79,144 +86,41 @@ int offd_pool_init(struct offd *d)
 	if (err)
 		return err;
 	d->slots = calloc(d->nslots, sizeof(*d->slots));
-	while (buckets < 2 * (uint64_t)d->nslots)
-		buckets *= 2;
-	d->index = malloc(buckets * sizeof(*d->index));
-	if (!d->slots || !d->index)
-		return -ENOMEM;
-	d->index_mask = buckets - 1;
-	for (uint32_t i = 0; i < buckets; i++)
-		d->index[i] = NIL;
-	d->free_head = NIL;
-	for (uint32_t i = d->nslots; i-- > 0;) {
-		d->slots[i].next = d->free_head;
-		d->free_head = i;
-	}
-	d->nfree = d->nslots;
-	d->lru_head = d->lru_tail = NIL;
-	return 0;
-}
-
-static uint32_t bucket_of(struct offd *d, const char *path)
-{
-	return (uint32_t)kv_xxh3(path, strlen(path)) & d->index_mask;
-}
-
-static uint32_t index_find(struct offd *d, const char *path)
-{
-	uint32_t i = d->index[bucket_of(d, path)];
-
-	while (i != NIL && strcmp(d->slots[i].path, path))
-		i = d->slots[i].hnext;
-	return i;
-}
-
-static void index_add(struct offd *d, uint32_t i)
-{
-	uint32_t *head = &d->index[bucket_of(d, d->slots[i].path)];
-
-	d->slots[i].hnext = *head;
-	*head = i;
-	d->slots[i].in_index = 1;
-}
-
-static void index_del(struct offd *d, uint32_t i)
-{
-	uint32_t *p = &d->index[bucket_of(d, d->slots[i].path)];
-
-	while (*p != i)
-		p = &d->slots[*p].hnext;
-	*p = d->slots[i].hnext;
-	d->slots[i].in_index = 0;
-}
-
-static void lru_del(struct offd *d, uint32_t i)
-{
-	struct slot *s = &d->slots[i];
-
-	if (s->prev != NIL)
-		d->slots[s->prev].next = s->next;
-	else
-		d->lru_head = s->next;
-	if (s->next != NIL)
-		d->slots[s->next].prev = s->prev;
-	else
-		d->lru_tail = s->prev;
-	s->prev = s->next = NIL;
-}
-
-static void lru_push(struct offd *d, uint32_t i)
-{
-	struct slot *s = &d->slots[i];
-
-	s->prev = NIL;
-	s->next = d->lru_head;
-	if (d->lru_head != NIL)
-		d->slots[d->lru_head].prev = i;
-	d->lru_head = i;
-	if (d->lru_tail == NIL)
-		d->lru_tail = i;
+	return d->slots ? 0 : -ENOMEM;
 }
 
 static void free_slot(struct offd *d, uint32_t i)
 {
-	struct slot *s = &d->slots[i];
-
-	memset(s, 0, sizeof(*s));
-	s->state = SLOT_FREE;
-	s->prev = s->hnext = NIL;
-	s->next = d->free_head;
-	d->free_head = i;
-	d->nfree++;
+	memset(&d->slots[i], 0, sizeof(d->slots[i]));
+	kvi_slots_release(d->store, i);
 }
 
-static uint32_t pop_free(struct offd *d)
-{
-	uint32_t i = d->free_head;
-
-	d->free_head = d->slots[i].next;
-	d->nfree--;
-	d->slots[i].prev = d->slots[i].next = d->slots[i].hnext = NIL;
-	return i;
-}
-
-/* Take a block out of the index (a newer put replaced it, or eviction). */
-static void detach(struct offd *d, uint32_t i)
-{
-	struct slot *s = &d->slots[i];
-
-	if (!s->in_index)
-		return;
-	index_del(d, i);
-	if (s->state == SLOT_READY)
-		lru_del(d, i);
-}
-
-/* A detached block is freed once nobody reads it. */
+/* A detached block (out of the index: replaced, or evicted while read)
+ * is freed once nobody reads it. */
 static void try_release(struct offd *d, uint32_t i)
 {
 	struct slot *s = &d->slots[i];
 
-	if (s->state == SLOT_READY && !s->in_index && !s->pins && !s->wb_pending)
+	if (s->state == SLOT_READY && !kvi_slots_indexed(d->store, i) && !s->pins &&
+	    !s->wb_pending)
 		free_slot(d, i);
 }
 
 static void evict(struct offd *d, uint32_t i)
 {
-	report_event(d, "BlockRemoved", "cpu", &d->slots[i]);
+	report_event(d, "BlockRemoved", "cpu", i);
 	d->st.evictions++;
-	detach(d, i);
 	free_slot(d, i);
 }
 
 static int queue_write(struct offd *d, uint32_t i)
 {
 	struct slot *s = &d->slots[i];
-	struct job j = { .kind = JOB_WRITE, .slot = i, .len = s->len };
+	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kvi_slots_len(d->store, i) };
 
 	if (d->wb_inflight >= d->wr.wcap)
 		return -EAGAIN;
-	memcpy(j.path, s->path, sizeof(j.path));
+	snprintf(j.path, sizeof(j.path), "%s", kvi_slots_key(d->store, i));
 	if (writer_push(d, &j))
 		return -EAGAIN;
 	s->wb_pending = 1;
@@ -233,25 +137,28 @@ static int storage_behind(struct offd *d)
 }
 
 /*
- * A slot for a new block: a free one, else the least recently used
- * unpinned block already in the file tier.  Dirty blocks met on the way
+ * A slot for a new block of len bytes, holding path: a free one, else
+ * the least recently used unpinned block of its class already in the
+ * file tier.  Dirty blocks met on the way
  * are queued for write-behind (-EAGAIN: the caller parks until one
  * lands); when storage is behind the oldest dirty block is dropped
  * instead, so a slow or stalled file tier costs blocks, never a stalled
  * put.
  */
-static int get_slot(struct offd *d, uint32_t *out)
+static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
 	/* Judged before this call queues anything: a queue it filled
 	 * itself is worth waiting for. */
 	int behind = storage_behind(d);
+	int err = kvi_slots_alloc(d->store, len, path, out);
+	unsigned cls;
 
-	if (d->nfree) {
-		*out = pop_free(d);
-		return 0;
-	}
-	for (uint32_t i = d->lru_tail; i != NIL; i = d->slots[i].prev) {
+	if (err != -ENOSPC)
+		return err;
+	cls = (unsigned)kvi_slots_class(d->store, len);
+	for (uint32_t i = kvi_slots_oldest(d->store, cls); i != KVI_SLOT_NONE;
+	     i = kvi_slots_newer(d->store, i)) {
 		struct slot *s = &d->slots[i];
 
 		if (s->pins || s->wb_pending)
@@ -266,24 +173,24 @@ static int get_slot(struct offd *d, uint32_t *out)
 			d->st.wb_drops++;
 		}
 		evict(d, i);
-		*out = pop_free(d);
-		return 0;
+		return kvi_slots_alloc(d->store, len, path, out);
 	}
 	return d->wb_inflight || d->loads_inflight ? -EAGAIN : -ENOSPC;
 }
 
 /*
- * Keep the LRU tail clean: queue write-behind for the dirty, unpinned
- * blocks nearest eviction so get_slot finds clean victims instead of
- * parking or dropping.
+ * Keep the LRU tail of class cls clean: queue write-behind for the
+ * dirty, unpinned blocks nearest eviction so get_slot finds clean
+ * victims instead of parking or dropping.
  */
-static void spill_ahead(struct offd *d)
+static void spill_ahead(struct offd *d, unsigned cls)
 {
 	uint32_t window = d->nslots / 8 ? d->nslots / 8 : 1, seen = 0;
 
 	if (window > d->wr.wcap)
 		window = (uint32_t)d->wr.wcap;
-	for (uint32_t i = d->lru_tail; i != NIL && seen < window; i = d->slots[i].prev, seen++) {
+	for (uint32_t i = kvi_slots_oldest(d->store, cls); i != KVI_SLOT_NONE && seen < window;
+	     i = kvi_slots_newer(d->store, i), seen++) {
 		struct slot *s = &d->slots[i];
 
 		if (!s->on_disk && !s->pins && !s->wb_pending && queue_write(d, i))
@@ -388,9 +295,11 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 	uint32_t i;
 	int err;
 
-	err = f->len > d->slot_bytes ? -EFBIG : key_path(f, &ref, path);
+	err = kvi_slots_class(d->store, f->len);
+	if (err >= 0)
+		err = key_path(f, &ref, path);
 	if (!err)
-		err = get_slot(d, &i);
+		err = get_slot(d, f->len, path, &i);
 	if (err == -EAGAIN) {
 		park(d, c, f);
 		return;
@@ -401,10 +310,8 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 	}
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
-	d->slots[i].len = f->len;
 	d->slots[i].ref = ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
-	memcpy(d->slots[i].path, path, PATH_BYTES);
 	r.slot = i;
 	r.len = f->len;
 	reply(d, c, &r);
@@ -419,6 +326,8 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
 	uint32_t i = f->slot, old;
+	unsigned cls;
+	uint64_t len;
 	struct slot *s;
 
 	if (!owned_alloc(d, c, i)) {
@@ -426,27 +335,29 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 		return;
 	}
 	s = &d->slots[i];
-	old = index_find(d, s->path);
-	if (old != NIL) {
-		detach(d, old);
+	len = kvi_slots_len(d->store, i);
+	old = kvi_slots_find(d->store, kvi_slots_key(d->store, i));
+	if (old != KVI_SLOT_NONE) {
+		kvi_slots_remove(d->store, old);
 		try_release(d, old);
 	}
 	s->state = SLOT_READY;
 	s->owner = NULL;
-	index_add(d, i);
-	lru_push(d, i);
+	kvi_slots_insert(d->store, i);
+	kvi_slots_touch(d->store, i);
 	d->st.puts++;
-	d->st.put_bytes += s->len;
-	report_transfer(d, DIR_PUT, s->len, kv_monotonic_ns() - s->start_ns);
-	report_event(d, "BlockStored", "cpu", s);
+	d->st.put_bytes += len;
+	report_transfer(d, DIR_PUT, len, kv_monotonic_ns() - s->start_ns);
+	report_event(d, "BlockStored", "cpu", i);
 	/* Not a drop: the block stays in RAM and catch_up queues it once
 	 * the queue has room; wb_drops counts blocks lost from RAM. */
-	if (d->always && queue_write(d, i)) {
+	if ((d->write_flags & KV_TIER_WRITE_THROUGH) && queue_write(d, i)) {
 		s->wb_refused = 1;
 		d->catchup = 1;
 	}
-	if (!d->always && !d->nfree)
-		spill_ahead(d);
+	cls = kvi_slots_class_of(d->store, i);
+	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kvi_slots_nfree(d->store, cls))
+		spill_ahead(d, cls);
 	reply(d, c, &r);
 }
 
@@ -470,6 +381,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	char path[PATH_BYTES];
 	struct slot *s;
 	struct job j = { .kind = JOB_LOAD };
+	/* Its size is known once read: a slot of the largest class. */
+	uint64_t load_bytes = d->slot_bytes;
 	uint32_t i;
 	int err;
 
@@ -478,8 +391,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	i = index_find(d, path);
-	if (i != NIL && d->slots[i].state == SLOT_READY) {
+	i = kvi_slots_find(d->store, path);
+	if (i != KVI_SLOT_NONE && d->slots[i].state == SLOT_READY) {
 		s = &d->slots[i];
 		if (c->npins >= MAX_PINS_PER_CLIENT) {
 			reply_status(d, c, f->type, -EMFILE);
@@ -500,31 +413,31 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		c->pins[c->npins].start_ns = kv_monotonic_ns();
 		c->npins++;
 		s->pins++;
-		lru_del(d, i);
-		lru_push(d, i);
+		kvi_slots_touch(d->store, i);
 		if (!rerun)
 			d->st.hits++;
-		d->st.gets++;
-		d->st.get_bytes += s->len;
 		r.slot = i;
-		r.len = s->len;
+		r.len = kvi_slots_len(d->store, i);
+		d->st.gets++;
+		d->st.get_bytes += r.len;
 		reply(d, c, &r);
 		return;
 	}
 	if (!rerun)
 		d->st.misses++;
-	if (i != NIL) {
+	if (i != KVI_SLOT_NONE) {
 		/* Someone's miss is loading this key: wait for that one. */
 		wait_load(d, c, f, i);
 		return;
 	}
 	/* Room for a read-through may cost an unwritten block when storage
 	 * is behind: never for a key the file tier does not hold either. */
-	if (!d->nfree && storage_behind(d) && (err = kv_io_has(d->io, path))) {
+	if (!kvi_slots_nfree(d->store, kvi_slots_class(d->store, load_bytes)) &&
+	    storage_behind(d) && (err = kv_io_has(d->io, path))) {
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	err = get_slot(d, &i);
+	err = get_slot(d, load_bytes, path, &i);
 	if (err == -EAGAIN) {
 		park(d, c, f);
 		return;
@@ -536,8 +449,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	s = &d->slots[i];
 	s->state = SLOT_LOADING;
 	s->ref = ref;
-	memcpy(s->path, path, PATH_BYTES);
-	index_add(d, i);
+	kvi_slots_insert(d->store, i);
 	j.slot = i;
 	memcpy(j.path, path, PATH_BYTES);
 	d->loads_inflight++;
@@ -559,7 +471,8 @@ static void do_release(struct offd *d, struct client *c, const struct kv_offd_fr
 	}
 	s = &d->slots[f->slot];
 	s->pins--;
-	report_transfer(d, DIR_GET, s->len, kv_monotonic_ns() - c->pins[k].start_ns);
+	report_transfer(d, DIR_GET, kvi_slots_len(d->store, f->slot),
+			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
 	try_release(d, f->slot);
 	reply(d, c, &r);
@@ -573,7 +486,7 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 	int err;
 
 	err = key_path(f, &ref, path);
-	if (!err && index_find(d, path) != NIL)
+	if (!err && kvi_slots_find(d->store, path) != KVI_SLOT_NONE)
 		r.arg = KV_OFFD_IN_RAM;
 	else if (!err && !(err = kv_io_has(d->io, path)))
 		r.arg = KV_OFFD_ON_DISK;
@@ -590,10 +503,10 @@ static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame
 	for (uint64_t i = f->arg; i < d->nslots; i++) {
 		const struct slot *s = &d->slots[i];
 
-		if (s->state != SLOT_READY || !s->in_index)
+		if (s->state != SLOT_READY || !kvi_slots_indexed(d->store, (uint32_t)i))
 			continue;
 		r.slot = (uint32_t)i;
-		r.len = s->len;
+		r.len = kvi_slots_len(d->store, (uint32_t)i);
 		r.rank = s->ref.rank;
 		r.group = s->ref.group;
 		r.arg = s->pins | (uint64_t)(s->on_disk != 0) << 32;
@@ -855,7 +768,7 @@ static void catch_up(struct offd *d)
 
 		/* A replaced block (out of the index) must not overwrite its
 		 * successor's file. */
-		if (s->wb_refused && s->state == SLOT_READY && s->in_index &&
+		if (s->wb_refused && s->state == SLOT_READY && kvi_slots_indexed(d->store, i) &&
 		    !s->on_disk && !s->wb_pending && queue_write(d, i))
 			return;
 		d->catchup_at = (i + 1) % d->nslots;
@@ -886,24 +799,22 @@ static void load_done(struct offd *d, const struct job *j)
 {
 	struct slot *s = &d->slots[j->slot];
 	struct client *waiters = s->waiters;
-	int detached = !s->in_index;
+	int detached = !kvi_slots_indexed(d->store, j->slot);
 
 	s->waiters = NULL;
 	d->loads_inflight--;
 	if (!j->result) {
 		s->state = SLOT_READY;
-		s->len = j->len;
+		kvi_slots_set_len(d->store, j->slot, j->len);
 		s->on_disk = 1;
 		d->st.readthroughs++;
 		d->st.readthrough_bytes += j->len;
 		report_transfer(d, DIR_READTHROUGH, j->len, j->ns);
 		if (!detached) {
-			lru_push(d, j->slot);
-			report_event(d, "BlockStored", "cpu", s);
+			kvi_slots_touch(d->store, j->slot);
+			report_event(d, "BlockStored", "cpu", j->slot);
 		}
 	} else {
-		if (!detached)
-			index_del(d, j->slot);
 		free_slot(d, j->slot);
 		if (j->result != -ENOENT)
 			tool_err("cannot read '%s': %s", j->path, kv_strerror(j->result));
@@ -928,7 +839,7 @@ static void write_done(struct offd *d, const struct job *j)
 		d->st.spills++;
 		d->st.spill_bytes += j->len;
 		report_transfer(d, DIR_SPILL, j->len, j->ns);
-		report_event(d, "BlockStored", "fs", s);
+		report_event(d, "BlockStored", "fs", j->slot);
 	} else {
 		d->st.wb_errors++;
 		tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));

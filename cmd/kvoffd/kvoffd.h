@@ -8,30 +8,27 @@
 #include <sys/types.h>
 #include <kv/kv.h>
 #include <kv/offd.h>
+#include "tier/slots.h"
 
-#define NIL		UINT32_MAX	/* end of a slot index list */
 #define PATH_BYTES	512		/* a block's relative path */
 
 enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
 
 struct client;
 
+/* What the loop tracks per slot beside the slot store (lib/tier/slots.h),
+ * which holds its key, length, index and LRU place. */
 struct slot {
 	enum slot_state state;
-	uint32_t prev, next;	/* LRU (READY and in the index) or free list */
-	uint32_t hnext;		/* index chain */
 	uint32_t pins;
-	int in_index;		/* reachable by key; else freed when idle */
 	int on_disk;		/* the file tier holds these bytes */
 	int wb_pending;		/* a worker may read the slot: not reusable */
 	int wb_refused;		/* always: the full queue refused it at commit */
 	int drain_tried;	/* SIGTERM drain queued it once already */
-	uint64_t len;
 	int64_t start_ns;	/* ALLOC time, for put seconds */
 	struct client *owner;	/* SLOT_ALLOC */
 	struct client *waiters;	/* SLOT_LOADING: LOOKUPs waiting on it */
 	struct kv_block_ref ref;
-	char path[PATH_BYTES];
 };
 
 struct pin {
@@ -95,7 +92,8 @@ struct offd {
 	const char *socket_path;
 	const char *metrics_path;
 	const char *events_path;
-	int always;		/* --write-policy always */
+	unsigned write_flags;	/* KV_TIER_SPILL; --write-policy always adds
+				 * KV_TIER_WRITE_THROUGH */
 	unsigned io_flags;
 
 	/* pool */
@@ -104,11 +102,8 @@ struct offd {
 	uint64_t pool_bytes, slot_bytes;
 	uint32_t nslots;
 	int hugepages;
-	struct slot *slots;
-	uint32_t free_head, nfree;
-	uint32_t lru_head, lru_tail;	/* head: most recent */
-	uint32_t *index;		/* key hash -> first slot */
-	uint32_t index_mask;
+	struct kvi_slots *store;	/* index, LRU, free list, geometry */
+	struct slot *slots;		/* by slot id, beside the store's */
 	uint32_t loads_inflight;
 	uint32_t wb_inflight;
 	uint64_t wb_landed;		/* write-behind jobs finished */
@@ -148,8 +143,7 @@ void writer_stop(struct offd *d);
 
 /* report.c */
 int report_open_events(struct offd *d);
-void report_event(struct offd *d, const char *event, const char *tier,
-		  const struct slot *s);
+void report_event(struct offd *d, const char *event, const char *tier, uint32_t i);
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);
 void report_fill_stats(struct offd *d, struct kv_offd_stats *out);
 int report_write_metrics(struct offd *d);

@@ -171,6 +171,7 @@ int main(int argc, char **argv)
 
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
+	d.write_flags = KV_TIER_SPILL;
 	d.socket_path = getenv("KV_DAEMON");
 	while ((opt = getopt_long(argc, argv, "r:s:c:hV", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -188,9 +189,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_POLICY:
 			if (!strcmp(optarg, "always"))
-				d.always = 1;
+				d.write_flags = KV_TIER_SPILL | KV_TIER_WRITE_THROUGH;
 			else if (!strcmp(optarg, "on-evict"))
-				d.always = 0;
+				d.write_flags = KV_TIER_SPILL;
 			else
 				tool_usage_fail("invalid --write-policy '%s' (always or on-evict)",
 						optarg);

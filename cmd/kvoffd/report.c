@@ -34,9 +34,9 @@ int report_open_events(struct offd *d)
 	return 0;
 }
 
-void report_event(struct offd *d, const char *event, const char *tier,
-		  const struct slot *s)
+void report_event(struct offd *d, const char *event, const char *tier, uint32_t i)
 {
+	const struct slot *s = &d->slots[i];
 	json_t *o;
 
 	if (!d->events)
@@ -47,7 +47,7 @@ void report_event(struct offd *d, const char *event, const char *tier,
 		      "rank", (json_int_t)s->ref.rank,
 		      "group", (json_int_t)s->ref.group,
 		      "hash", s->ref.hash,
-		      "size_bytes", (json_int_t)s->len,
+		      "size_bytes", (json_int_t)kvi_slots_len(d->store, i),
 		      "time_ns", (json_int_t)kv_now_ns());
 	if (!o)
 		return;
@@ -71,28 +71,27 @@ void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns)
 void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 {
 	struct kv_offd_stats *st = &d->st;
-	uint64_t used = 0, blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
+	uint64_t blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
+	struct kvi_slots_usage u;
 
 	for (uint32_t i = 0; i < d->nslots; i++) {
 		const struct slot *s = &d->slots[i];
 
-		if (s->state == SLOT_FREE)
-			continue;
-		used++;
 		pins += s->pins;
-		if (s->state == SLOT_READY && s->in_index) {
+		if (s->state == SLOT_READY && kvi_slots_indexed(d->store, i)) {
 			blocks++;
-			bytes += s->len;
+			bytes += kvi_slots_len(d->store, i);
 			dirty += !s->on_disk;
 		}
 	}
+	kvi_slots_usage(d->store, &u);
 	for (struct client *c = d->clients; c; c = c->next)
 		clients++;
 	st->pool_bytes = d->pool_bytes;
 	st->slot_bytes = d->slot_bytes;
 	st->slots = d->nslots;
-	st->slots_used = used;
-	st->pool_bytes_used = used * d->slot_bytes;
+	st->slots_used = u.slots_used;
+	st->pool_bytes_used = u.pool_bytes_used;
 	st->blocks = blocks;
 	st->block_bytes = bytes;
 	st->dirty_blocks = dirty;

@@ -19,7 +19,8 @@ struct worker_arg {
 
 static void run_job(struct offd *d, struct kv_io *io, struct job *j)
 {
-	unsigned char *mem = d->pool + (size_t)j->slot * d->slot_bytes;
+	unsigned char *mem = d->pool + kvi_slots_offset(d->store, j->slot);
+	uint64_t cap = kvi_slots_capacity(d->store, j->slot);
 	int64_t t0 = kv_monotonic_ns();
 	uint64_t size;
 	size_t got = 0;
@@ -28,10 +29,10 @@ static void run_job(struct offd *d, struct kv_io *io, struct job *j)
 		j->result = kv_io_put(io, j->path, mem, (size_t)j->len);
 	} else {
 		j->result = kv_io_size(io, j->path, &size);
-		if (!j->result && size > d->slot_bytes)
+		if (!j->result && size > cap)
 			j->result = -EFBIG;
 		if (!j->result)
-			j->result = kv_io_get(io, j->path, mem, (size_t)d->slot_bytes, &got);
+			j->result = kv_io_get(io, j->path, mem, (size_t)cap, &got);
 		j->len = j->result ? 0 : got;
 	}
 	j->ns = kv_monotonic_ns() - t0;

@@ -1,0 +1,322 @@
+/*
+ * The slot store: per-slot records in one array indexed by slot id,
+ * chained hash buckets over the indexed ones, and per class a free list
+ * (LIFO, so a freed slot is reused first) and an LRU list.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include "slots.h"
+
+#define NONE	KVI_SLOT_NONE
+
+struct slot {
+	char *key;		/* from alloc to release */
+	uint64_t hash;
+	uint64_t len;
+	uint32_t hnext;		/* index chain */
+	uint32_t prev, next;	/* LRU (most recent first) or free list */
+	unsigned char used, indexed, in_lru;
+};
+
+struct class {
+	uint64_t slot_bytes;
+	uint64_t base;		/* offset of its first slot */
+	uint32_t first, count;	/* its slot ids */
+	uint32_t free_head, nfree;
+	uint32_t lru_head, lru_tail;
+};
+
+struct kvi_slots {
+	struct class *cls;
+	unsigned ncls;
+	struct slot *e;
+	uint32_t count;
+	uint32_t *bucket;
+	uint32_t mask;		/* buckets - 1 */
+	struct kvi_slots_usage use;
+};
+
+static struct class *class_of(const struct kvi_slots *s, uint32_t id)
+{
+	unsigned c = 0;
+
+	while (id >= s->cls[c].first + s->cls[c].count)
+		c++;
+	return &s->cls[c];
+}
+
+static void free_push(struct kvi_slots *s, struct class *c, uint32_t id)
+{
+	s->e[id].next = c->free_head;
+	c->free_head = id;
+	c->nfree++;
+}
+
+int kvi_slots_new(const struct kvi_slots_class *classes, unsigned nclasses,
+		  struct kvi_slots **out)
+{
+	struct kvi_slots *s;
+	uint64_t base = 0, count = 0, nb = 16;
+
+	if (!nclasses)
+		return -EINVAL;
+	for (unsigned c = 0; c < nclasses; c++) {
+		const struct kvi_slots_class *k = &classes[c];
+
+		if (!k->slot_bytes || !k->count ||
+		    (c && k->slot_bytes <= classes[c - 1].slot_bytes))
+			return -EINVAL;
+		if (k->slot_bytes > (UINT64_MAX - base) / k->count)
+			return -EOVERFLOW;
+		base += k->slot_bytes * k->count;
+		count += k->count;
+		if (count >= NONE / 2)
+			return -EINVAL;
+	}
+	while (nb < 2 * count)
+		nb *= 2;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cls = calloc(nclasses, sizeof(*s->cls));
+	s->e = calloc(count, sizeof(*s->e));
+	s->bucket = malloc(nb * sizeof(*s->bucket));
+	if (!s->cls || !s->e || !s->bucket) {
+		kvi_slots_free(s);
+		return -ENOMEM;
+	}
+	s->ncls = nclasses;
+	s->count = (uint32_t)count;
+	s->mask = (uint32_t)nb - 1;
+	for (uint32_t i = 0; i < nb; i++)
+		s->bucket[i] = NONE;
+	base = 0;
+	count = 0;
+	for (unsigned c = 0; c < nclasses; c++) {
+		struct class *k = &s->cls[c];
+
+		k->slot_bytes = classes[c].slot_bytes;
+		k->count = classes[c].count;
+		k->first = (uint32_t)count;
+		k->base = base;
+		k->free_head = k->lru_head = k->lru_tail = NONE;
+		for (uint32_t i = k->count; i-- > 0;)
+			free_push(s, k, k->first + i);
+		base += k->slot_bytes * k->count;
+		count += k->count;
+	}
+	*out = s;
+	return 0;
+}
+
+void kvi_slots_free(struct kvi_slots *s)
+{
+	if (!s)
+		return;
+	for (uint32_t i = 0; s->e && i < s->count; i++)
+		free(s->e[i].key);
+	free(s->cls);
+	free(s->e);
+	free(s->bucket);
+	free(s);
+}
+
+uint32_t kvi_slots_count(const struct kvi_slots *s)
+{
+	return s->count;
+}
+
+uint64_t kvi_slots_pool_bytes(const struct kvi_slots *s)
+{
+	const struct class *k = &s->cls[s->ncls - 1];
+
+	return k->base + k->slot_bytes * k->count;
+}
+
+uint64_t kvi_slots_offset(const struct kvi_slots *s, uint32_t id)
+{
+	const struct class *k = class_of(s, id);
+
+	return k->base + (uint64_t)(id - k->first) * k->slot_bytes;
+}
+
+uint64_t kvi_slots_capacity(const struct kvi_slots *s, uint32_t id)
+{
+	return class_of(s, id)->slot_bytes;
+}
+
+unsigned kvi_slots_class_of(const struct kvi_slots *s, uint32_t id)
+{
+	return (unsigned)(class_of(s, id) - s->cls);
+}
+
+int kvi_slots_class(const struct kvi_slots *s, uint64_t len)
+{
+	for (unsigned c = 0; c < s->ncls; c++)
+		if (len <= s->cls[c].slot_bytes)
+			return (int)c;
+	return -EFBIG;
+}
+
+uint32_t kvi_slots_nfree(const struct kvi_slots *s, unsigned cls)
+{
+	return s->cls[cls].nfree;
+}
+
+int kvi_slots_alloc(struct kvi_slots *s, uint64_t len, const char *key,
+		    uint32_t *id)
+{
+	int c = kvi_slots_class(s, len);
+	struct class *k;
+	struct slot *e;
+	char *dup;
+	uint32_t i;
+
+	if (c < 0)
+		return c;
+	k = &s->cls[c];
+	if (!k->nfree)
+		return -ENOSPC;
+	dup = strdup(key);
+	if (!dup)
+		return -ENOMEM;
+	i = k->free_head;
+	e = &s->e[i];
+	k->free_head = e->next;
+	k->nfree--;
+	*e = (struct slot){
+		.key = dup,
+		.hash = XXH3_64bits(key, strlen(key)),
+		.len = len,
+		.hnext = NONE, .prev = NONE, .next = NONE,
+		.used = 1,
+	};
+	s->use.slots_used++;
+	s->use.pool_bytes_used += k->slot_bytes;
+	s->use.len_bytes += len;
+	*id = i;
+	return 0;
+}
+
+void kvi_slots_release(struct kvi_slots *s, uint32_t id)
+{
+	struct class *k = class_of(s, id);
+	struct slot *e = &s->e[id];
+
+	kvi_slots_remove(s, id);
+	s->use.slots_used--;
+	s->use.pool_bytes_used -= k->slot_bytes;
+	s->use.len_bytes -= e->len;
+	free(e->key);
+	*e = (struct slot){ .hnext = NONE, .prev = NONE };
+	free_push(s, k, id);
+}
+
+const char *kvi_slots_key(const struct kvi_slots *s, uint32_t id)
+{
+	return s->e[id].key;
+}
+
+uint64_t kvi_slots_len(const struct kvi_slots *s, uint32_t id)
+{
+	return s->e[id].len;
+}
+
+void kvi_slots_set_len(struct kvi_slots *s, uint32_t id, uint64_t len)
+{
+	s->use.len_bytes += len - s->e[id].len;
+	s->e[id].len = len;
+}
+
+void kvi_slots_insert(struct kvi_slots *s, uint32_t id)
+{
+	struct slot *e = &s->e[id];
+	uint32_t *head = &s->bucket[e->hash & s->mask];
+
+	e->hnext = *head;
+	*head = id;
+	e->indexed = 1;
+}
+
+uint32_t kvi_slots_find(const struct kvi_slots *s, const char *key)
+{
+	uint64_t h = XXH3_64bits(key, strlen(key));
+	uint32_t i = s->bucket[h & s->mask];
+
+	while (i != NONE && (s->e[i].hash != h || strcmp(s->e[i].key, key)))
+		i = s->e[i].hnext;
+	return i;
+}
+
+int kvi_slots_indexed(const struct kvi_slots *s, uint32_t id)
+{
+	return s->e[id].indexed;
+}
+
+static void lru_unlink(struct kvi_slots *s, uint32_t id)
+{
+	struct class *k = class_of(s, id);
+	struct slot *e = &s->e[id];
+
+	if (e->prev != NONE)
+		s->e[e->prev].next = e->next;
+	else
+		k->lru_head = e->next;
+	if (e->next != NONE)
+		s->e[e->next].prev = e->prev;
+	else
+		k->lru_tail = e->prev;
+	e->prev = e->next = NONE;
+	e->in_lru = 0;
+}
+
+void kvi_slots_remove(struct kvi_slots *s, uint32_t id)
+{
+	struct slot *e = &s->e[id];
+	uint32_t *p;
+
+	if (e->in_lru)
+		lru_unlink(s, id);
+	if (!e->indexed)
+		return;
+	p = &s->bucket[e->hash & s->mask];
+	while (*p != id)
+		p = &s->e[*p].hnext;
+	*p = e->hnext;
+	e->hnext = NONE;
+	e->indexed = 0;
+}
+
+void kvi_slots_touch(struct kvi_slots *s, uint32_t id)
+{
+	struct class *k = class_of(s, id);
+	struct slot *e = &s->e[id];
+
+	if (e->in_lru)
+		lru_unlink(s, id);
+	e->prev = NONE;
+	e->next = k->lru_head;
+	if (k->lru_head != NONE)
+		s->e[k->lru_head].prev = id;
+	k->lru_head = id;
+	if (k->lru_tail == NONE)
+		k->lru_tail = id;
+	e->in_lru = 1;
+}
+
+uint32_t kvi_slots_oldest(const struct kvi_slots *s, unsigned cls)
+{
+	return s->cls[cls].lru_tail;
+}
+
+uint32_t kvi_slots_newer(const struct kvi_slots *s, uint32_t id)
+{
+	return s->e[id].prev;
+}
+
+void kvi_slots_usage(const struct kvi_slots *s, struct kvi_slots_usage *u)
+{
+	*u = s->use;
+}
