@@ -65,16 +65,16 @@ fail:
 int offd_pool_init(struct offd *d)
 {
 	uint64_t count = d->pool_bytes / d->slot_bytes;
-	struct kvi_slots_class one = { .slot_bytes = d->slot_bytes, .count = (uint32_t)count };
+	struct kv_slots_class one = { .slot_bytes = d->slot_bytes, .count = (uint32_t)count };
 	int err;
 
 	if (count > UINT32_MAX)
 		return -EINVAL;
-	err = kvi_slots_new(&one, 1, &d->store);
+	err = kv_slots_new(&one, 1, &d->store);
 	if (err)
 		return err;
-	d->nslots = kvi_slots_count(d->store);
-	d->pool_bytes = kvi_slots_pool_bytes(d->store);
+	d->nslots = kv_slots_count(d->store);
+	d->pool_bytes = kv_slots_pool_bytes(d->store);
 	/* hugetlbfs reserves at mmap time, so a machine without free huge
 	 * pages fails here and gets ordinary shared memory instead. */
 	err = -EINVAL;
@@ -92,7 +92,7 @@ int offd_pool_init(struct offd *d)
 static void free_slot(struct offd *d, uint32_t i)
 {
 	memset(&d->slots[i], 0, sizeof(d->slots[i]));
-	kvi_slots_release(d->store, i);
+	kv_slots_release(d->store, i);
 }
 
 /* A detached block (out of the index: replaced, or evicted while read)
@@ -101,7 +101,7 @@ static void try_release(struct offd *d, uint32_t i)
 {
 	struct slot *s = &d->slots[i];
 
-	if (s->state == SLOT_READY && !kvi_slots_indexed(d->store, i) && !s->pins &&
+	if (s->state == SLOT_READY && !kv_slots_indexed(d->store, i) && !s->pins &&
 	    !s->wb_pending)
 		free_slot(d, i);
 }
@@ -116,11 +116,11 @@ static void evict(struct offd *d, uint32_t i)
 static int queue_write(struct offd *d, uint32_t i)
 {
 	struct slot *s = &d->slots[i];
-	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kvi_slots_len(d->store, i) };
+	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kv_slots_len(d->store, i) };
 
 	if (d->wb_inflight >= d->wr.wcap)
 		return -EAGAIN;
-	snprintf(j.path, sizeof(j.path), "%s", kvi_slots_key(d->store, i));
+	snprintf(j.path, sizeof(j.path), "%s", kv_slots_key(d->store, i));
 	if (writer_push(d, &j))
 		return -EAGAIN;
 	s->wb_pending = 1;
@@ -151,14 +151,14 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 	/* Judged before this call queues anything: a queue it filled
 	 * itself is worth waiting for. */
 	int behind = storage_behind(d);
-	int err = kvi_slots_alloc(d->store, len, path, out);
+	int err = kv_slots_alloc(d->store, len, path, out);
 	unsigned cls;
 
 	if (err != -ENOSPC)
 		return err;
-	cls = (unsigned)kvi_slots_class(d->store, len);
-	for (uint32_t i = kvi_slots_oldest(d->store, cls); i != KVI_SLOT_NONE;
-	     i = kvi_slots_newer(d->store, i)) {
+	cls = (unsigned)kv_slots_class(d->store, len);
+	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE;
+	     i = kv_slots_newer(d->store, i)) {
 		struct slot *s = &d->slots[i];
 
 		if (s->pins || s->wb_pending)
@@ -173,7 +173,7 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 			d->st.wb_drops++;
 		}
 		evict(d, i);
-		return kvi_slots_alloc(d->store, len, path, out);
+		return kv_slots_alloc(d->store, len, path, out);
 	}
 	return d->wb_inflight || d->loads_inflight ? -EAGAIN : -ENOSPC;
 }
@@ -189,8 +189,8 @@ static void spill_ahead(struct offd *d, unsigned cls)
 
 	if (window > d->wr.wcap)
 		window = (uint32_t)d->wr.wcap;
-	for (uint32_t i = kvi_slots_oldest(d->store, cls); i != KVI_SLOT_NONE && seen < window;
-	     i = kvi_slots_newer(d->store, i), seen++) {
+	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE && seen < window;
+	     i = kv_slots_newer(d->store, i), seen++) {
 		struct slot *s = &d->slots[i];
 
 		if (!s->on_disk && !s->pins && !s->wb_pending && queue_write(d, i))
@@ -295,7 +295,7 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 	uint32_t i;
 	int err;
 
-	err = kvi_slots_class(d->store, f->len);
+	err = kv_slots_class(d->store, f->len);
 	if (err >= 0)
 		err = key_path(f, &ref, path);
 	if (!err)
@@ -335,16 +335,16 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 		return;
 	}
 	s = &d->slots[i];
-	len = kvi_slots_len(d->store, i);
-	old = kvi_slots_find(d->store, kvi_slots_key(d->store, i));
-	if (old != KVI_SLOT_NONE) {
-		kvi_slots_remove(d->store, old);
+	len = kv_slots_len(d->store, i);
+	old = kv_slots_find(d->store, kv_slots_key(d->store, i));
+	if (old != KV_SLOT_NONE) {
+		kv_slots_remove(d->store, old);
 		try_release(d, old);
 	}
 	s->state = SLOT_READY;
 	s->owner = NULL;
-	kvi_slots_insert(d->store, i);
-	kvi_slots_touch(d->store, i);
+	kv_slots_insert(d->store, i);
+	kv_slots_touch(d->store, i);
 	d->st.puts++;
 	d->st.put_bytes += len;
 	report_transfer(d, DIR_PUT, len, kv_monotonic_ns() - s->start_ns);
@@ -355,8 +355,8 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 		s->wb_refused = 1;
 		d->catchup = 1;
 	}
-	cls = kvi_slots_class_of(d->store, i);
-	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kvi_slots_nfree(d->store, cls))
+	cls = kv_slots_class_of(d->store, i);
+	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kv_slots_nfree(d->store, cls))
 		spill_ahead(d, cls);
 	reply(d, c, &r);
 }
@@ -391,8 +391,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	i = kvi_slots_find(d->store, path);
-	if (i != KVI_SLOT_NONE && d->slots[i].state == SLOT_READY) {
+	i = kv_slots_find(d->store, path);
+	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY) {
 		s = &d->slots[i];
 		if (c->npins >= MAX_PINS_PER_CLIENT) {
 			reply_status(d, c, f->type, -EMFILE);
@@ -413,11 +413,11 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		c->pins[c->npins].start_ns = kv_monotonic_ns();
 		c->npins++;
 		s->pins++;
-		kvi_slots_touch(d->store, i);
+		kv_slots_touch(d->store, i);
 		if (!rerun)
 			d->st.hits++;
 		r.slot = i;
-		r.len = kvi_slots_len(d->store, i);
+		r.len = kv_slots_len(d->store, i);
 		d->st.gets++;
 		d->st.get_bytes += r.len;
 		reply(d, c, &r);
@@ -425,14 +425,14 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	}
 	if (!rerun)
 		d->st.misses++;
-	if (i != KVI_SLOT_NONE) {
+	if (i != KV_SLOT_NONE) {
 		/* Someone's miss is loading this key: wait for that one. */
 		wait_load(d, c, f, i);
 		return;
 	}
 	/* Room for a read-through may cost an unwritten block when storage
 	 * is behind: never for a key the file tier does not hold either. */
-	if (!kvi_slots_nfree(d->store, kvi_slots_class(d->store, load_bytes)) &&
+	if (!kv_slots_nfree(d->store, kv_slots_class(d->store, load_bytes)) &&
 	    storage_behind(d) && (err = kv_io_has(d->io, path))) {
 		reply_status(d, c, f->type, err);
 		return;
@@ -449,7 +449,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	s = &d->slots[i];
 	s->state = SLOT_LOADING;
 	s->ref = ref;
-	kvi_slots_insert(d->store, i);
+	kv_slots_insert(d->store, i);
 	j.slot = i;
 	memcpy(j.path, path, PATH_BYTES);
 	d->loads_inflight++;
@@ -471,7 +471,7 @@ static void do_release(struct offd *d, struct client *c, const struct kv_offd_fr
 	}
 	s = &d->slots[f->slot];
 	s->pins--;
-	report_transfer(d, DIR_GET, kvi_slots_len(d->store, f->slot),
+	report_transfer(d, DIR_GET, kv_slots_len(d->store, f->slot),
 			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
 	try_release(d, f->slot);
@@ -486,7 +486,7 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 	int err;
 
 	err = key_path(f, &ref, path);
-	if (!err && kvi_slots_find(d->store, path) != KVI_SLOT_NONE)
+	if (!err && kv_slots_find(d->store, path) != KV_SLOT_NONE)
 		r.arg = KV_OFFD_IN_RAM;
 	else if (!err && !(err = kv_io_has(d->io, path)))
 		r.arg = KV_OFFD_ON_DISK;
@@ -503,10 +503,10 @@ static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame
 	for (uint64_t i = f->arg; i < d->nslots; i++) {
 		const struct slot *s = &d->slots[i];
 
-		if (s->state != SLOT_READY || !kvi_slots_indexed(d->store, (uint32_t)i))
+		if (s->state != SLOT_READY || !kv_slots_indexed(d->store, (uint32_t)i))
 			continue;
 		r.slot = (uint32_t)i;
-		r.len = kvi_slots_len(d->store, (uint32_t)i);
+		r.len = kv_slots_len(d->store, (uint32_t)i);
 		r.rank = s->ref.rank;
 		r.group = s->ref.group;
 		r.arg = s->pins | (uint64_t)(s->on_disk != 0) << 32;
@@ -768,7 +768,7 @@ static void catch_up(struct offd *d)
 
 		/* A replaced block (out of the index) must not overwrite its
 		 * successor's file. */
-		if (s->wb_refused && s->state == SLOT_READY && kvi_slots_indexed(d->store, i) &&
+		if (s->wb_refused && s->state == SLOT_READY && kv_slots_indexed(d->store, i) &&
 		    !s->on_disk && !s->wb_pending && queue_write(d, i))
 			return;
 		d->catchup_at = (i + 1) % d->nslots;
@@ -799,19 +799,19 @@ static void load_done(struct offd *d, const struct job *j)
 {
 	struct slot *s = &d->slots[j->slot];
 	struct client *waiters = s->waiters;
-	int detached = !kvi_slots_indexed(d->store, j->slot);
+	int detached = !kv_slots_indexed(d->store, j->slot);
 
 	s->waiters = NULL;
 	d->loads_inflight--;
 	if (!j->result) {
 		s->state = SLOT_READY;
-		kvi_slots_set_len(d->store, j->slot, j->len);
+		kv_slots_set_len(d->store, j->slot, j->len);
 		s->on_disk = 1;
 		d->st.readthroughs++;
 		d->st.readthrough_bytes += j->len;
 		report_transfer(d, DIR_READTHROUGH, j->len, j->ns);
 		if (!detached) {
-			kvi_slots_touch(d->store, j->slot);
+			kv_slots_touch(d->store, j->slot);
 			report_event(d, "BlockStored", "cpu", j->slot);
 		}
 	} else {

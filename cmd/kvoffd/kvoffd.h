@@ -8,7 +8,7 @@
 #include <sys/types.h>
 #include <kv/kv.h>
 #include <kv/offd.h>
-#include "tier/slots.h"
+#include <kv/slots.h>
 
 #define PATH_BYTES	512		/* a block's relative path */
 
@@ -16,7 +16,7 @@ enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
 
 struct client;
 
-/* What the loop tracks per slot beside the slot store (lib/tier/slots.h),
+/* What the loop tracks per slot beside the slot store (<kv/slots.h>),
  * which holds its key, length, index and LRU place. */
 struct slot {
 	enum slot_state state;
@@ -102,7 +102,7 @@ struct offd {
 	uint64_t pool_bytes, slot_bytes;
 	uint32_t nslots;
 	int hugepages;
-	struct kvi_slots *store;	/* index, LRU, free list, geometry */
+	struct kv_slots *store;	/* index, LRU, free list, geometry */
 	struct slot *slots;		/* by slot id, beside the store's */
 	uint32_t loads_inflight;
 	uint32_t wb_inflight;

@@ -47,7 +47,7 @@ void report_event(struct offd *d, const char *event, const char *tier, uint32_t 
 		      "rank", (json_int_t)s->ref.rank,
 		      "group", (json_int_t)s->ref.group,
 		      "hash", s->ref.hash,
-		      "size_bytes", (json_int_t)kvi_slots_len(d->store, i),
+		      "size_bytes", (json_int_t)kv_slots_len(d->store, i),
 		      "time_ns", (json_int_t)kv_now_ns());
 	if (!o)
 		return;
@@ -72,19 +72,19 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 {
 	struct kv_offd_stats *st = &d->st;
 	uint64_t blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
-	struct kvi_slots_usage u;
+	struct kv_slots_usage u;
 
 	for (uint32_t i = 0; i < d->nslots; i++) {
 		const struct slot *s = &d->slots[i];
 
 		pins += s->pins;
-		if (s->state == SLOT_READY && kvi_slots_indexed(d->store, i)) {
+		if (s->state == SLOT_READY && kv_slots_indexed(d->store, i)) {
 			blocks++;
-			bytes += kvi_slots_len(d->store, i);
+			bytes += kv_slots_len(d->store, i);
 			dirty += !s->on_disk;
 		}
 	}
-	kvi_slots_usage(d->store, &u);
+	kv_slots_usage(d->store, &u);
 	for (struct client *c = d->clients; c; c = c->next)
 		clients++;
 	st->pool_bytes = d->pool_bytes;

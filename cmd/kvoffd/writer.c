@@ -19,8 +19,8 @@ struct worker_arg {
 
 static void run_job(struct offd *d, struct kv_io *io, struct job *j)
 {
-	unsigned char *mem = d->pool + kvi_slots_offset(d->store, j->slot);
-	uint64_t cap = kvi_slots_capacity(d->store, j->slot);
+	unsigned char *mem = d->pool + kv_slots_offset(d->store, j->slot);
+	uint64_t cap = kv_slots_capacity(d->store, j->slot);
 	int64_t t0 = kv_monotonic_ns();
 	uint64_t size;
 	size_t got = 0;

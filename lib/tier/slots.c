@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
-#include "slots.h"
+#include <kv/slots.h>
 
-#define NONE	KVI_SLOT_NONE
+#define NONE	KV_SLOT_NONE
 
 struct slot {
 	char *key;		/* from alloc to release */
@@ -28,17 +28,17 @@ struct class {
 	uint32_t lru_head, lru_tail;
 };
 
-struct kvi_slots {
+struct kv_slots {
 	struct class *cls;
 	unsigned ncls;
 	struct slot *e;
 	uint32_t count;
 	uint32_t *bucket;
 	uint32_t mask;		/* buckets - 1 */
-	struct kvi_slots_usage use;
+	struct kv_slots_usage use;
 };
 
-static struct class *class_of(const struct kvi_slots *s, uint32_t id)
+static struct class *class_of(const struct kv_slots *s, uint32_t id)
 {
 	unsigned c = 0;
 
@@ -47,23 +47,23 @@ static struct class *class_of(const struct kvi_slots *s, uint32_t id)
 	return &s->cls[c];
 }
 
-static void free_push(struct kvi_slots *s, struct class *c, uint32_t id)
+static void free_push(struct kv_slots *s, struct class *c, uint32_t id)
 {
 	s->e[id].next = c->free_head;
 	c->free_head = id;
 	c->nfree++;
 }
 
-int kvi_slots_new(const struct kvi_slots_class *classes, unsigned nclasses,
-		  struct kvi_slots **out)
+int kv_slots_new(const struct kv_slots_class *classes, unsigned nclasses,
+		  struct kv_slots **out)
 {
-	struct kvi_slots *s;
+	struct kv_slots *s;
 	uint64_t base = 0, count = 0, nb = 16;
 
 	if (!nclasses)
 		return -EINVAL;
 	for (unsigned c = 0; c < nclasses; c++) {
-		const struct kvi_slots_class *k = &classes[c];
+		const struct kv_slots_class *k = &classes[c];
 
 		if (!k->slot_bytes || !k->count ||
 		    (c && k->slot_bytes <= classes[c - 1].slot_bytes))
@@ -84,7 +84,7 @@ int kvi_slots_new(const struct kvi_slots_class *classes, unsigned nclasses,
 	s->e = calloc(count, sizeof(*s->e));
 	s->bucket = malloc(nb * sizeof(*s->bucket));
 	if (!s->cls || !s->e || !s->bucket) {
-		kvi_slots_free(s);
+		kv_slots_free(s);
 		return -ENOMEM;
 	}
 	s->ncls = nclasses;
@@ -111,7 +111,7 @@ int kvi_slots_new(const struct kvi_slots_class *classes, unsigned nclasses,
 	return 0;
 }
 
-void kvi_slots_free(struct kvi_slots *s)
+void kv_slots_free(struct kv_slots *s)
 {
 	if (!s)
 		return;
@@ -123,36 +123,36 @@ void kvi_slots_free(struct kvi_slots *s)
 	free(s);
 }
 
-uint32_t kvi_slots_count(const struct kvi_slots *s)
+uint32_t kv_slots_count(const struct kv_slots *s)
 {
 	return s->count;
 }
 
-uint64_t kvi_slots_pool_bytes(const struct kvi_slots *s)
+uint64_t kv_slots_pool_bytes(const struct kv_slots *s)
 {
 	const struct class *k = &s->cls[s->ncls - 1];
 
 	return k->base + k->slot_bytes * k->count;
 }
 
-uint64_t kvi_slots_offset(const struct kvi_slots *s, uint32_t id)
+uint64_t kv_slots_offset(const struct kv_slots *s, uint32_t id)
 {
 	const struct class *k = class_of(s, id);
 
 	return k->base + (uint64_t)(id - k->first) * k->slot_bytes;
 }
 
-uint64_t kvi_slots_capacity(const struct kvi_slots *s, uint32_t id)
+uint64_t kv_slots_capacity(const struct kv_slots *s, uint32_t id)
 {
 	return class_of(s, id)->slot_bytes;
 }
 
-unsigned kvi_slots_class_of(const struct kvi_slots *s, uint32_t id)
+unsigned kv_slots_class_of(const struct kv_slots *s, uint32_t id)
 {
 	return (unsigned)(class_of(s, id) - s->cls);
 }
 
-int kvi_slots_class(const struct kvi_slots *s, uint64_t len)
+int kv_slots_class(const struct kv_slots *s, uint64_t len)
 {
 	for (unsigned c = 0; c < s->ncls; c++)
 		if (len <= s->cls[c].slot_bytes)
@@ -160,15 +160,15 @@ int kvi_slots_class(const struct kvi_slots *s, uint64_t len)
 	return -EFBIG;
 }
 
-uint32_t kvi_slots_nfree(const struct kvi_slots *s, unsigned cls)
+uint32_t kv_slots_nfree(const struct kv_slots *s, unsigned cls)
 {
 	return s->cls[cls].nfree;
 }
 
-int kvi_slots_alloc(struct kvi_slots *s, uint64_t len, const char *key,
+int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
 		    uint32_t *id)
 {
-	int c = kvi_slots_class(s, len);
+	int c = kv_slots_class(s, len);
 	struct class *k;
 	struct slot *e;
 	char *dup;
@@ -200,12 +200,12 @@ int kvi_slots_alloc(struct kvi_slots *s, uint64_t len, const char *key,
 	return 0;
 }
 
-void kvi_slots_release(struct kvi_slots *s, uint32_t id)
+void kv_slots_release(struct kv_slots *s, uint32_t id)
 {
 	struct class *k = class_of(s, id);
 	struct slot *e = &s->e[id];
 
-	kvi_slots_remove(s, id);
+	kv_slots_remove(s, id);
 	s->use.slots_used--;
 	s->use.pool_bytes_used -= k->slot_bytes;
 	s->use.len_bytes -= e->len;
@@ -214,23 +214,23 @@ void kvi_slots_release(struct kvi_slots *s, uint32_t id)
 	free_push(s, k, id);
 }
 
-const char *kvi_slots_key(const struct kvi_slots *s, uint32_t id)
+const char *kv_slots_key(const struct kv_slots *s, uint32_t id)
 {
 	return s->e[id].key;
 }
 
-uint64_t kvi_slots_len(const struct kvi_slots *s, uint32_t id)
+uint64_t kv_slots_len(const struct kv_slots *s, uint32_t id)
 {
 	return s->e[id].len;
 }
 
-void kvi_slots_set_len(struct kvi_slots *s, uint32_t id, uint64_t len)
+void kv_slots_set_len(struct kv_slots *s, uint32_t id, uint64_t len)
 {
 	s->use.len_bytes += len - s->e[id].len;
 	s->e[id].len = len;
 }
 
-void kvi_slots_insert(struct kvi_slots *s, uint32_t id)
+void kv_slots_insert(struct kv_slots *s, uint32_t id)
 {
 	struct slot *e = &s->e[id];
 	uint32_t *head = &s->bucket[e->hash & s->mask];
@@ -240,7 +240,7 @@ void kvi_slots_insert(struct kvi_slots *s, uint32_t id)
 	e->indexed = 1;
 }
 
-uint32_t kvi_slots_find(const struct kvi_slots *s, const char *key)
+uint32_t kv_slots_find(const struct kv_slots *s, const char *key)
 {
 	uint64_t h = XXH3_64bits(key, strlen(key));
 	uint32_t i = s->bucket[h & s->mask];
@@ -250,12 +250,12 @@ uint32_t kvi_slots_find(const struct kvi_slots *s, const char *key)
 	return i;
 }
 
-int kvi_slots_indexed(const struct kvi_slots *s, uint32_t id)
+int kv_slots_indexed(const struct kv_slots *s, uint32_t id)
 {
 	return s->e[id].indexed;
 }
 
-static void lru_unlink(struct kvi_slots *s, uint32_t id)
+static void lru_unlink(struct kv_slots *s, uint32_t id)
 {
 	struct class *k = class_of(s, id);
 	struct slot *e = &s->e[id];
@@ -272,7 +272,7 @@ static void lru_unlink(struct kvi_slots *s, uint32_t id)
 	e->in_lru = 0;
 }
 
-void kvi_slots_remove(struct kvi_slots *s, uint32_t id)
+void kv_slots_remove(struct kv_slots *s, uint32_t id)
 {
 	struct slot *e = &s->e[id];
 	uint32_t *p;
@@ -289,7 +289,7 @@ void kvi_slots_remove(struct kvi_slots *s, uint32_t id)
 	e->indexed = 0;
 }
 
-void kvi_slots_touch(struct kvi_slots *s, uint32_t id)
+void kv_slots_touch(struct kv_slots *s, uint32_t id)
 {
 	struct class *k = class_of(s, id);
 	struct slot *e = &s->e[id];
@@ -306,17 +306,17 @@ void kvi_slots_touch(struct kvi_slots *s, uint32_t id)
 	e->in_lru = 1;
 }
 
-uint32_t kvi_slots_oldest(const struct kvi_slots *s, unsigned cls)
+uint32_t kv_slots_oldest(const struct kv_slots *s, unsigned cls)
 {
 	return s->cls[cls].lru_tail;
 }
 
-uint32_t kvi_slots_newer(const struct kvi_slots *s, uint32_t id)
+uint32_t kv_slots_newer(const struct kv_slots *s, uint32_t id)
 {
 	return s->e[id].prev;
 }
 
-void kvi_slots_usage(const struct kvi_slots *s, struct kvi_slots_usage *u)
+void kv_slots_usage(const struct kv_slots *s, struct kv_slots_usage *u)
 {
 	*u = s->use;
 }

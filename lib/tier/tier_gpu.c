@@ -11,13 +11,13 @@
 int kv_tier_gpu_open(struct kv_dma *dma, const struct kv_tier_gpu_opts *opts,
 		     struct kv_tier **out)
 {
-	struct kvi_slots_opts o;
+	struct kvi_tier_slots_opts o;
 
 	if (!dma || !opts)
 		return -EINVAL;
 	if (kv_dma_is_cpu(dma))
 		return -KV_ENODEV;
-	o = (struct kvi_slots_opts){
+	o = (struct kvi_tier_slots_opts){
 		.kind = "gpu",
 		.slot_bytes = opts->slot_bytes,
 		.slots = opts->slots,

@@ -36,7 +36,7 @@ int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
 
 /* Equal-slot store with a hash table and LRU, in host memory or (dev
  * set) in device memory moved with kv_dma_copy; tier_mem and tier_gpu. */
-struct kvi_slots_opts {
+struct kvi_tier_slots_opts {
 	const char *kind;
 	size_t slot_bytes;
 	unsigned slots;
@@ -45,6 +45,6 @@ struct kvi_slots_opts {
 	void *mem;		/* host slots carved from here */
 };
 
-int kvi_tier_slots_open(const struct kvi_slots_opts *o, struct kv_tier **out);
+int kvi_tier_slots_open(const struct kvi_tier_slots_opts *o, struct kv_tier **out);
 
 #endif

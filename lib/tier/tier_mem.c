@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kv/dma.h>
-#include "slots.h"
+#include <kv/slots.h>
 #include "tier_impl.h"
 
 #define SLOT_ALIGN	4096
@@ -24,7 +24,7 @@ struct slots {
 	enum origin origin;
 	struct kv_dma *dma;
 	void *bounce;		/* device slots: host copy of a spilled block */
-	struct kvi_slots *store;
+	struct kv_slots *store;
 };
 
 static struct slots *S(struct kv_tier *t)
@@ -34,7 +34,7 @@ static struct slots *S(struct kv_tier *t)
 
 static char *slot(struct slots *s, uint32_t i)
 {
-	return s->mem + kvi_slots_offset(s->store, i);
+	return s->mem + kv_slots_offset(s->store, i);
 }
 
 static int copy_in(struct slots *s, uint32_t i, const void *buf, size_t len)
@@ -49,8 +49,8 @@ static int copy_in(struct slots *s, uint32_t i, const void *buf, size_t len)
  * spilled below first when the chain asks for it. */
 static int evict_one(struct slots *s, unsigned cls)
 {
-	uint32_t v = kvi_slots_oldest(s->store, cls);
-	size_t len = kvi_slots_len(s->store, v);
+	uint32_t v = kv_slots_oldest(s->store, cls);
+	size_t len = kv_slots_len(s->store, v);
 	const void *data = slot(s, v);
 	int r;
 
@@ -61,10 +61,10 @@ static int evict_one(struct slots *s, unsigned cls)
 			return r;
 		data = s->bounce;
 	}
-	r = kvi_tier_evicting(&s->base, kvi_slots_key(s->store, v), data, len);
+	r = kvi_tier_evicting(&s->base, kv_slots_key(s->store, v), data, len);
 	if (r < 0)
 		return r;
-	kvi_slots_release(s->store, v);
+	kv_slots_release(s->store, v);
 	return 0;
 }
 
@@ -72,33 +72,33 @@ static int slots_put(struct kv_tier *t, const char *key, const void *buf,
 		     size_t len)
 {
 	struct slots *s = S(t);
-	int cls = kvi_slots_class(s->store, len);
+	int cls = kv_slots_class(s->store, len);
 	uint32_t i;
 	int r = 0;
 
 	if (cls < 0)
 		return cls;
 	pthread_mutex_lock(&s->lock);
-	i = kvi_slots_find(s->store, key);
-	if (i == KVI_SLOT_NONE) {
-		r = kvi_slots_alloc(s->store, len, key, &i);
+	i = kv_slots_find(s->store, key);
+	if (i == KV_SLOT_NONE) {
+		r = kv_slots_alloc(s->store, len, key, &i);
 		if (r == -ENOSPC) {
 			r = evict_one(s, (unsigned)cls);
 			if (r == 0)
-				r = kvi_slots_alloc(s->store, len, key, &i);
+				r = kv_slots_alloc(s->store, len, key, &i);
 		}
 		if (r < 0) {
 			pthread_mutex_unlock(&s->lock);
 			return r;
 		}
-		kvi_slots_insert(s->store, i);
+		kv_slots_insert(s->store, i);
 	} else {
-		kvi_slots_set_len(s->store, i, len);
+		kv_slots_set_len(s->store, i, len);
 	}
-	kvi_slots_touch(s->store, i);
+	kv_slots_touch(s->store, i);
 	r = copy_in(s, i, buf, len);
 	if (r < 0)
-		kvi_slots_release(s->store, i);
+		kv_slots_release(s->store, i);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -112,9 +112,9 @@ static int slots_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	int r = 0;
 
 	pthread_mutex_lock(&s->lock);
-	i = kvi_slots_find(s->store, key);
-	n = i == KVI_SLOT_NONE ? 0 : kvi_slots_len(s->store, i);
-	if (i == KVI_SLOT_NONE) {
+	i = kv_slots_find(s->store, key);
+	n = i == KV_SLOT_NONE ? 0 : kv_slots_len(s->store, i);
+	if (i == KV_SLOT_NONE) {
 		r = -ENOENT;
 	} else if (n > cap) {
 		r = -EFBIG;
@@ -125,7 +125,7 @@ static int slots_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 			memcpy(buf, slot(s, i), n);
 		if (r == 0) {
 			*len = n;
-			kvi_slots_touch(s->store, i);
+			kv_slots_touch(s->store, i);
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -138,9 +138,9 @@ static int slots_has(struct kv_tier *t, const char *key)
 	uint32_t i;
 
 	pthread_mutex_lock(&s->lock);
-	i = kvi_slots_find(s->store, key);
+	i = kv_slots_find(s->store, key);
 	pthread_mutex_unlock(&s->lock);
-	return i == KVI_SLOT_NONE ? -ENOENT : 0;
+	return i == KV_SLOT_NONE ? -ENOENT : 0;
 }
 
 static int slots_del(struct kv_tier *t, const char *key)
@@ -149,24 +149,24 @@ static int slots_del(struct kv_tier *t, const char *key)
 	uint32_t i;
 
 	pthread_mutex_lock(&s->lock);
-	i = kvi_slots_find(s->store, key);
-	if (i != KVI_SLOT_NONE)
-		kvi_slots_release(s->store, i);
+	i = kv_slots_find(s->store, key);
+	if (i != KV_SLOT_NONE)
+		kv_slots_release(s->store, i);
 	pthread_mutex_unlock(&s->lock);
-	return i == KVI_SLOT_NONE ? -ENOENT : 0;
+	return i == KV_SLOT_NONE ? -ENOENT : 0;
 }
 
 static int slots_stat(struct kv_tier *t, struct kv_tier_stat *st)
 {
 	struct slots *s = S(t);
-	struct kvi_slots_usage u;
+	struct kv_slots_usage u;
 
 	pthread_mutex_lock(&s->lock);
-	kvi_slots_usage(s->store, &u);
+	kv_slots_usage(s->store, &u);
 	st->kind = s->kind;
 	st->blocks = u.slots_used;
 	st->used_bytes = u.len_bytes;
-	st->capacity_bytes = kvi_slots_pool_bytes(s->store);
+	st->capacity_bytes = kv_slots_pool_bytes(s->store);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -201,7 +201,7 @@ static void slots_close(struct kv_tier *t)
 	if (s->bounce)
 		kv_dma_host_free(s->dma, s->bounce);
 	pthread_mutex_destroy(&s->lock);
-	kvi_slots_free(s->store);
+	kv_slots_free(s->store);
 	free(s);
 }
 
@@ -214,7 +214,7 @@ static const struct kv_tier_ops slots_ops = {
 	.close = slots_close,
 };
 
-static int get_mem(struct slots *s, const struct kvi_slots_opts *o,
+static int get_mem(struct slots *s, const struct kvi_tier_slots_opts *o,
 		   size_t slot_bytes, size_t total)
 {
 	void *p;
@@ -241,9 +241,9 @@ static int get_mem(struct slots *s, const struct kvi_slots_opts *o,
 	return r;
 }
 
-int kvi_tier_slots_open(const struct kvi_slots_opts *o, struct kv_tier **out)
+int kvi_tier_slots_open(const struct kvi_tier_slots_opts *o, struct kv_tier **out)
 {
-	struct kvi_slots_class one;
+	struct kv_slots_class one;
 	struct slots *s;
 	int r;
 
@@ -263,9 +263,9 @@ int kvi_tier_slots_open(const struct kvi_slots_opts *o, struct kv_tier **out)
 	}
 	s->kind = o->kind;
 	s->dma = o->dma;
-	r = kvi_slots_new(&one, 1, &s->store);
+	r = kv_slots_new(&one, 1, &s->store);
 	if (r == 0)
-		r = get_mem(s, o, one.slot_bytes, kvi_slots_pool_bytes(s->store));
+		r = get_mem(s, o, one.slot_bytes, kv_slots_pool_bytes(s->store));
 	if (r < 0) {
 		slots_close(&s->base);
 		return r;
@@ -276,11 +276,11 @@ int kvi_tier_slots_open(const struct kvi_slots_opts *o, struct kv_tier **out)
 
 int kv_tier_mem_open(const struct kv_tier_mem_opts *opts, struct kv_tier **out)
 {
-	struct kvi_slots_opts o;
+	struct kvi_tier_slots_opts o;
 
 	if (!opts)
 		return -EINVAL;
-	o = (struct kvi_slots_opts){
+	o = (struct kvi_tier_slots_opts){
 		.kind = "mem",
 		.slot_bytes = opts->slot_bytes,
 		.slots = opts->slots,

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
-#include "tier/slots.h"
+#include <kv/slots.h>
 
-#define NONE	KVI_SLOT_NONE
+#define NONE	KV_SLOT_NONE
 #define SMALL	16384
 #define LARGE	(2u << 20)
 
@@ -23,42 +23,42 @@ static int failures;
 	}								\
 } while (0)
 
-static int put(struct kvi_slots *s, uint64_t len, const char *key, uint32_t *id)
+static int put(struct kv_slots *s, uint64_t len, const char *key, uint32_t *id)
 {
-	int r = kvi_slots_alloc(s, len, key, id);
+	int r = kv_slots_alloc(s, len, key, id);
 
 	CHECK(r == 0, "alloc '%s' (%llu bytes): %d", key, (unsigned long long)len, r);
-	kvi_slots_insert(s, *id);
-	kvi_slots_touch(s, *id);
+	kv_slots_insert(s, *id);
+	kv_slots_touch(s, *id);
 	return 0;
 }
 
 static int check_geometry(void)
 {
-	const struct kvi_slots_class bad[] = { { LARGE, 1 }, { SMALL, 1 } };
-	const struct kvi_slots_class zero[] = { { SMALL, 0 } };
-	const struct kvi_slots_class cls[] = { { SMALL, 3 }, { LARGE, 2 } };
-	struct kvi_slots *s;
+	const struct kv_slots_class bad[] = { { LARGE, 1 }, { SMALL, 1 } };
+	const struct kv_slots_class zero[] = { { SMALL, 0 } };
+	const struct kv_slots_class cls[] = { { SMALL, 3 }, { LARGE, 2 } };
+	struct kv_slots *s;
 
-	CHECK(kvi_slots_new(bad, 2, &s) == -EINVAL, "classes out of order");
-	CHECK(kvi_slots_new(zero, 1, &s) == -EINVAL, "empty class");
-	CHECK(kvi_slots_new(cls, 0, &s) == -EINVAL, "no class");
-	CHECK(kvi_slots_new(cls, 2, &s) == 0, "new");
-	CHECK(kvi_slots_count(s) == 5, "count %u", kvi_slots_count(s));
-	CHECK(kvi_slots_pool_bytes(s) == 3ull * SMALL + 2ull * LARGE, "pool bytes");
-	CHECK(kvi_slots_offset(s, 0) == 0, "offset 0");
-	CHECK(kvi_slots_offset(s, 2) == 2 * SMALL, "offset 2");
-	CHECK(kvi_slots_offset(s, 3) == 3 * SMALL, "offset 3");
-	CHECK(kvi_slots_offset(s, 4) == 3ull * SMALL + LARGE, "offset 4");
-	CHECK(kvi_slots_capacity(s, 2) == SMALL && kvi_slots_capacity(s, 3) == LARGE,
+	CHECK(kv_slots_new(bad, 2, &s) == -EINVAL, "classes out of order");
+	CHECK(kv_slots_new(zero, 1, &s) == -EINVAL, "empty class");
+	CHECK(kv_slots_new(cls, 0, &s) == -EINVAL, "no class");
+	CHECK(kv_slots_new(cls, 2, &s) == 0, "new");
+	CHECK(kv_slots_count(s) == 5, "count %u", kv_slots_count(s));
+	CHECK(kv_slots_pool_bytes(s) == 3ull * SMALL + 2ull * LARGE, "pool bytes");
+	CHECK(kv_slots_offset(s, 0) == 0, "offset 0");
+	CHECK(kv_slots_offset(s, 2) == 2 * SMALL, "offset 2");
+	CHECK(kv_slots_offset(s, 3) == 3 * SMALL, "offset 3");
+	CHECK(kv_slots_offset(s, 4) == 3ull * SMALL + LARGE, "offset 4");
+	CHECK(kv_slots_capacity(s, 2) == SMALL && kv_slots_capacity(s, 3) == LARGE,
 	      "capacity");
-	CHECK(kvi_slots_class_of(s, 2) == 0 && kvi_slots_class_of(s, 4) == 1, "class of");
-	CHECK(kvi_slots_class(s, 0) == 0 && kvi_slots_class(s, SMALL) == 0, "small class");
-	CHECK(kvi_slots_class(s, SMALL + 1) == 1 && kvi_slots_class(s, LARGE) == 1,
+	CHECK(kv_slots_class_of(s, 2) == 0 && kv_slots_class_of(s, 4) == 1, "class of");
+	CHECK(kv_slots_class(s, 0) == 0 && kv_slots_class(s, SMALL) == 0, "small class");
+	CHECK(kv_slots_class(s, SMALL + 1) == 1 && kv_slots_class(s, LARGE) == 1,
 	      "large class");
-	CHECK(kvi_slots_class(s, LARGE + 1) == -EFBIG, "no class holds it");
-	CHECK(kvi_slots_nfree(s, 0) == 3 && kvi_slots_nfree(s, 1) == 2, "all free");
-	kvi_slots_free(s);
+	CHECK(kv_slots_class(s, LARGE + 1) == -EFBIG, "no class holds it");
+	CHECK(kv_slots_nfree(s, 0) == 3 && kv_slots_nfree(s, 1) == 2, "all free");
+	kv_slots_free(s);
 	return 0;
 }
 
@@ -66,54 +66,54 @@ static int check_geometry(void)
  * one alone, and each has its own oldest block. */
 static int check_classes(void)
 {
-	const struct kvi_slots_class cls[] = { { SMALL, 3 }, { LARGE, 2 } };
-	struct kvi_slots_usage u;
-	struct kvi_slots *s;
+	const struct kv_slots_class cls[] = { { SMALL, 3 }, { LARGE, 2 } };
+	struct kv_slots_usage u;
+	struct kv_slots *s;
 	uint32_t a, b, c, x, y, z;
 
-	CHECK(kvi_slots_new(cls, 2, &s) == 0, "new");
-	CHECK(kvi_slots_oldest(s, 0) == NONE && kvi_slots_oldest(s, 1) == NONE, "empty LRU");
+	CHECK(kv_slots_new(cls, 2, &s) == 0, "new");
+	CHECK(kv_slots_oldest(s, 0) == NONE && kv_slots_oldest(s, 1) == NONE, "empty LRU");
 	if (put(s, 100, "a", &a) || put(s, LARGE, "x", &x) || put(s, SMALL, "b", &b) ||
 	    put(s, 5000, "c", &c) || put(s, SMALL + 1, "y", &y))
 		return -1;
 	/* The free list hands out the lowest id first. */
 	CHECK(a == 0 && b == 1 && c == 2, "small ids %u %u %u", a, b, c);
 	CHECK(x == 3 && y == 4, "large ids %u %u", x, y);
-	CHECK(kvi_slots_alloc(s, 10, "d", &z) == -ENOSPC, "small class full");
-	CHECK(kvi_slots_alloc(s, LARGE + 1, "d", &z) == -EFBIG, "too large");
-	kvi_slots_usage(s, &u);
+	CHECK(kv_slots_alloc(s, 10, "d", &z) == -ENOSPC, "small class full");
+	CHECK(kv_slots_alloc(s, LARGE + 1, "d", &z) == -EFBIG, "too large");
+	kv_slots_usage(s, &u);
 	CHECK(u.slots_used == 5, "slots used %u", u.slots_used);
 	CHECK(u.pool_bytes_used == 3ull * SMALL + 2ull * LARGE, "pool bytes used");
 	CHECK(u.len_bytes == 100ull + SMALL + 5000 + LARGE + SMALL + 1, "len bytes");
 
 	/* Oldest first per class, newer toward the front. */
-	CHECK(kvi_slots_oldest(s, 0) == a, "oldest small");
-	CHECK(kvi_slots_newer(s, a) == b && kvi_slots_newer(s, b) == c &&
-	      kvi_slots_newer(s, c) == NONE, "small LRU order");
-	CHECK(kvi_slots_oldest(s, 1) == x && kvi_slots_newer(s, x) == y &&
-	      kvi_slots_newer(s, y) == NONE, "large LRU order");
-	kvi_slots_touch(s, a);
-	CHECK(kvi_slots_oldest(s, 0) == b && kvi_slots_newer(s, c) == a, "touch moves a");
-	CHECK(kvi_slots_oldest(s, 1) == x, "touch in one class leaves the other");
+	CHECK(kv_slots_oldest(s, 0) == a, "oldest small");
+	CHECK(kv_slots_newer(s, a) == b && kv_slots_newer(s, b) == c &&
+	      kv_slots_newer(s, c) == NONE, "small LRU order");
+	CHECK(kv_slots_oldest(s, 1) == x && kv_slots_newer(s, x) == y &&
+	      kv_slots_newer(s, y) == NONE, "large LRU order");
+	kv_slots_touch(s, a);
+	CHECK(kv_slots_oldest(s, 0) == b && kv_slots_newer(s, c) == a, "touch moves a");
+	CHECK(kv_slots_oldest(s, 1) == x, "touch in one class leaves the other");
 
 	/* Evict the small class's oldest; its slot is the next one out. */
-	z = kvi_slots_oldest(s, 0);
-	kvi_slots_release(s, z);
-	CHECK(kvi_slots_find(s, "b") == NONE, "released b is gone");
-	CHECK(kvi_slots_nfree(s, 0) == 1 && kvi_slots_nfree(s, 1) == 0, "nfree");
+	z = kv_slots_oldest(s, 0);
+	kv_slots_release(s, z);
+	CHECK(kv_slots_find(s, "b") == NONE, "released b is gone");
+	CHECK(kv_slots_nfree(s, 0) == 1 && kv_slots_nfree(s, 1) == 0, "nfree");
 	if (put(s, 1, "d", &z))
 		return -1;
 	CHECK(z == b, "free slot reused: %u, want %u", z, b);
-	CHECK(kvi_slots_oldest(s, 0) == c, "d is newest");
-	kvi_slots_usage(s, &u);
+	CHECK(kv_slots_oldest(s, 0) == c, "d is newest");
+	kv_slots_usage(s, &u);
 	CHECK(u.len_bytes == 100ull + 1 + 5000 + LARGE + SMALL + 1, "len bytes after reuse");
 
 	/* Freed in order c, a: a comes back first. */
-	kvi_slots_release(s, c);
-	kvi_slots_release(s, a);
-	CHECK(kvi_slots_alloc(s, 1, "e", &z) == 0 && z == a, "LIFO reuse %u", z);
-	kvi_slots_release(s, z);
-	kvi_slots_free(s);
+	kv_slots_release(s, c);
+	kv_slots_release(s, a);
+	CHECK(kv_slots_alloc(s, 1, "e", &z) == 0 && z == a, "LIFO reuse %u", z);
+	kv_slots_release(s, z);
+	kv_slots_free(s);
 	return 0;
 }
 
@@ -121,35 +121,35 @@ static int check_classes(void)
  * findable but not in the LRU (a load in flight) is never a candidate. */
 static int check_states(void)
 {
-	const struct kvi_slots_class one[] = { { SMALL, 4 } };
-	struct kvi_slots *s;
+	const struct kv_slots_class one[] = { { SMALL, 4 } };
+	struct kv_slots *s;
 	uint32_t a, b;
 
-	CHECK(kvi_slots_new(one, 1, &s) == 0, "new");
-	CHECK(kvi_slots_alloc(s, 7, "k", &a) == 0, "alloc");
-	CHECK(!kvi_slots_indexed(s, a) && kvi_slots_find(s, "k") == NONE, "not yet findable");
-	CHECK(!strcmp(kvi_slots_key(s, a), "k") && kvi_slots_len(s, a) == 7, "key and len");
-	kvi_slots_insert(s, a);
-	CHECK(kvi_slots_indexed(s, a) && kvi_slots_find(s, "k") == a, "findable");
-	CHECK(kvi_slots_oldest(s, 0) == NONE, "indexed is not in the LRU");
-	kvi_slots_touch(s, a);
-	CHECK(kvi_slots_oldest(s, 0) == a, "touched is in the LRU");
-	kvi_slots_set_len(s, a, 9);
-	CHECK(kvi_slots_len(s, a) == 9, "set len");
+	CHECK(kv_slots_new(one, 1, &s) == 0, "new");
+	CHECK(kv_slots_alloc(s, 7, "k", &a) == 0, "alloc");
+	CHECK(!kv_slots_indexed(s, a) && kv_slots_find(s, "k") == NONE, "not yet findable");
+	CHECK(!strcmp(kv_slots_key(s, a), "k") && kv_slots_len(s, a) == 7, "key and len");
+	kv_slots_insert(s, a);
+	CHECK(kv_slots_indexed(s, a) && kv_slots_find(s, "k") == a, "findable");
+	CHECK(kv_slots_oldest(s, 0) == NONE, "indexed is not in the LRU");
+	kv_slots_touch(s, a);
+	CHECK(kv_slots_oldest(s, 0) == a, "touched is in the LRU");
+	kv_slots_set_len(s, a, 9);
+	CHECK(kv_slots_len(s, a) == 9, "set len");
 
 	/* A replacement for k: the old one leaves the index and LRU but
 	 * keeps its key until released. */
-	CHECK(kvi_slots_alloc(s, 3, "k", &b) == 0 && b != a, "second k");
-	kvi_slots_remove(s, a);
-	kvi_slots_insert(s, b);
-	kvi_slots_touch(s, b);
-	CHECK(kvi_slots_find(s, "k") == b, "k is the new slot");
-	CHECK(!kvi_slots_indexed(s, a) && !strcmp(kvi_slots_key(s, a), "k"), "old keeps key");
-	CHECK(kvi_slots_oldest(s, 0) == b && kvi_slots_newer(s, b) == NONE, "only b in LRU");
-	kvi_slots_remove(s, a);
-	kvi_slots_release(s, a);
-	CHECK(kvi_slots_find(s, "k") == b, "releasing the old leaves the new");
-	kvi_slots_free(s);
+	CHECK(kv_slots_alloc(s, 3, "k", &b) == 0 && b != a, "second k");
+	kv_slots_remove(s, a);
+	kv_slots_insert(s, b);
+	kv_slots_touch(s, b);
+	CHECK(kv_slots_find(s, "k") == b, "k is the new slot");
+	CHECK(!kv_slots_indexed(s, a) && !strcmp(kv_slots_key(s, a), "k"), "old keeps key");
+	CHECK(kv_slots_oldest(s, 0) == b && kv_slots_newer(s, b) == NONE, "only b in LRU");
+	kv_slots_remove(s, a);
+	kv_slots_release(s, a);
+	CHECK(kv_slots_find(s, "k") == b, "releasing the old leaves the new");
+	kv_slots_free(s);
 	return 0;
 }
 
@@ -158,10 +158,10 @@ static int check_states(void)
 static int check_collisions(void)
 {
 	enum { N = 12 };
-	const struct kvi_slots_class one[] = { { 4096, N } };
+	const struct kv_slots_class one[] = { { 4096, N } };
 	char keys[N][32];
 	uint32_t ids[N];
-	struct kvi_slots *s;
+	struct kv_slots *s;
 	uint64_t want = 0;
 	int n = 0;
 
@@ -177,26 +177,26 @@ static int check_collisions(void)
 		if (h == want)
 			strcpy(keys[n++], key);
 	}
-	CHECK(kvi_slots_new(one, 1, &s) == 0, "new");
+	CHECK(kv_slots_new(one, 1, &s) == 0, "new");
 	for (int i = 0; i < N; i++)
 		if (put(s, 1, keys[i], &ids[i]))
 			return -1;
-	CHECK(kvi_slots_find(s, "blk/none.bin") == NONE, "absent key");
+	CHECK(kv_slots_find(s, "blk/none.bin") == NONE, "absent key");
 	for (int i = 0; i < N; i++)
-		CHECK(kvi_slots_find(s, keys[i]) == ids[i], "find %s", keys[i]);
+		CHECK(kv_slots_find(s, keys[i]) == ids[i], "find %s", keys[i]);
 	/* Take out the head, a middle and the tail of the chain. */
-	kvi_slots_release(s, ids[N - 1]);
-	kvi_slots_release(s, ids[5]);
-	kvi_slots_release(s, ids[0]);
+	kv_slots_release(s, ids[N - 1]);
+	kv_slots_release(s, ids[5]);
+	kv_slots_release(s, ids[0]);
 	for (int i = 0; i < N; i++) {
 		uint32_t want_id = i == 0 || i == 5 || i == N - 1 ? NONE : ids[i];
 
-		CHECK(kvi_slots_find(s, keys[i]) == want_id, "after removals: %s", keys[i]);
+		CHECK(kv_slots_find(s, keys[i]) == want_id, "after removals: %s", keys[i]);
 	}
 	if (put(s, 1, keys[5], &ids[5]))
 		return -1;
-	CHECK(kvi_slots_find(s, keys[5]) == ids[5], "back in the chain");
-	kvi_slots_free(s);
+	CHECK(kv_slots_find(s, keys[5]) == ids[5], "back in the chain");
+	kv_slots_free(s);
 	return 0;
 }
 

@@ -43,6 +43,7 @@ const char *kv_error_detail(void);
 #include <kv/geometry.h>
 #include <kv/dma.h>
 #include <kv/numa.h>
+#include <kv/slots.h>
 #include <kv/tier.h>
 #include <kv/gds.h>
 
