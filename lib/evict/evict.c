@@ -20,13 +20,12 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 #include <kv/layout.h>
 #include <kv/units.h>
 #include <kv/walk.h>
 #include <kv/evict.h>
+#include "store/beneath.h"
 #include "util/loglin.h"
 
 /* First-level histogram: log-linear in age, 1/512 relative width. */
@@ -453,42 +452,7 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
  */
 static int open_bucket(int rootfd, const char *dir, dev_t dev)
 {
-	struct open_how how = {
-		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
-	};
-	char comp[KV_NAME_MAX + 1];
-	const char *p = dir, *slash;
-	struct stat st;
-	int fd = rootfd, next, e;
-	size_t len;
-
-	next = (int)syscall(SYS_openat2, rootfd, dir, &how, sizeof(how));
-	if (next >= 0)
-		return next;
-	if (errno != ENOSYS)
-		return -errno;
-	/* Kernels before 5.6: the same checks by hand, a component at a time. */
-	for (;;) {
-		slash = strchr(p, '/');
-		len = slash ? (size_t)(slash - p) : strlen(p);
-		memcpy(comp, p, len);
-		comp[len] = '\0';
-		next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		e = errno;
-		if (fd != rootfd)
-			close(fd);
-		if (next < 0)
-			return -e;
-		if (fstat(next, &st) < 0 || st.st_dev != dev) {
-			close(next);
-			return -EXDEV;
-		}
-		if (!slash)
-			return next;
-		fd = next;
-		p = slash + 1;
-	}
+	return kvi_open_beneath(rootfd, dir, O_PATH | O_DIRECTORY, 0, dev);
 }
 
 /* The bucket dir of the last block opened: blocks taken in path order

@@ -1,10 +1,14 @@
 /*
  * The file engine.  Data moves through io_uring, up to queue_depth
- * transfers in flight.  The opens and mkdirs, which may wait on the
- * journal or on directory reads from a cold cache, go through the ring
- * too where the kernel has those opcodes, so they overlap other blocks'
- * data; the quick steps (fstat, xattr, rename, atime) are plain syscalls
- * between completions.  Each request
+ * transfers in flight.  The opens, which may wait on the journal or on
+ * directory reads from a cold cache, go through the ring too where the
+ * kernel has those opcodes, so they overlap other blocks' data; the quick
+ * steps (fstat, xattr, rename, atime) are plain syscalls between
+ * completions.  Nothing is ever opened through a symlink or outside the
+ * root: a get opens its block with openat2 RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS, a put first opens its bucket dir that way (making
+ * the missing dirs one at a time) and then creates, renames and syncs
+ * within that dir only.  Each request
  * occupies one slot from start to finish and has at most one SQE
  * outstanding, so a ring of queue_depth entries never runs out.  Where
  * no ring can be set up (an old kernel, a sandbox that forbids
@@ -26,6 +30,7 @@
 #include <kv/integrity.h>
 #include <kv/io.h>
 #include <kv/layout.h>
+#include "beneath.h"
 
 #define DEFAULT_QUEUE_DEPTH	32
 #define MAX_QUEUE_DEPTH		1024
@@ -35,28 +40,25 @@
 
 enum { DIRECT_UNKNOWN = -1, DIRECT_NO = 0, DIRECT_YES = 1 };
 
-enum step { STEP_MKDIR, STEP_OPEN, STEP_DATA, STEP_FSYNC, STEP_DIRSYNC };
+enum step { STEP_OPEN, STEP_DATA, STEP_FSYNC, STEP_DIRSYNC };
 
 struct slot {
 	struct kv_io_req *req;	/* NULL while the slot is free */
 	int fd;			/* the block (get) or its temp (put) */
-	int dirfd;		/* the parent dir while it is fsynced */
+	int dirfd;		/* put: the bucket dir, opened beneath the root */
 	enum step step;
 	int direct;
 	int whole;		/* get: the read covers the whole file */
-	const char *path;	/* what STEP_OPEN / STEP_MKDIR work on */
-	int oflags;		/* how the block or temp is opened */
+	struct open_how how;	/* STEP_OPEN: flags and resolve rules */
 	int refused_direct;	/* get: the open said no to O_DIRECT */
 	int temp_made;		/* put: the temp exists and is ours to remove */
 	unsigned opens, mkdirs;	/* put: attempts so far */
-	size_t mkdir_at;	/* put: where the next bucket dir name starts */
 	off_t off;		/* file offset where the transfer starts */
 	size_t want;		/* bytes the transfer must move */
 	size_t xfer;		/* bytes asked for: want, rounded up for direct reads */
 	size_t done;
 	int res;		/* without a ring: the result of the last step */
-	char tmp[PATH_MAX];	/* put: temp path relative to the root, or the
-				   bucket dir being made */
+	char tmp[NAME_MAX + 1];	/* put: the temp's name in the bucket dir */
 };
 
 struct kv_io {
@@ -67,7 +69,7 @@ struct kv_io {
 	int used_direct;
 	int broken;		/* -errno once the ring failed; the handle is spent */
 	int have_ring;
-	int ring_meta;		/* the ring does openat and mkdirat */
+	int ring_open;		/* the ring does openat2 */
 	int noatime_denied;	/* an O_NOATIME open got EPERM */
 	struct io_uring ring;
 	struct slot *slots;
@@ -126,8 +128,7 @@ int kv_io_open(const char *root, const struct kv_io_opts *opts,
 	if (io->have_ring) {
 		struct io_uring_probe *probe = io_uring_get_probe_ring(&io->ring);
 
-		io->ring_meta = probe && io_uring_opcode_supported(probe, IORING_OP_OPENAT) &&
-				io_uring_opcode_supported(probe, IORING_OP_MKDIRAT);
+		io->ring_open = probe && io_uring_opcode_supported(probe, IORING_OP_OPENAT2);
 		if (probe)
 			io_uring_free_probe(probe);
 	}
@@ -184,17 +185,36 @@ static int relpath_ok(const char *p)
 	}
 }
 
+/* A get opens its block from the root, a put its temp in the bucket dir. */
+static int open_dirfd(const struct kv_io *io, const struct slot *s)
+{
+	return s->req->op == KV_IO_OP_PUT ? s->dirfd : io->rootfd;
+}
+
+static const char *open_path(const struct slot *s)
+{
+	return s->req->op == KV_IO_OP_PUT ? s->tmp : s->req->relpath;
+}
+
+static int open_step(const struct kv_io *io, const struct slot *s)
+{
+	return kvi_open_beneath(open_dirfd(io, s), open_path(s), (int)s->how.flags,
+				(mode_t)s->how.mode, 0);
+}
+
 /* A step done now, as a plain syscall, and queued as completed. */
 static void issue_sync(struct kv_io *io, struct slot *s, char *p, size_t n)
 {
 	ssize_t r;
 
 	switch (s->step) {
-	case STEP_MKDIR:
-		r = mkdirat(io->rootfd, s->path, 0777);
-		break;
 	case STEP_OPEN:
-		r = openat(io->rootfd, s->path, s->oflags, 0666);
+		r = open_step(io, s);
+		if (r < 0) {
+			s->res = (int)r;
+			io->ready[io->nready++] = s;
+			return;
+		}
 		break;
 	case STEP_FSYNC:
 		r = fsync(s->fd);
@@ -217,11 +237,9 @@ static void issue(struct kv_io *io, struct slot *s)
 	struct io_uring_sqe *sqe;
 	char *p = (char *)s->req->buf + s->done;
 	size_t n = s->xfer - s->done;
-	int meta = s->step == STEP_MKDIR || s->step == STEP_OPEN;
-
 	if (n > MAX_SQE_BYTES)
 		n = MAX_SQE_BYTES;
-	if (!io->have_ring || (meta && !io->ring_meta)) {
+	if (!io->have_ring || (s->step == STEP_OPEN && !io->ring_open)) {
 		issue_sync(io, s, p, n);
 		return;
 	}
@@ -230,11 +248,9 @@ static void issue(struct kv_io *io, struct slot *s)
 	while (!(sqe = io_uring_get_sqe(&io->ring)))
 		io_uring_submit(&io->ring);
 	switch (s->step) {
-	case STEP_MKDIR:
-		io_uring_prep_mkdirat(sqe, io->rootfd, s->path, 0777);
-		break;
 	case STEP_OPEN:
-		io_uring_prep_openat(sqe, io->rootfd, s->path, s->oflags, 0666);
+		/* The kernel copies how at submission, just below. */
+		io_uring_prep_openat2(sqe, open_dirfd(io, s), open_path(s), &s->how);
 		break;
 	case STEP_FSYNC:
 		io_uring_prep_fsync(sqe, s->fd, 0);
@@ -263,11 +279,11 @@ static int finish(struct kv_io *io, struct slot *s, int result)
 
 	if (s->fd >= 0)
 		close(s->fd);
+	if (s->temp_made)
+		unlinkat(s->dirfd, s->tmp, 0);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	s->fd = s->dirfd = -1;
-	if (s->temp_made)
-		unlinkat(io->rootfd, s->tmp, 0);
 	s->temp_made = 0;
 	req->result = result;
 	req->done = s->done;
@@ -279,11 +295,20 @@ static int finish(struct kv_io *io, struct slot *s, int result)
 static int stat_block(struct kv_io *io, const char *relpath, uint64_t *size)
 {
 	struct stat st;
+	int fd, err;
 
 	if (!relpath_ok(relpath))
 		return -KV_EBADPATH;
-	if (fstatat(io->rootfd, relpath, &st, 0) < 0)
-		return -errno;
+	fd = kvi_open_beneath(io->rootfd, relpath, O_PATH, 0, 0);
+	if (fd < 0)
+		return fd;
+	err = fstat(fd, &st) < 0 ? -errno : 0;
+	close(fd);
+	if (err < 0)
+		return err;
+	/* O_PATH | O_NOFOLLOW opens a final symlink itself: never a block. */
+	if (S_ISLNK(st.st_mode))
+		return -ELOOP;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
@@ -300,52 +325,68 @@ static size_t dir_len(const char *relpath)
 	return slash ? (size_t)(slash - relpath) + 1 : 0;
 }
 
-/* Create the temp under a fresh name. */
+/* Create the temp under a fresh name in the bucket dir. */
 static int put_open(struct kv_io *io, struct slot *s)
 {
 	const char *rel = s->req->relpath;
-	size_t dirlen = dir_len(rel);
 	int ret;
 
 	if (++s->opens > TEMP_OPEN_TRIES)
 		return finish(io, s, -EEXIST);
-	if (dirlen >= sizeof(s->tmp))
-		return finish(io, s, -ENAMETOOLONG);
-	memcpy(s->tmp, rel, dirlen);
-	ret = kv_layout_temp_name(rel + dirlen, s->tmp + dirlen, sizeof(s->tmp) - dirlen);
+	ret = kv_layout_temp_name(rel + dir_len(rel), s->tmp, sizeof(s->tmp));
 	if (ret < 0)
 		return finish(io, s, ret);
-	s->path = s->tmp;
 	s->step = STEP_OPEN;
 	issue(io, s);
 	return 0;
 }
 
-/* mkdir -p of the bucket dirs, one level per step, top down. */
-static int put_mkdir_next(struct kv_io *io, struct slot *s)
+/* Open the bucket dir of relpath beneath the root (the root itself for a
+ * path without dirs), making what is missing when make is set. */
+static int open_dir_of(struct kv_io *io, const char *relpath, int flags, int make)
 {
-	const char *rel = s->req->relpath;
-	const char *slash = strchr(rel + s->mkdir_at, '/');
+	size_t dirlen = dir_len(relpath);
+	char dir[PATH_MAX];
+	int fd;
 
-	if (!slash || (size_t)(slash - rel) >= dir_len(rel))
-		return put_open(io, s);
-	memcpy(s->tmp, rel, slash - rel);
-	s->tmp[slash - rel] = '\0';
-	s->mkdir_at = slash - rel + 1;
-	s->path = s->tmp;
-	s->step = STEP_MKDIR;
-	issue(io, s);
-	return 0;
+	if (!dirlen) {
+		fd = dup(io->rootfd);
+		return fd < 0 ? -errno : fd;
+	}
+	if (dirlen > sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, relpath, dirlen - 1);
+	dir[dirlen - 1] = '\0';
+	fd = kvi_open_beneath(io->rootfd, dir, flags, 0, 0);
+	/* An evictor may remove an empty parent between two of our mkdirs
+	 * (ENOENT again): start over from the root, a few rounds at most. */
+	for (int tries = 0; fd == -ENOENT && make && tries < MKDIR_TRIES; tries++)
+		fd = kvi_mkdir_beneath(io->rootfd, dir);
+	return fd;
+}
+
+static int put_dir(struct kv_io *io, struct slot *s)
+{
+	if (s->dirfd >= 0)
+		close(s->dirfd);
+	s->dirfd = open_dir_of(io, s->req->relpath, O_RDONLY | O_DIRECTORY,
+			       !(io->flags & KV_IO_NO_MKDIR));
+	return s->dirfd < 0 ? s->dirfd : 0;
 }
 
 static int put_begin(struct kv_io *io, struct slot *s)
 {
 	struct kv_io_req *req = s->req;
+	int ret;
 
 	s->direct = io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
 		    req->len && req->len % KV_IO_ALIGN == 0 && is_aligned(req->buf);
-	s->oflags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (s->direct ? O_DIRECT : 0);
+	s->how.flags |= O_WRONLY | O_CREAT | O_EXCL | (s->direct ? O_DIRECT : 0);
+	s->how.mode = 0666;
 	s->want = s->xfer = req->len;
+	ret = put_dir(io, s);
+	if (ret < 0)
+		return finish(io, s, ret);
 	return put_open(io, s);
 }
 
@@ -368,7 +409,7 @@ static int put_opened(struct kv_io *io, struct slot *s, int res)
 	if (res == -EINVAL && s->direct && io->direct != DIRECT_YES) {
 		io->direct = DIRECT_NO;
 		s->direct = 0;
-		s->oflags &= ~O_DIRECT;
+		s->how.flags &= ~(uint64_t)O_DIRECT;
 		return put_open(io, s);
 	}
 	/* An evictor may remove an empty bucket between our mkdir and
@@ -376,8 +417,8 @@ static int put_opened(struct kv_io *io, struct slot *s, int res)
 	if (res == -ENOENT && dir_len(s->req->relpath) && s->mkdirs < MKDIR_TRIES &&
 	    !(io->flags & KV_IO_NO_MKDIR)) {
 		s->mkdirs++;
-		s->mkdir_at = 0;
-		return put_mkdir_next(io, s);
+		res = put_dir(io, s);
+		return res < 0 ? finish(io, s, res) : put_open(io, s);
 	}
 	if (res == -EEXIST)
 		return put_open(io, s);
@@ -386,29 +427,20 @@ static int put_opened(struct kv_io *io, struct slot *s, int res)
 
 static int put_commit(struct kv_io *io, struct slot *s)
 {
+	const char *rel = s->req->relpath;
 	int ret = close(s->fd);
-	char dir[PATH_MAX];
-	const char *slash;
 
 	s->fd = -1;
 	if (ret < 0)
 		return finish(io, s, -errno);
-	if (renameat(io->rootfd, s->tmp, io->rootfd, s->req->relpath) < 0)
+	/* Within the dir opened beneath the root: a dir swapped for a
+	 * symlink since cannot move the block elsewhere. */
+	if (renameat(s->dirfd, s->tmp, s->dirfd, rel + dir_len(rel)) < 0)
 		return finish(io, s, -errno);
 	s->temp_made = 0;
 	if (!(io->flags & KV_IO_FSYNC))
 		return finish(io, s, 0);
 	/* The rename is durable only once its directory is. */
-	slash = strrchr(s->req->relpath, '/');
-	if (slash) {
-		memcpy(dir, s->req->relpath, slash - s->req->relpath);
-		dir[slash - s->req->relpath] = '\0';
-		s->dirfd = openat(io->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	} else {
-		s->dirfd = dup(io->rootfd);
-	}
-	if (s->dirfd < 0)
-		return finish(io, s, -errno);
 	s->step = STEP_DIRSYNC;
 	issue(io, s);
 	return 0;
@@ -439,13 +471,12 @@ static void get_begin(struct kv_io *io, struct slot *s)
 	 * update (a journal entry) that our own stamp repeats; only the
 	 * owner may use it.  O_NONBLOCK: a FIFO planted at a block path
 	 * must not hang us; it goes before reads. */
-	s->oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+	s->how.flags |= O_RDONLY | O_NONBLOCK;
 	if ((io->flags & KV_IO_NO_TOUCH) || !io->noatime_denied)
-		s->oflags |= O_NOATIME;
+		s->how.flags |= O_NOATIME;
 	if (io->direct != DIRECT_NO && !(io->flags & KV_IO_BUFFERED) &&
 	    is_aligned(s->req->buf))
-		s->oflags |= O_DIRECT;
-	s->path = s->req->relpath;
+		s->how.flags |= O_DIRECT;
 	s->step = STEP_OPEN;
 	issue(io, s);
 }
@@ -462,7 +493,7 @@ static int get_sized(struct kv_io *io, struct slot *s)
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
-	if (s->oflags & O_DIRECT)
+	if (s->how.flags & O_DIRECT)
 		io->direct = DIRECT_YES;
 	else if (s->refused_direct && io->direct == DIRECT_UNKNOWN)
 		io->direct = DIRECT_NO;
@@ -478,11 +509,11 @@ static int get_sized(struct kv_io *io, struct slot *s)
 		s->want = req->len;
 	}
 	s->whole = s->off == 0;
-	s->direct = s->want && (s->oflags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
+	s->direct = s->want && (s->how.flags & O_DIRECT) && s->off % KV_IO_ALIGN == 0 &&
 		    (req->op == KV_IO_OP_GET ? round_up(s->want) <= req->len :
 					       s->want % KV_IO_ALIGN == 0);
 	s->xfer = s->direct ? round_up(s->want) : s->want;
-	if (fcntl(s->fd, F_SETFL, (s->direct ? O_DIRECT : 0) | (s->oflags & O_NOATIME)) < 0)
+	if (fcntl(s->fd, F_SETFL, (s->direct ? O_DIRECT : 0) | (int)(s->how.flags & O_NOATIME)) < 0)
 		return -errno;
 	return 0;
 }
@@ -494,16 +525,16 @@ static int get_opened(struct kv_io *io, struct slot *s, int res)
 {
 	int ret;
 
-	if (res == -EPERM && (s->oflags & O_NOATIME)) {
+	if (res == -EPERM && (s->how.flags & O_NOATIME)) {
 		/* Not our files: when we stamp atime anyway, stop asking. */
 		io->noatime_denied = 1;
-		s->oflags &= ~O_NOATIME;
+		s->how.flags &= ~(uint64_t)O_NOATIME;
 		issue(io, s);
 		return 0;
 	}
-	if (res == -EINVAL && (s->oflags & O_DIRECT)) {
+	if (res == -EINVAL && (s->how.flags & O_DIRECT)) {
 		/* The filesystem, or a non-file at the path, said no. */
-		s->oflags &= ~O_DIRECT;
+		s->how.flags &= ~(uint64_t)O_DIRECT;
 		s->refused_direct = 1;
 		issue(io, s);
 		return 0;
@@ -555,6 +586,9 @@ static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
 	s->step = STEP_DATA;
 	s->direct = s->whole = s->temp_made = s->refused_direct = 0;
 	s->opens = s->mkdirs = 0;
+	memset(&s->how, 0, sizeof(s->how));
+	s->how.flags = O_CLOEXEC | O_NOFOLLOW;
+	s->how.resolve = KVI_RESOLVE;
 	s->off = 0;
 	s->want = s->xfer = s->done = 0;
 	if (!relpath_ok(req->relpath))
@@ -584,18 +618,6 @@ static int complete(struct kv_io *io, struct slot *s, int res)
 	}
 	if (s->step == STEP_OPEN)
 		return put ? put_opened(io, s, res) : get_opened(io, s, res);
-	if (s->step == STEP_MKDIR) {
-		/* A parent that an evictor removed after we made it: start
-		 * again from the top, a few rounds at most. */
-		if (res == -ENOENT && s->mkdirs < MKDIR_TRIES) {
-			s->mkdirs++;
-			s->mkdir_at = 0;
-			return put_mkdir_next(io, s);
-		}
-		if (res < 0 && res != -EEXIST)
-			return finish(io, s, res);
-		return put_mkdir_next(io, s);
-	}
 	if (s->step == STEP_FSYNC)
 		return res < 0 ? finish(io, s, res) : put_commit(io, s);
 	if (s->step == STEP_DIRSYNC)
@@ -789,10 +811,15 @@ int kv_io_has(struct kv_io *io, const char *relpath)
 int kv_io_touch(struct kv_io *io, const char *relpath)
 {
 	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+	int dirfd, err;
 
 	if (!relpath_ok(relpath))
 		return -KV_EBADPATH;
-	if (utimensat(io->rootfd, relpath, atime_now, 0) < 0)
-		return -errno;
-	return 0;
+	dirfd = open_dir_of(io, relpath, O_PATH | O_DIRECTORY, 0);
+	if (dirfd < 0)
+		return dirfd;
+	err = utimensat(dirfd, relpath + dir_len(relpath), atime_now,
+			AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	close(dirfd);
+	return err;
 }

@@ -19,11 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 #include <kv/walk.h>
+#include "beneath.h"
 
 #ifndef STATX_ATTR_MOUNT_ROOT
 #define STATX_ATTR_MOUNT_ROOT	0x00002000
@@ -90,10 +89,6 @@ struct worker {
 	char path[WALK_PATH_MAX];
 };
 
-/* Whether openat2 works here; cleared on first ENOSYS (old kernel,
- * seccomp filter) and the slower openat + fstat used instead. */
-static atomic_int have_openat2 = 1;
-
 struct dirit {
 	int fd;
 	char *buf;
@@ -133,43 +128,12 @@ static int dirit_next(struct dirit *it, struct dirent64 **out)
 	}
 }
 
-/*
- * Open a subdirectory without following a symlink or crossing a mount:
+/* Open a subdirectory without following a symlink or crossing a mount:
  * -ELOOP for a symlink, -EXDEV for a mount point, -ENOTDIR if it is no
- * longer a directory.
- */
+ * longer a directory. */
 static int open_subdir(const struct walk *w, int dirfd, const char *name)
 {
-	struct stat st;
-	int fd, err;
-
-	if (atomic_load_explicit(&have_openat2, memory_order_relaxed)) {
-		struct open_how how = {
-			.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
-			.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
-				   RESOLVE_NO_MAGICLINKS,
-		};
-
-		fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
-		if (fd >= 0)
-			return fd;
-		if (errno != ENOSYS)
-			return -errno;
-		atomic_store(&have_openat2, 0);
-	}
-	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		err = -errno;
-		close(fd);
-		return err;
-	}
-	if (st.st_dev != w->rootdev) {
-		close(fd);
-		return -EXDEV;
-	}
-	return fd;
+	return kvi_open_beneath(dirfd, name, O_RDONLY | O_DIRECTORY, 0, w->rootdev);
 }
 
 static void fill_statx(struct kv_walk_entry *e, const struct statx *stx)

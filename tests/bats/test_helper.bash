@@ -70,16 +70,13 @@ make_config() {
 JSON
 }
 
-# The fingerprint vLLM / llm-d would compute for a config file (python3).
+# The fingerprint vLLM / llm-d would compute for a config file (python3):
+# SHA-256 over the whole object's canonical JSON.
 py_fingerprint() {
 	python3 - "$1" <<'PY'
 import hashlib, json, sys
-fields = ["model_name", "hash_block_size", "gpu_blocks_per_file", "tp_size",
-          "pp_size", "pcp_size", "dcp_size", "dtype", "kv_cache_groups",
-          "inference_engine"]
 cfg = json.load(open(sys.argv[1]))
-d = {k: cfg[k] for k in fields}
-print(hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12])
+print(hashlib.sha256(json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12])
 PY
 }
 
