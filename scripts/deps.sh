@@ -3,7 +3,7 @@
 # skipping what is already there.  Run as root (or with sudo available).
 set -eu
 pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
-libxxhash-dev libjansson-dev libssl-dev bats bats-support bats-assert
+libxxhash-dev libisal-dev libjansson-dev libssl-dev bats bats-support bats-assert
 mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio"
 missing=
 for p in $pkgs; do

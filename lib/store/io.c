@@ -555,17 +555,10 @@ static int get_opened(struct kv_io *io, struct slot *s, int res)
 static int get_read(struct kv_io *io, struct slot *s)
 {
 	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
-	uint64_t sum;
 	int ret;
 
 	if (s->whole && !(io->flags & KV_IO_NO_CHECKSUM)) {
-		ret = kv_integrity_get(s->fd, &sum);
-		if (ret == 0 && kv_xxh3(s->req->buf, s->want) != sum)
-			ret = -KV_ECHECKSUM;
-		else if (ret == -EBADMSG)
-			ret = -KV_ECHECKSUM;
-		else if (ret == -ENODATA || ret == -ENOTSUP || ret == -EOPNOTSUPP)
-			ret = 0;
+		ret = kv_integrity_check(s->fd, s->req->buf, s->want);
 		if (ret < 0)
 			return finish(io, s, ret);
 	}

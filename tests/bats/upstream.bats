@@ -81,3 +81,24 @@ setup() {
 	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 0 ]
 	[ "$(find "$KV_ROOT" -name config.json | wc -l)" -eq 5 ]
 }
+
+@test "upstream trees: vLLM's CRC32C is checked by kvget and kvls --verify; a flipped byte is caught" {
+	local rec path
+	rec=$(jq -c 'select(.writer == "vllm")' "$MANIFEST" | head -1)
+	path=$KV_ROOT/$(jq -r .path <<<"$rec")
+	getfattr -n user.vllm.kv_crc32c "$path" >/dev/null 2>&1 ||
+		skip "no user xattrs under $BATS_TEST_TMPDIR"
+	run kvls --verify
+	assert_success
+	run kvget --no-touch --batch <<<"$rec"
+	[ "$(jq -r .hit <<<"$output")" = true ]
+	flip_byte "$path" 100
+	run --separate-stderr kvget --no-touch --model-dir "$(jq -r .model_dir <<<"$rec")" \
+		"$(jq -r .hash <<<"$rec")"
+	[ "$status" -eq 3 ] || fail "kvget exited $status"
+	[[ "$stderr" == *"checksum mismatch"* ]] || fail "stderr: $stderr"
+	[ -z "$output" ]
+	run kvls --verify
+	[ "$status" -ne 0 ]
+	assert_output --partial "$(jq -r .path <<<"$rec")"
+}

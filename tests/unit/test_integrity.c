@@ -111,6 +111,30 @@ int main(void)
 	CHECK(fsetxattr(fd, KV_XATTR_XXH3, "00000000DEADBEEF", 16, 0) == 0);
 	CHECK(kv_integrity_get(fd, &sum) == 0 && sum == 0xdeadbeefULL);
 
+	/* vLLM's CRC32C: the published check value, then the xattr vLLM
+	 * writes (four big-endian bytes) alone and beside ours. */
+	CHECK(kv_crc32c("123456789", 9) == 0xE3069283u);
+	CHECK(kv_crc32c("", 0) == 0);
+	CHECK(fremovexattr(fd, KV_XATTR_XXH3) == 0);
+	{
+		uint32_t c = kv_crc32c(buf, (3u << 20) + 7);
+		unsigned char be[4] = { c >> 24, c >> 16, c >> 8, c };
+
+		CHECK(fsetxattr(fd, KV_XATTR_VLLM_CRC32C, be, 4, 0) == 0);
+		CHECK(kv_integrity_verify_fd(fd) == 0);
+		CHECK(kv_integrity_check(fd, buf, (3u << 20) + 7) == 0);
+		CHECK(kv_integrity_check(fd, buf, (3u << 20) + 6) == -KV_ECHECKSUM);
+		CHECK(kv_integrity_set(fd, kv_xxh3(buf, (3u << 20) + 7)) == 0);
+		CHECK(kv_integrity_verify_fd(fd) == 0);
+		/* Either sum wrong is a mismatch. */
+		be[3] ^= 1;
+		CHECK(fsetxattr(fd, KV_XATTR_VLLM_CRC32C, be, 4, 0) == 0);
+		CHECK(kv_integrity_verify_fd(fd) == -KV_ECHECKSUM);
+		CHECK(kv_integrity_check(fd, buf, (3u << 20) + 7) == -KV_ECHECKSUM);
+		CHECK(fsetxattr(fd, KV_XATTR_VLLM_CRC32C, be, 3, 0) == 0);
+		CHECK(kv_integrity_verify_fd(fd) == -KV_ECHECKSUM);
+	}
+
 	close(fd);
 	CHECK(kv_integrity_get(fd, &sum) == -EBADF);
 	unlink(path);
