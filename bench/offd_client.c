@@ -6,6 +6,10 @@
  *   offd_client get SOCK MODEL_DIR RANK GROUP HASH        (block to stdout)
  *   offd_client hold SOCK MODEL_DIR RANK GROUP HASH       (pin, say "pinned",
  *                                                          wait for stdin EOF)
+ *   offd_client hog SOCK MODEL_DIR BYTES                  (ALLOC slots of BYTES
+ *                                                          and never commit: say
+ *                                                          "hog N ERROR", wait
+ *                                                          for stdin EOF)
  *   offd_client stress SOCK MODEL_DIR CLIENT KEYS ITERS BYTES
  *       put and get KEYS shared keys and KEYS keys of this CLIENT, ITERS
  *       rounds, checking every byte read (content is a function of the key)
@@ -110,6 +114,34 @@ static int cmd_get(char **a)
 	if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
 		return fail("stdout", -EIO);
 	free(buf);
+	return 0;
+}
+
+/* A hostile neighbour: take every slot the daemon hands out, commit none. */
+static int cmd_hog(char **a)
+{
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	char hash[32], ch;
+	unsigned n = 0;
+	uint32_t slot;
+	void *p;
+	int err;
+
+	connect_to(a[0], &c);
+	for (;;) {
+		snprintf(hash, sizeof(hash), "%016x", n + 0xabc00);
+		make_ref(&ref, a[1], 0, 0, hash);
+		err = kv_offd_alloc(c, &ref, (size_t)atoll(a[2]), &slot, &p);
+		if (err)
+			break;
+		n++;
+	}
+	printf("hog %u %s\n", n, kv_strerror(err));
+	fflush(stdout);
+	while (read(0, &ch, 1) > 0)
+		;
+	kv_offd_close(c);
 	return 0;
 }
 
@@ -260,6 +292,7 @@ int main(int argc, char **argv)
 		int (*fn)(char **a);
 	} cmds[] = {
 		{ "put", 6, cmd_put }, { "get", 5, cmd_get }, { "hold", 5, cmd_hold },
+		{ "hog", 3, cmd_hog },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
 		{ "memcpy", 3, cmd_memcpy },
 	};

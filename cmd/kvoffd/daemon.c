@@ -22,6 +22,12 @@
 
 #define HUGE_PAGE_BYTES		(2u << 20)
 #define MAX_PINS_PER_CLIENT	4096
+/* Uncommitted ALLOCs: a client holds at most half the slots, and one it
+ * has not committed or aborted within ALLOC_TIMEOUT_S goes back. */
+#define ALLOC_SHARE_DIVISOR	2
+#define ALLOC_TIMEOUT_S		60
+/* Out of descriptors, say so at most this often. */
+#define ACCEPT_LOG_INTERVAL_S	10
 #define FRAMES_PER_WAKEUP	64
 /* The loop ticks each second to judge a stalled file tier (stall_check)
  * and rewrites the metrics file every METRICS_TICKS ticks. */
@@ -91,6 +97,8 @@ int offd_pool_init(struct offd *d)
 
 static void free_slot(struct offd *d, uint32_t i)
 {
+	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner)
+		d->slots[i].owner->nallocs--;
 	memset(&d->slots[i], 0, sizeof(d->slots[i]));
 	kv_slots_release(d->store, i);
 }
@@ -287,6 +295,13 @@ static int key_path(const struct kv_offd_frame *f, struct kv_block_ref *ref,
 	return kv_layout_block_path_ref(ref, path, PATH_BYTES);
 }
 
+static uint32_t alloc_share(const struct offd *d)
+{
+	uint32_t share = d->nslots / ALLOC_SHARE_DIVISOR;
+
+	return share ? share : 1;
+}
+
 static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_frame *f)
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
@@ -295,6 +310,11 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 	uint32_t i;
 	int err;
 
+	if (c->nallocs >= alloc_share(d)) {
+		d->st.alloc_refused++;
+		reply_status(d, c, f->type, -EDQUOT);
+		return;
+	}
 	err = kv_slots_class(d->store, f->len);
 	if (err >= 0)
 		err = key_path(f, &ref, path);
@@ -310,6 +330,7 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 	}
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
+	c->nallocs++;
 	d->slots[i].ref = ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
 	r.slot = i;
@@ -343,6 +364,7 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 	}
 	s->state = SLOT_READY;
 	s->owner = NULL;
+	c->nallocs--;
 	kv_slots_insert(d->store, i);
 	kv_slots_touch(d->store, i);
 	d->st.puts++;
@@ -624,6 +646,35 @@ static void client_close(struct offd *d, struct client *c)
 	free(c);
 }
 
+/*
+ * Out of descriptors (or kernel memory): stop polling the listener, which
+ * would otherwise wake the loop for the same pending connection forever,
+ * until a client goes or the next tick; say so once per interval.
+ */
+static void accept_pause(struct offd *d, int err)
+{
+	struct epoll_event ev = { .events = 0, .data.u64 = TAG_LISTEN };
+	int64_t now = kv_monotonic_ns();
+
+	d->st.accept_errors++;
+	if (!d->accept_paused && epoll_ctl(d->epfd, EPOLL_CTL_MOD, d->lfd, &ev) == 0)
+		d->accept_paused = 1;
+	if (!d->accept_logged_ns || now - d->accept_logged_ns >= ACCEPT_LOG_INTERVAL_S * 1000000000LL) {
+		tool_err("cannot accept: %s (%llu times so far); waiting for a descriptor",
+			 strerror(err), (unsigned long long)d->st.accept_errors);
+		d->accept_logged_ns = now;
+	}
+}
+
+static void accept_resume(struct offd *d)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = TAG_LISTEN };
+
+	if (d->accept_paused && d->lfd >= 0 &&
+	    epoll_ctl(d->epfd, EPOLL_CTL_MOD, d->lfd, &ev) == 0)
+		d->accept_paused = 0;
+}
+
 static void reap(struct offd *d)
 {
 	struct client *c = d->clients, *next;
@@ -636,8 +687,10 @@ static void reap(struct offd *d)
 			closed = 1;
 		}
 	}
-	if (closed)
+	if (closed) {
+		accept_resume(d);
 		wake_parked(d);
+	}
 }
 
 static void client_read(struct offd *d, struct client *c)
@@ -719,7 +772,10 @@ static void accept_clients(struct offd *d)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				accept_pause(d, errno);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK)
 				tool_err("cannot accept: %s", strerror(errno));
 			return;
 		}
@@ -889,6 +945,24 @@ static void stall_check(struct offd *d)
 	d->tick_landed = d->wb_landed;
 }
 
+/* ALLOCs left uncommitted too long go back to the pool; a client's
+ * later COMMIT of one gets -EINVAL. */
+static void reclaim_allocs(struct offd *d)
+{
+	int64_t cut = kv_monotonic_ns() - ALLOC_TIMEOUT_S * 1000000000LL;
+	int freed = 0;
+
+	for (uint32_t i = 0; i < d->nslots; i++) {
+		if (d->slots[i].state != SLOT_ALLOC || d->slots[i].start_ns > cut)
+			continue;
+		free_slot(d, i);
+		d->st.allocs_reclaimed++;
+		freed = 1;
+	}
+	if (freed)
+		wake_parked(d);
+}
+
 /* ---- shutdown ---- */
 
 /* Queue every block not yet in the file tier, as far as the queue takes. */
@@ -995,6 +1069,8 @@ int offd_serve(struct offd *d, int ready_fd)
 				if (read(d->tfd, &ticks, sizeof(ticks)) != (ssize_t)sizeof(ticks))
 					continue;
 				stall_check(d);
+				accept_resume(d);
+				reclaim_allocs(d);
 				if (++d->ticks % METRICS_TICKS)
 					continue;
 				if ((err = report_write_metrics(d)))

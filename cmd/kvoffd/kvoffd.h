@@ -51,6 +51,7 @@ struct client {
 	struct client *next_waiter;	/* a slot's waiters, or the parked list */
 	struct pin *pins;
 	size_t npins, cap_pins;
+	uint32_t nallocs;		/* slots it holds in SLOT_ALLOC */
 	struct client *prev, *next;	/* all clients */
 };
 
@@ -118,6 +119,8 @@ struct offd {
 	struct client *clients;
 	struct client *parked_head, *parked_tail;
 	int sfd, tfd;			/* signalfd, one-second timerfd */
+	int accept_paused;		/* out of fds: listener not polled */
+	int64_t accept_logged_ns;	/* last "cannot accept" message */
 	uint64_t ticks;			/* timer ticks seen */
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */

@@ -180,6 +180,12 @@ int report_write_metrics(struct offd *d)
 	       "Blocks dropped from RAM unwritten: storage was behind.", st.wb_drops);
 	metric(f, "kv_offload_writebehind_errors_total", "counter",
 	       "Write-behind writes that failed.", st.wb_errors);
+	metric(f, "kv_offload_accept_errors_total", "counter",
+	       "Connections not accepted for want of a descriptor.", st.accept_errors);
+	metric(f, "kv_offload_alloc_refused_total", "counter",
+	       "ALLOCs refused over a client's share of slots.", st.alloc_refused);
+	metric(f, "kv_offload_allocs_reclaimed_total", "counter",
+	       "ALLOCs left uncommitted too long, taken back.", st.allocs_reclaimed);
 	if (fflush(f) != 0 || ferror(f))
 		err = errno ? -errno : -EIO;
 	if (fclose(f) != 0 && !err)

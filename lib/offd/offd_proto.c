@@ -71,7 +71,8 @@ static const char *const stats_names[] = {
 	"misses", "puts", "put_bytes", "gets", "get_bytes", "spills",
 	"spill_bytes", "readthroughs", "readthrough_bytes", "evictions",
 	"wb_queue_depth", "wb_queue_capacity", "wb_drops", "wb_errors",
-	"disk_blocks", "disk_bytes", "refused", "protocol_errors", "hugepages",
+	"disk_blocks", "disk_bytes", "refused", "protocol_errors", "accept_errors",
+	"alloc_refused", "allocs_reclaimed", "hugepages",
 	"uptime_ns", "pid",
 };
 

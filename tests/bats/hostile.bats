@@ -80,3 +80,63 @@ plant_bucket() {
 		stop_daemon
 	done
 }
+
+@test "hostile: a client that ALLOCs every slot and commits none leaves the others room" {
+	requires kvoffd
+	start_daemon --cpu-bytes 2M --slot-bytes 256K || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	coproc HOG { "$KV_BIN/../bench/offd_client" hog "$SOCK" "$MDIR" 4096; }
+	read -r word n err <&"${HOG[0]}"
+	[ "$word" = hog ] && [ "$n" -eq 4 ] || fail "hog took $n slots of 8 ($err)"
+	[[ "$err" == *quota* ]] || fail "hog stopped on: $err"
+	# The other half still serves everyone else.
+	for i in 1 2 3; do
+		run kvput --daemon "$SOCK" --model-dir "$MDIR" "abcde0000000000000000000000000000$i" \
+			"$BATS_TEST_TMPDIR/blk"
+		[ "$status" -eq 0 ] || fail "put $i beside the hog: $output"
+	done
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .alloc_refused <<< "$output")" -ge 1 ]
+	# Gone, its allocations go back.
+	exec {HOG[1]}>&-
+	wait "$HOG_PID"
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .slots_used <<< "$output")" -le 4 ] || fail "slots used after the hog left: $output"
+	stop_daemon
+}
+
+@test "hostile: out of descriptors, kvoffd stops polling, logs once, counts, and recovers" {
+	requires kvoffd prlimit /usr/bin/python3
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	local fifo=$BATS_TEST_TMPDIR/ready line
+	mkfifo "$fifo"
+	prlimit --nofile=48:48 kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 8M \
+		--ready-fd 3 3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	read -r line <"$fifo" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	# 100 connections held open: far more than the daemon has fds for.
+	coproc CONNS { /usr/bin/python3 -c '
+import socket, sys
+s = []
+for _ in range(100):
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(sys.argv[1])
+    s.append(c)
+print("connected", flush=True)
+sys.stdin.read()
+' "$SOCK"; }
+	read -r word <&"${CONNS[0]}"
+	[ "$word" = connected ]
+	sleep 2
+	# Once per interval, not once per wakeup.
+	[ "$(grep -c 'cannot accept' "$BATS_TEST_TMPDIR/kvoffd.log")" -le 2 ] ||
+		fail "log: $(head -c 2000 "$BATS_TEST_TMPDIR/kvoffd.log")"
+	exec {CONNS[1]}>&-
+	wait "$CONNS_PID"
+	# The held connections are gone: new clients get served again.
+	run kvput --daemon "$SOCK" --model-dir "$MDIR" abcde00000000000000000000000000009 \
+		"$BATS_TEST_TMPDIR/blk"
+	[ "$status" -eq 0 ] || fail "kvput after recovery: $output"
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .accept_errors <<< "$output")" -ge 1 ]
+	stop_daemon
+}

@@ -140,7 +140,7 @@ static void test_decode_rejects(void)
 	buf[0] ^= 1;				/* magic */
 	CHECK(decode(&g) == -KV_EPROTO);
 	memcpy(buf, good, sizeof(buf));
-	buf[4] = 2;				/* version */
+	buf[4] = KV_OFFD_VERSION + 1;		/* version */
 	CHECK(decode(&g) == -KV_EPROTO);
 	memcpy(buf, good, sizeof(buf));
 	buf[6] = 0x42;				/* type */

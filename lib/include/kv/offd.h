@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define KV_OFFD_MAGIC		0x444f564bu	/* "KVOD" little-endian */
-#define KV_OFFD_VERSION		1
+#define KV_OFFD_VERSION		2
 #define KV_OFFD_FRAME_BYTES	512
 #define KV_OFFD_MODEL_MAX	KV_NAME_MAX	/* model dir name, bytes */
 #define KV_OFFD_HASH_MAX	KV_HASH_MAX_LEN
@@ -79,6 +79,9 @@ struct kv_offd_stats {
 	uint64_t disk_bytes;
 	uint64_t refused;		/* peers refused by credentials */
 	uint64_t protocol_errors;	/* clients closed for a bad frame */
+	uint64_t accept_errors;		/* accepts failed for want of a descriptor */
+	uint64_t alloc_refused;		/* ALLOCs over a client's share of slots */
+	uint64_t allocs_reclaimed;	/* ALLOCs uncommitted too long, taken back */
 	uint64_t hugepages;		/* 1 if the pool is on hugetlbfs pages */
 	uint64_t uptime_ns;
 	uint64_t pid;
