@@ -67,8 +67,9 @@ static int recv_frame(int fd, unsigned char *buf, int *pool_fd)
 	do
 		n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
+	/* EAGAIN: the socket's receive deadline ran out. */
 	if (n <= 0)
-		return n < 0 ? -errno : -ECONNRESET;
+		return n == 0 ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : -errno;
 	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
 		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
@@ -80,7 +81,7 @@ static int recv_frame(int fd, unsigned char *buf, int *pool_fd)
 			continue;
 		}
 		if (n <= 0)
-			return n < 0 ? -errno : -ECONNRESET;
+			return n == 0 ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : -errno;
 	}
 	return 0;
 }

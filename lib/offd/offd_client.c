@@ -10,17 +10,37 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <kv/errors.h>
 #include <kv/offd.h>
 
 struct kv_offd {
 	int fd;
+	int broken;		/* -errno once a timeout left the stream out of step */
 	unsigned char *pool;
 	size_t pool_bytes;
 	size_t slot_bytes;
 	uint32_t slots;
 };
+
+/* SO_SNDTIMEO / SO_RCVTIMEO ran out: the daemon did not answer in time. */
+static int deadline_err(int e)
+{
+	return e == EAGAIN || e == EWOULDBLOCK ? -ETIMEDOUT : -e;
+}
+
+/* Every send and receive on fd gives up after timeout_ms (0: never). */
+static int set_deadline(int fd, unsigned timeout_ms)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000,
+			      .tv_usec = (timeout_ms % 1000) * 1000 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	return 0;
+}
 
 static int send_all(int fd, const void *buf, size_t len)
 {
@@ -32,7 +52,7 @@ static int send_all(int fd, const void *buf, size_t len)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return errno == EPIPE ? -ECONNRESET : -errno;
+			return errno == EPIPE ? -ECONNRESET : deadline_err(errno);
 		}
 		p += n;
 		len -= (size_t)n;
@@ -50,7 +70,7 @@ static int recv_all(int fd, void *buf, size_t len)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return deadline_err(errno);
 		}
 		if (n == 0)
 			return -ECONNRESET;
@@ -61,6 +81,12 @@ static int recv_all(int fd, void *buf, size_t len)
 }
 
 int kv_offd_connect(const char *socket_path, struct kv_offd **out)
+{
+	return kv_offd_connect_timeout(socket_path, KV_OFFD_TIMEOUT_MS, out);
+}
+
+int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
+			    struct kv_offd **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_offd_geometry geo;
@@ -73,8 +99,13 @@ int kv_offd_connect(const char *socket_path, struct kv_offd **out)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* A listener whose backlog is full blocks connect(); one that never
+	 * accepts never sends HELLO: both end at the deadline. */
+	err = set_deadline(fd, timeout_ms);
+	if (err)
+		goto fail;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = -errno;
+		err = deadline_err(errno);
 		/* A stale socket file with no listener reads as refused. */
 		goto fail;
 	}
@@ -116,6 +147,11 @@ void kv_offd_close(struct kv_offd *c)
 	free(c);
 }
 
+int kv_offd_set_timeout(struct kv_offd *c, unsigned timeout_ms)
+{
+	return set_deadline(c->fd, timeout_ms);
+}
+
 size_t kv_offd_slot_bytes(const struct kv_offd *c)
 {
 	return c->slot_bytes;
@@ -135,12 +171,17 @@ static int request(struct kv_offd *c, const struct kv_offd_frame *req,
 	unsigned char buf[KV_OFFD_FRAME_BYTES];
 	int err;
 
+	if (c->broken)
+		return c->broken;
 	err = kv_offd_frame_encode(req, buf, sizeof(buf));
 	if (err)
 		return err;
 	err = send_all(c->fd, buf, sizeof(buf));
 	if (!err)
 		err = recv_all(c->fd, buf, sizeof(buf));
+	/* A reply that comes after we gave up would answer the next request. */
+	if (err == -ETIMEDOUT)
+		c->broken = err;
 	if (!err)
 		err = kv_offd_frame_decode(buf, sizeof(buf), rep);
 	if (err)

@@ -146,10 +146,24 @@ int kv_offd_hello_recv(int fd, struct kv_offd_geometry *geo, int *pool_fd);
 
 struct kv_offd;
 
+/* How long a connect or a request waits for the daemon by default. */
+#define KV_OFFD_TIMEOUT_MS	30000
+
 /* Connect to the daemon at socket_path and map its pool.  -ENOENT or
  * -ECONNREFUSED when no daemon listens there, -EACCES when it refuses
- * this peer, -KV_EPROTO on a version mismatch. */
+ * this peer, -KV_EPROTO on a version mismatch, -ETIMEDOUT when it does
+ * not answer within KV_OFFD_TIMEOUT_MS. */
 int kv_offd_connect(const char *socket_path, struct kv_offd **out);
+
+/* The same with a deadline of timeout_ms (0: wait for ever) for the
+ * connect and for every request after it. */
+int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
+			    struct kv_offd **out);
+
+/* Change the deadline of every later request.  A request that runs out
+ * returns -ETIMEDOUT and leaves the connection unusable (-ETIMEDOUT from
+ * then on): a late reply would answer the wrong request. */
+int kv_offd_set_timeout(struct kv_offd *c, unsigned timeout_ms);
 void kv_offd_close(struct kv_offd *c);
 
 /* The largest block the pool takes (its slot size). */
