@@ -883,24 +883,13 @@ struct ram_list {
 	int rank;		/* --rank, or -1 */
 };
 
-/* --model names a model dir, or a safe model name with any fingerprint. */
-static int model_matches(const char *model, const char *model_dir)
-{
-	size_t n = strlen(model);
-
-	if (!strcmp(model, model_dir))
-		return 1;
-	return !strncmp(model, model_dir, n) && model_dir[n] == '_' &&
-	       strlen(model_dir + n + 1) == KV_FINGERPRINT_LEN;
-}
-
 static int ram_record(const struct kv_offd_entry *e, void *arg)
 {
 	struct ram_list *rl = arg;
 	struct ls *ls = rl->ls;
 	char rec[RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
 
-	if ((rl->model && !model_matches(rl->model, e->ref.model_dir)) ||
+	if (!kv_layout_model_matches(rl->model, e->ref.model_dir) ||
 	    (rl->rank >= 0 && e->ref.rank != (unsigned)rl->rank) ||
 	    kv_layout_block_path_ref(&e->ref, path, sizeof(path)) < 0)
 		return 0;
