@@ -15,7 +15,8 @@ setup_file() {
 	if command -v cc >/dev/null; then
 		cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' \
 			-I"$top/lib/include" "$top/bench/offd_client.c" \
-			"$top"/lib/{offd_client,offd_proto,kv,units}.c -o "$OFFD_CLIENT"
+			"$top"/lib/offd/{offd_client,offd_proto}.c "$top"/lib/util/{kv,units}.c \
+			-o "$OFFD_CLIENT"
 	fi
 }
 
