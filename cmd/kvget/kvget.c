@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "../tool.h"
-#include "blockline.h"
+#include "../tool_record.h"
 
 #define DEFAULT_QD	32
 #define MAX_QD		1024
@@ -380,22 +380,25 @@ static int prepare(struct batch *b, struct slot *s)
  * or -EIO on a read error (said).  Bad lines are reported on the way. */
 static int next_line(struct batch *b, struct slot *s)
 {
-	struct block_line l;
+	const struct tool_record_opts o = { .model_dir = b->get->model_dir,
+					    .rank = b->get->rank, .group = b->get->group,
+					    .model_opts = 1, .bare = TOOL_RECORD_BARE_HASH };
+	struct tool_record r;
 	int ret;
 
 	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
 		b->line++;
 		if (!b->text[strspn(b->text, " \t\r\n")])
 			continue;
-		ret = block_line_parse(b->text, b->get->model_dir, b->get->rank, b->get->group, &l);
+		ret = tool_record_parse(b->text, &o, &r);
 		if (ret == 0) {
-			strcpy(s->hash, l.hash);
-			strcpy(s->relpath, l.relpath);
+			strcpy(s->hash, r.ref.hash);
+			strcpy(s->relpath, r.relpath);
 			s->line = b->line;
 		} else {
-			bad_line(b, l.record_hash, l.record_path, "%s", l.error);
+			bad_line(b, r.record_hash, r.record_path, "%s", r.error);
 		}
-		block_line_free(&l);
+		tool_record_free(&r);
 		if (ret == 0)
 			return 1;
 	}

@@ -20,10 +20,10 @@
 #include <wctype.h>
 #include <locale.h>
 #include "../tool.h"
+#include "../tool_record.h"
 
 #define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
 #define PROGRESS_EVERY_NS	250000000LL
-#define RECORD_MAX		16384
 #define ORPHANS_AFTER_NS	(3600ULL * 1000000000ULL)
 
 /* Why a walk callback stopped the walk (kv_walk passes it back). */
@@ -149,134 +149,6 @@ static void out_fail(const struct ls *ls)
 	_exit(EXIT_RUNTIME);
 }
 
-static char *put_lit(char *p, const char *s)
-{
-	size_t n = strlen(s);
-
-	memcpy(p, s, n);
-	return p + n;
-}
-
-static char *put_u64(char *p, uint64_t v)
-{
-	char tmp[20];
-	int n = 0;
-
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		*p++ = tmp[--n];
-	return p;
-}
-
-static char *put_i64(char *p, int64_t v)
-{
-	if (v < 0) {
-		*p++ = '-';
-		return put_u64(p, (uint64_t)0 - (uint64_t)v);
-	}
-	return put_u64(p, (uint64_t)v);
-}
-
-/* Decode one UTF-8 sequence at s; its length, or 0 if invalid. */
-static int utf8_decode(const unsigned char *s, uint32_t *cp)
-{
-	int n;
-	uint32_t c;
-
-	if (s[0] < 0xc2)
-		return 0;
-	if (s[0] < 0xe0) {
-		n = 2;
-		c = s[0] & 0x1f;
-	} else if (s[0] < 0xf0) {
-		n = 3;
-		c = s[0] & 0x0f;
-	} else if (s[0] < 0xf5) {
-		n = 4;
-		c = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	for (int i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = (c << 6) | (s[i] & 0x3f);
-	}
-	if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
-	    (n == 4 && (c < 0x10000 || c > 0x10ffff)))
-		return 0;
-	*cp = c;
-	return n;
-}
-
-static char *put_u_escape(char *p, uint32_t cp)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	*p++ = '\\';
-	*p++ = 'u';
-	for (int shift = 12; shift >= 0; shift -= 4)
-		*p++ = hex[(cp >> shift) & 0xf];
-	return p;
-}
-
-/*
- * A JSON string as jansson writes it with JSON_ENSURE_ASCII, so hand-made
- * and jansson-made records agree byte for byte.  File names need not be
- * UTF-8; an invalid byte becomes U+FFFD.  Needs 6 * strlen(s) + 2 bytes.
- */
-static char *put_json_str(char *p, const char *str)
-{
-	const unsigned char *s = (const unsigned char *)str;
-
-	*p++ = '"';
-	while (*s) {
-		const unsigned char *run = s;
-		uint32_t cp;
-		int n;
-
-		/* Plain ASCII, nearly every byte of a layout path, in one copy. */
-		while (*s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
-			s++;
-		memcpy(p, run, (size_t)(s - run));
-		p += s - run;
-		if (!*s)
-			break;
-		switch (*s) {
-		case '"': p = put_lit(p, "\\\""); s++; continue;
-		case '\\': p = put_lit(p, "\\\\"); s++; continue;
-		case '\b': p = put_lit(p, "\\b"); s++; continue;
-		case '\f': p = put_lit(p, "\\f"); s++; continue;
-		case '\n': p = put_lit(p, "\\n"); s++; continue;
-		case '\r': p = put_lit(p, "\\r"); s++; continue;
-		case '\t': p = put_lit(p, "\\t"); s++; continue;
-		}
-		if (*s < 0x20) {
-			p = put_u_escape(p, *s++);
-			continue;
-		}
-		n = utf8_decode(s, &cp);
-		if (!n) {
-			p = put_u_escape(p, 0xfffd);
-			s++;
-			continue;
-		}
-		s += n;
-		if (cp >= 0x10000) {
-			cp -= 0x10000;
-			p = put_u_escape(p, 0xd800 | (cp >> 10));
-			p = put_u_escape(p, 0xdc00 | (cp & 0x3ff));
-		} else {
-			p = put_u_escape(p, cp);
-		}
-	}
-	*p++ = '"';
-	return p;
-}
-
 /* Separator before a record: none for the first, ',' inside a -J array. */
 static int out_record(struct ls *ls, const char *rec, size_t len)
 {
@@ -361,7 +233,6 @@ static int model_add_rank(struct model *m, unsigned rank)
 	return 0;
 }
 
-/* The model part of a model dir name: "<safe_model>" without "_<d12>". */
 /* --- human table cells ------------------------------------------------ */
 
 /*
@@ -417,6 +288,7 @@ static void table_pad(const char *cell, int cell_width, int width, const char *s
 	printf("%s%*s%s", cell, width > cell_width ? width - cell_width : 0, "", sep);
 }
 
+/* The model part of a model dir name: "<safe_model>" without "_<d12>". */
 static void safe_model_of(const struct model *m, char *buf, size_t len)
 {
 	size_t n = strlen(m->model_dir);
@@ -558,10 +430,10 @@ static int block_matches(const struct ls *ls, const struct kv_walk_entry *e)
 
 static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 {
-	char rec[RECORD_MAX], *p = rec;
+	char rec[TOOL_RECORD_MAX], *p = rec;
 
 	if (ls->out == OUT_TABLE) {
-		char at[32], mt[32], size[16], alloc[16], cell[RECORD_MAX / 2];
+		char at[32], mt[32], size[16], alloc[16], cell[TOOL_RECORD_MAX / 2];
 		int n;
 
 		kv_time_format(e->atime_ns, at, sizeof(at));
@@ -581,25 +453,10 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 		ls->records++;
 		return out_write(ls, rec, (size_t)n);
 	}
-	p = put_lit(p, "{\"alloc_bytes\":");
-	p = put_u64(p, e->alloc_bytes);
-	p = put_lit(p, ",\"atime_ns\":");
-	p = put_i64(p, e->atime_ns);
-	p = put_lit(p, ",\"group\":");
-	p = put_u64(p, e->ref.group);
-	p = put_lit(p, ",\"hash\":");
-	p = put_json_str(p, e->ref.hash);
-	p = put_lit(p, ",\"model_dir\":");
-	p = put_json_str(p, e->ref.model_dir);
-	p = put_lit(p, ",\"mtime_ns\":");
-	p = put_i64(p, e->mtime_ns);
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, e->path);
-	p = put_lit(p, ",\"rank\":");
-	p = put_u64(p, e->ref.rank);
-	p = put_lit(p, ",\"size_bytes\":");
-	p = put_u64(p, e->size_bytes);
-	*p++ = '}';
+	p = tool_record_format(rec, &(struct tool_block){
+		.ref = &e->ref, .path = e->path, .size_bytes = e->size_bytes,
+		.fields = TOOL_RECORD_FILE, .alloc_bytes = e->alloc_bytes,
+		.atime_ns = e->atime_ns, .mtime_ns = e->mtime_ns });
 	if (ls->out == OUT_NDJSON)
 		*p++ = '\n';
 	return out_record(ls, rec, (size_t)(p - rec));
@@ -608,14 +465,14 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 static int problem(struct ls *ls, const char *kind, const char *path,
 		   const char *detail)
 {
-	char rec[RECORD_MAX], *p = rec;
+	char rec[TOOL_RECORD_MAX], *p = rec;
 
 	ls->problems++;
 	/* Escaping may grow text sixfold: drop a detail that would not fit. */
-	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > RECORD_MAX)
+	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > TOOL_RECORD_MAX)
 		detail = "";
 	if (ls->out == OUT_TABLE) {
-		char cpath[RECORD_MAX / 2], cdetail[RECORD_MAX / 4];
+		char cpath[TOOL_RECORD_MAX / 2], cdetail[TOOL_RECORD_MAX / 4];
 		int n;
 
 		table_cell(path, cpath, sizeof(cpath));
@@ -626,12 +483,9 @@ static int problem(struct ls *ls, const char *kind, const char *path,
 		ls->records++;
 		return out_write(ls, rec, (size_t)n < sizeof(rec) ? (size_t)n : sizeof(rec) - 1);
 	}
-	p = put_lit(p, "{\"detail\":");
-	p = put_json_str(p, detail);
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, path);
-	p = put_lit(p, ",\"problem\":");
-	p = put_json_str(p, kind);
+	p = tool_json_str(stpcpy(p, "{\"detail\":"), detail);
+	p = tool_json_str(stpcpy(p, ",\"path\":"), path);
+	p = tool_json_str(stpcpy(p, ",\"problem\":"), kind);
 	*p++ = '}';
 	if (ls->out == OUT_NDJSON)
 		*p++ = '\n';
@@ -887,7 +741,7 @@ static int ram_record(const struct kv_offd_entry *e, void *arg)
 {
 	struct ram_list *rl = arg;
 	struct ls *ls = rl->ls;
-	char rec[RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
+	char rec[TOOL_RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
 
 	if (!kv_layout_model_matches(rl->model, e->ref.model_dir) ||
 	    (rl->rank >= 0 && e->ref.rank != (unsigned)rl->rank) ||
@@ -909,22 +763,9 @@ static int ram_record(const struct kv_offd_entry *e, void *arg)
 		ls->records++;
 		return out_write(ls, rec, (size_t)n);
 	}
-	p = put_lit(p, "{\"group\":");
-	p = put_u64(p, e->ref.group);
-	p = put_lit(p, ",\"hash\":");
-	p = put_json_str(p, e->ref.hash);
-	p = put_lit(p, ",\"model_dir\":");
-	p = put_json_str(p, e->ref.model_dir);
-	p = put_lit(p, e->on_disk ? ",\"on_disk\":true" : ",\"on_disk\":false");
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, path);
-	p = put_lit(p, ",\"pins\":");
-	p = put_u64(p, e->pins);
-	p = put_lit(p, ",\"rank\":");
-	p = put_u64(p, e->ref.rank);
-	p = put_lit(p, ",\"size_bytes\":");
-	p = put_u64(p, e->size_bytes);
-	*p++ = '}';
+	p = tool_record_format(rec, &(struct tool_block){
+		.ref = &e->ref, .path = path, .size_bytes = e->size_bytes,
+		.fields = TOOL_RECORD_RAM, .pins = e->pins, .on_disk = e->on_disk });
 	if (ls->out == OUT_NDJSON)
 		*p++ = '\n';
 	return out_record(ls, rec, (size_t)(p - rec));

@@ -57,7 +57,7 @@ struct slot {
 	struct kv_io_req req;
 	struct slot *next_free;
 	unsigned long line;
-	unsigned rank, group;
+	struct kv_block_ref ref;
 	char hash[KV_HASH_MAX_LEN + 1];
 	char relpath[PATH_MAX];
 	struct payload payload;
@@ -245,18 +245,21 @@ static void bad_line(struct batch *b, const char *hash, const char *relpath,
 }
 
 /* Turn one manifest line into a ready request in s; 0 on success. */
-static int load_line(struct batch *b, const char *text, struct slot *s)
+static int load_line(struct batch *b, char *text, struct slot *s)
 {
+	const struct tool_record_opts o = { .model_dir = b->put->model_dir,
+					    .rank = b->put->rank, .group = b->put->group,
+					    .model_opts = 1 };
 	struct manifest_line m;
 	int ret;
 
-	ret = manifest_line_parse(text, b->put->model_dir, b->put->rank, b->put->group, &m);
+	ret = manifest_line_parse(text, &o, &m);
 	if (ret < 0) {
-		bad_line(b, m.record_hash, m.record_path, "%s", m.error);
+		bad_line(b, m.rec.record_hash, m.rec.record_path, "%s", m.rec.error);
 		goto out;
 	}
-	strcpy(s->hash, m.hash);
-	strcpy(s->relpath, m.relpath);
+	strcpy(s->hash, m.rec.ref.hash);
+	strcpy(s->relpath, m.rec.relpath);
 	if (m.file) {
 		ret = payload_file(&s->payload, m.file);
 		if (ret < 0)
@@ -273,14 +276,13 @@ static int load_line(struct batch *b, const char *text, struct slot *s)
 	}
 	if (ret == 0) {
 		s->line = b->line;
-		s->rank = m.rank;
-		s->group = m.group;
+		s->ref = m.rec.ref;
 		s->req = (struct kv_io_req){ .op = KV_IO_OP_PUT, .relpath = s->relpath,
 					     .buf = (void *)s->payload.data,
 					     .len = s->payload.len, .user = s };
 	}
 out:
-	manifest_line_free(&m);
+	tool_record_free(&m.rec);
 	return ret;
 }
 
@@ -452,7 +454,6 @@ static int put_daemon(struct put *put, const char *sock, const char *hash,
  */
 static int run_batch_daemon(struct put *put, const char *sock, const char *manifest)
 {
-	struct kv_block_ref ref = { 0 };
 	struct slot s = { 0 };
 	struct kv_offd *c;
 	struct batch b;
@@ -461,12 +462,8 @@ static int run_batch_daemon(struct put *put, const char *sock, const char *manif
 	if (batch_open(&b, put, manifest) < 0)
 		return EXIT_RUNTIME;
 	c = tool_daemon_connect(sock);
-	strcpy(ref.model_dir, put->model_dir);
 	while ((ret = next_line(&b, &s)) == 1) {
-		ref.rank = s.rank;
-		ref.group = s.group;
-		strcpy(ref.hash, s.hash);
-		err = kv_offd_put(c, &ref, s.payload.data, s.payload.len);
+		err = kv_offd_put(c, &s.ref, s.payload.data, s.payload.len);
 		if (err < 0) {
 			tool_err("cannot put %s into the daemon at '%s': %s", s.hash, sock,
 				 kv_strerror(err));
