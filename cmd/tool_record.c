@@ -305,40 +305,40 @@ char *tool_json_str(char *p, const char *str)
 	return p;
 }
 
-char *tool_record_format(char *p, const struct tool_block *b)
+char *tool_record_format(char *p, const struct kv_tier_entry *e)
 {
-	int file = b->fields & TOOL_RECORD_FILE, ram = b->fields & TOOL_RECORD_RAM;
+	int file = e->fields & KV_TIER_ENTRY_FILE, ram = e->fields & KV_TIER_ENTRY_RAM;
 
 	*p++ = '{';
 	if (file) {
 		p = stpcpy(p, "\"alloc_bytes\":");
-		p = put_u64(p, b->alloc_bytes);
+		p = put_u64(p, e->alloc_bytes);
 		p = stpcpy(p, ",\"atime_ns\":");
-		p = put_i64(p, b->atime_ns);
+		p = put_i64(p, e->atime_ns);
 		*p++ = ',';
 	}
 	p = stpcpy(p, "\"group\":");
-	p = put_u64(p, b->ref->group);
+	p = put_u64(p, e->ref.group);
 	p = stpcpy(p, ",\"hash\":");
-	p = tool_json_str(p, b->ref->hash);
+	p = tool_json_str(p, e->ref.hash);
 	p = stpcpy(p, ",\"model_dir\":");
-	p = tool_json_str(p, b->ref->model_dir);
+	p = tool_json_str(p, e->ref.model_dir);
 	if (file) {
 		p = stpcpy(p, ",\"mtime_ns\":");
-		p = put_i64(p, b->mtime_ns);
+		p = put_i64(p, e->mtime_ns);
 	}
 	if (ram)
-		p = stpcpy(p, b->on_disk ? ",\"on_disk\":true" : ",\"on_disk\":false");
+		p = stpcpy(p, e->on_disk ? ",\"on_disk\":true" : ",\"on_disk\":false");
 	p = stpcpy(p, ",\"path\":");
-	p = tool_json_str(p, b->path);
+	p = tool_json_str(p, e->key);
 	if (ram) {
 		p = stpcpy(p, ",\"pins\":");
-		p = put_u64(p, b->pins);
+		p = put_u64(p, e->pins);
 	}
 	p = stpcpy(p, ",\"rank\":");
-	p = put_u64(p, b->ref->rank);
+	p = put_u64(p, e->ref.rank);
 	p = stpcpy(p, ",\"size_bytes\":");
-	p = put_u64(p, b->size_bytes);
+	p = put_u64(p, e->size_bytes);
 	*p++ = '}';
 	return p;
 }

@@ -64,29 +64,15 @@ int tool_record_string(const struct tool_record *r, const char *key,
 int tool_record_refuse(struct tool_record *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* What a block record says.  Keys stay sorted whatever fields are set. */
-#define TOOL_RECORD_FILE	(1u << 0)	/* alloc_bytes, atime_ns, mtime_ns */
-#define TOOL_RECORD_RAM		(1u << 1)	/* on_disk, pins */
-
-struct tool_block {
-	const struct kv_block_ref *ref;
-	const char *path;
-	uint64_t size_bytes;
-	unsigned fields;	/* TOOL_RECORD_* */
-	uint64_t alloc_bytes;
-	int64_t atime_ns, mtime_ns;
-	unsigned pins;
-	int on_disk;
-};
-
 /* Bytes a formatted record may need. */
 #define TOOL_RECORD_MAX		16384
 
-/* A block record as compact JSON into buf (TOOL_RECORD_MAX bytes), with
- * no newline; returns the end.  Written by hand, byte for byte what
+/* A block as a tier lists it, as a compact JSON record into buf
+ * (TOOL_RECORD_MAX bytes) with no newline; returns the end.  Keys stay
+ * sorted whichever of e's fields are set.  Written by hand, byte for byte what
  * jansson writes with JSON_SORT_KEYS | JSON_ENSURE_ASCII: jansson per
  * record would cost more than kvls's walk itself. */
-char *tool_record_format(char *buf, const struct tool_block *b);
+char *tool_record_format(char *buf, const struct kv_tier_entry *e);
 
 /* A JSON string the same way; needs 6 * strlen(s) + 2 bytes at p. */
 char *tool_json_str(char *p, const char *s);

@@ -419,26 +419,43 @@ static size_t models_print(struct ls *ls)
 
 /* --- per-entry work -------------------------------------------------- */
 
-static int block_matches(const struct ls *ls, const struct kv_walk_entry *e)
+static int block_matches(const struct ls *ls, int64_t atime_ns)
 {
-	if (ls->has_older && e->atime_ns >= ls->older_cut_ns)
+	if (ls->has_older && atime_ns >= ls->older_cut_ns)
 		return 0;
-	if (ls->has_newer && e->atime_ns < ls->newer_cut_ns)
+	if (ls->has_newer && atime_ns < ls->newer_cut_ns)
 		return 0;
 	return 1;
 }
 
-static int block_record(struct ls *ls, const struct kv_walk_entry *e)
+/* One block: a table row (a file's times, or the daemon's pins) or a record. */
+static int block_record(struct ls *ls, const struct kv_tier_entry *e)
 {
-	char rec[TOOL_RECORD_MAX], *p = rec;
+	char rec[TOOL_RECORD_MAX], *p = rec, size[16], cell[TOOL_RECORD_MAX / 2];
+	int n;
 
-	if (ls->out == OUT_TABLE) {
-		char at[32], mt[32], size[16], alloc[16], cell[TOOL_RECORD_MAX / 2];
-		int n;
+	if (ls->out != OUT_TABLE) {
+		p = tool_record_format(rec, e);
+		if (ls->out == OUT_NDJSON)
+			*p++ = '\n';
+		return out_record(ls, rec, (size_t)(p - rec));
+	}
+	kv_size_format(e->size_bytes, size, sizeof(size));
+	table_cell(e->key, cell, sizeof(cell));
+	if (e->fields & KV_TIER_ENTRY_RAM) {
+		if (!ls->records) {
+			n = snprintf(rec, sizeof(rec), "%6s  %4s  %4s  %4s  %5s  %s\n",
+				     "SIZE", "PINS", "DISK", "RANK", "GROUP", "PATH");
+			if (out_write(ls, rec, (size_t)n))
+				return STOP_WRITE;
+		}
+		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
+			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, cell);
+	} else {
+		char at[32], mt[32], alloc[16];
 
 		kv_time_format(e->atime_ns, at, sizeof(at));
 		kv_time_format(e->mtime_ns, mt, sizeof(mt));
-		kv_size_format(e->size_bytes, size, sizeof(size));
 		kv_size_format(e->alloc_bytes, alloc, sizeof(alloc));
 		if (!ls->records) {
 			n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4s  %5s  %s\n",
@@ -447,19 +464,11 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 			if (out_write(ls, rec, (size_t)n))
 				return STOP_WRITE;
 		}
-		table_cell(e->path, cell, sizeof(cell));
 		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
 			     at, mt, size, alloc, e->ref.rank, e->ref.group, cell);
-		ls->records++;
-		return out_write(ls, rec, (size_t)n);
 	}
-	p = tool_record_format(rec, &(struct tool_block){
-		.ref = &e->ref, .path = e->path, .size_bytes = e->size_bytes,
-		.fields = TOOL_RECORD_FILE, .alloc_bytes = e->alloc_bytes,
-		.atime_ns = e->atime_ns, .mtime_ns = e->mtime_ns });
-	if (ls->out == OUT_NDJSON)
-		*p++ = '\n';
-	return out_record(ls, rec, (size_t)(p - rec));
+	ls->records++;
+	return out_write(ls, rec, (size_t)n);
 }
 
 static int problem(struct ls *ls, const char *kind, const char *path,
@@ -589,20 +598,15 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 
 static int on_block(struct ls *ls, const struct kv_walk_entry *e)
 {
-	struct model *m = NULL;
+	struct model *m = model_get(ls, &e->ref);
 
 	/* Every rank dir counts for the table and for --check, whatever
 	 * the time filters leave of its blocks. */
-	if (ls->mode != MODE_BLOCKS) {
-		m = model_get(ls, &e->ref);
-		if (!m || model_add_rank(m, e->ref.rank) < 0)
-			return STOP_NOMEM;
-	}
-	if (!block_matches(ls, e))
+	if (!m || model_add_rank(m, e->ref.rank) < 0)
+		return STOP_NOMEM;
+	if (!block_matches(ls, e->atime_ns))
 		return 0;
 	ls->blocks++;
-	if (ls->mode == MODE_BLOCKS)
-		return block_record(ls, e);
 	if (ls->mode == MODE_CHECK)
 		return ls->verify ? verify_block(ls, e) : 0;
 	m->files++;
@@ -639,7 +643,7 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 	case KV_WALK_BLOCK:
 		return on_block(ls, e);
 	case KV_WALK_CONFIG:
-		return ls->mode == MODE_BLOCKS ? 0 : on_config(ls, e);
+		return on_config(ls, e);
 	case KV_WALK_TEMP:
 		if (!ls->check)
 			return 0;
@@ -729,66 +733,48 @@ static void check_summary(struct ls *ls)
 	json_decref(sum);
 }
 
-/* --- the daemon's RAM tier ------------------------------------------- */
+/* --- blocks ---------------------------------------------------------- */
 
-struct ram_list {
-	struct ls *ls;
-	const char *model;	/* --model, or NULL */
-	int rank;		/* --rank, or -1 */
-};
-
-static int ram_record(const struct kv_offd_entry *e, void *arg)
+static int on_listed(const struct kv_tier_entry *e, void *arg)
 {
-	struct ram_list *rl = arg;
-	struct ls *ls = rl->ls;
-	char rec[TOOL_RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
+	struct ls *ls = arg;
 
-	if (!kv_layout_model_matches(rl->model, e->ref.model_dir) ||
-	    (rl->rank >= 0 && e->ref.rank != (unsigned)rl->rank) ||
-	    kv_layout_block_path_ref(&e->ref, path, sizeof(path)) < 0)
+	progress_tick(ls);
+	if (e->err) {
+		tool_err("cannot read '%s': %s", e->key, kv_strerror(e->err));
 		return 0;
-	if (ls->out == OUT_TABLE) {
-		char size[16];
-		int n;
-
-		kv_size_format(e->size_bytes, size, sizeof(size));
-		if (!ls->records) {
-			n = snprintf(rec, sizeof(rec), "%6s  %4s  %4s  %4s  %5s  %s\n",
-				     "SIZE", "PINS", "DISK", "RANK", "GROUP", "PATH");
-			if (out_write(ls, rec, (size_t)n))
-				return STOP_WRITE;
-		}
-		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
-			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, path);
-		ls->records++;
-		return out_write(ls, rec, (size_t)n);
 	}
-	p = tool_record_format(rec, &(struct tool_block){
-		.ref = &e->ref, .path = path, .size_bytes = e->size_bytes,
-		.fields = TOOL_RECORD_RAM, .pins = e->pins, .on_disk = e->on_disk });
-	if (ls->out == OUT_NDJSON)
-		*p++ = '\n';
-	return out_record(ls, rec, (size_t)(p - rec));
+	if (!block_matches(ls, e->atime_ns))
+		return 0;
+	ls->blocks++;
+	return block_record(ls, e);
 }
 
-/* kvls --daemon: the blocks in kvoffd's RAM tier, as --blocks lists files. */
-static int list_daemon(struct ls *ls, const char *sock, const struct kv_walk_opts *wopts)
+/* --blocks: the blocks of the file tier, or of kvoffd's RAM tier. */
+static int list_blocks(struct ls *ls, const char *daemon, const char *root,
+		       const struct kv_walk_opts *wopts)
 {
-	struct ram_list rl = { .ls = ls, .model = wopts->model, .rank = wopts->rank };
-	struct kv_offd *c = tool_daemon_connect(sock);
+	const struct kv_tier_list_opts o = { .model = wopts->model, .rank = wopts->rank,
+					     .threads = wopts->threads };
+	struct tool_store st;
 	int rc;
 
-	ls->mode = MODE_BLOCKS;
-	rc = kv_offd_list(c, ram_record, &rl);
-	kv_offd_close(c);
+	tool_store_open(&st, daemon, root, NULL);
+	rc = kv_tier_list(st.tier, &o, on_listed, ls);
+	progress_done(ls);
 	if (rc == STOP_WRITE)
 		out_fail(ls);
-	if (rc) {
-		tool_err("cannot list the daemon at '%s': %s", sock, kv_strerror(rc));
-		return tool_daemon_exit(rc);
-	}
-	if (ls->out == OUT_JSON && !out_open(ls))
+	if (rc < 0 && daemon)
+		tool_err("cannot list the daemon at '%s': %s", daemon, kv_strerror(rc));
+	else if (rc < 0)
+		tool_err("cannot open '%s': %s", root, kv_strerror(rc));
+	if (rc == 0 && ls->out == OUT_JSON && !out_open(ls))
 		fputs("]}\n", stdout);
+	if (ls->write_errno)
+		out_fail(ls);
+	tool_store_close(&st);
+	if (rc < 0)
+		return tool_store_exit(&st, rc);
 	return ls->records ? 0 : EXIT_ANSWER_NO;
 }
 
@@ -866,16 +852,13 @@ int main(int argc, char **argv)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
 	if (blocks && (check || ls.verify))
 		tool_usage_fail("--blocks lists; --check and --verify check: pick one");
-	if (daemon) {
-		if (check || ls.verify || ls.has_older || ls.has_newer)
-			tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
-					"--older-than or --newer-than");
-		return list_daemon(&ls, daemon, &wopts);
-	}
-	root = tool_root(root_opt);
+	if (daemon && (check || ls.verify || ls.has_older || ls.has_newer))
+		tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
+				"--older-than or --newer-than");
+	root = daemon ? NULL : tool_root(root_opt);
 	if (check || ls.verify)
 		ls.mode = MODE_CHECK;
-	else if (blocks)
+	else if (blocks || daemon)
 		ls.mode = MODE_BLOCKS;
 
 	ls.now_ns = kv_now_ns();
@@ -886,6 +869,8 @@ int main(int argc, char **argv)
 	ls.next_progress_ns = ls.start_ns + PROGRESS_AFTER_NS;
 	if (!isatty(STDOUT_FILENO))
 		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
+	if (ls.mode == MODE_BLOCKS)
+		return list_blocks(&ls, daemon, root, &wopts);
 
 	rc = kv_walk(root, &wopts, on_entry, &ls);
 	progress_done(&ls);
@@ -900,21 +885,13 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
-	switch (ls.mode) {
-	case MODE_MODELS:
+	if (ls.mode == MODE_MODELS) {
 		rc = models_print(&ls) ? 0 : EXIT_ANSWER_NO;
-		break;
-	case MODE_BLOCKS:
-		if (ls.out == OUT_JSON && !out_open(&ls))
-			fputs("]}\n", stdout);
-		rc = ls.records ? 0 : EXIT_ANSWER_NO;
-		break;
-	case MODE_CHECK:
+	} else {
 		if (check && check_models(&ls))
 			out_fail(&ls);
 		check_summary(&ls);
 		rc = ls.problems ? EXIT_ANSWER_NO : 0;
-		break;
 	}
 	if (ls.write_errno)
 		out_fail(&ls);
