@@ -421,7 +421,8 @@ stat_field() {
 	requires kvoffd cc
 	client=$BATS_TEST_TMPDIR/offd_client
 	cc -O2 -std=gnu11 -D_GNU_SOURCE -DKV_VERSION_STRING='"test"' -I"$top/lib/include" \
-		"$top/bench/offd_client.c" "$top"/lib/{offd_client,offd_proto,kv,units}.c -o "$client" ||
+		"$top/bench/offd_client.c" "$top"/lib/offd/{offd_client,offd_proto}.c \
+		"$top"/lib/util/{kv,units}.c -o "$client" ||
 		skip "cannot build bench/offd_client.c"
 	mount_tmpfs 1m
 	model=stress_faults_0123456789ab
