@@ -290,8 +290,8 @@ put() {
 	} > "$BATS_TEST_TMPDIR/in"
 	run --separate-stderr kvget --batch < "$BATS_TEST_TMPDIR/in"
 	assert_failure 3
-	[ "$(jq -s -c 'map(select(.hit)) | map(.line)' <<< "$output")" = "[1,6]" ]
-	[ "$(jq -s -c 'map(select(.error)) | map(.line)' <<< "$output")" = "[2,3,4,5]" ]
+	[ "$(jq -s -c 'map(select(.hit)) | map(.line) | sort' <<< "$output")" = "[1,6]" ]
+	[ "$(jq -s -c 'map(select(.error)) | map(.line) | sort' <<< "$output")" = "[2,3,4,5]" ]
 	[[ $stderr == *"<stdin>:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"<stdin>:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"<stdin>:4: \"path\" and \"group\" disagree"* ]] || fail "stderr: $stderr"
