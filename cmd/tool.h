@@ -51,15 +51,43 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 const char *tool_daemon(const char *opt);
 
 /* Connect to the daemon at sock, or say why not and exit 4 (3 for a
- * failure that is not about reaching it). */
+ * failure that is not about reaching it): kvoffd --stats. */
 struct kv_offd *tool_daemon_connect(const char *sock);
 
 /* The exit status for a failed daemon call: 4 unreachable, else 3. */
 int tool_daemon_exit(int err);
 
-/* 1 if a failed daemon call left its connection unusable (the daemon
- * went away, or the frames fell out of step), so a batch must stop. */
-int tool_daemon_lost(int err);
+/* The one store a program works on (cmd/tool_store.c). */
+struct tool_store {
+	struct kv_tier *tier;
+	const char *root;	/* the file tier's root */
+	const char *daemon;	/* kvoffd's socket; NULL: the file tier */
+	size_t block_max;	/* the largest block it holds; 0: no limit */
+};
+
+/* kvoffd at daemon, else the file tier at root with opts; says why and
+ * exits (4 unreachable, 3) when it cannot be opened. */
+void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
+		     const struct kv_io_opts *opts);
+void tool_store_close(struct tool_store *s);
+
+/* The exit status for a failed store call: 4 when the daemon cannot be
+ * reached or went away, else 3. */
+int tool_store_exit(const struct tool_store *s, int err);
+
+/* 1 if err lost the daemon's connection, so a batch must stop. */
+int tool_store_lost(const struct tool_store *s, int err);
+
+/* How messages name a block: 'ROOT/PATH', or "block H in the daemon at 'S'". */
+void tool_store_where(const struct tool_store *s, const char *relpath, char *buf,
+		      size_t len);
+
+/* Say that a call on the block at relpath failed with err (unused for a
+ * miss), in the store's words: "cannot store 'ROOT/PATH': ...", "cannot
+ * put H into the daemon at 'S': ...", "no block H at ...". */
+enum tool_store_verb { TOOL_STORE_PUT, TOOL_STORE_GET, TOOL_STORE_OPEN, TOOL_STORE_MISS };
+void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
+		    const char *relpath, int err);
 
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../tool.h"
+#include "../tool_record.h"
 
 static const char usage_text[] =
 	"Usage: kvevict [-r DIR] [--high PCT] [--low PCT] [--max-bytes SIZE]\n"
@@ -204,61 +205,13 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 	fflush(stdout);
 }
 
-/* Strip "<prefix>/" from path; NULL when path is not under prefix. */
-static const char *under(const char *prefix, const char *path)
-{
-	size_t n = strlen(prefix);
-
-	while (n > 1 && prefix[n - 1] == '/')
-		n--;
-	if (n == 1 && prefix[0] == '/')
-		return path + 1;
-	if (!strncmp(path, prefix, n) && path[n] == '/')
-		return path + n + 1;
-	return NULL;
-}
-
-/* A path from stdin, relative to the root: an absolute one must lie
- * under the root as given or as resolved; NULL when it does not. */
-static const char *relative_path(const char *root, const char *root_real, const char *path)
-{
-	const char *rel;
-
-	if (path[0] != '/')
-		return path;
-	rel = under(root, path);
-	return rel ? rel : under(root_real, path);
-}
-
-/* A line is a plain path or a JSON record with "path" (kvls --blocks). */
-static const char *line_path(char *line, json_t **rec, char *buf, size_t len)
-{
-	json_t *p;
-	json_int_t rank, group;
-	const char *model_dir, *hash;
-
-	*rec = NULL;
-	if (line[0] != '{')
-		return line;
-	*rec = json_loads(line, 0, NULL);
-	if (!*rec)
-		return NULL;
-	p = json_object_get(*rec, "path");
-	if (json_is_string(p))
-		return json_string_value(p);
-	if (json_unpack(*rec, "{s:s, s:I, s:I, s:s}", "model_dir", &model_dir, "rank", &rank,
-			"group", &group, "hash", &hash) == 0 && rank >= 0 && group >= 0 &&
-	    kv_layout_block_path(model_dir, (unsigned)rank, (unsigned)group, hash, buf, len) == 0)
-		return buf;
-	return NULL;
-}
-
 static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 {
 	struct kv_evict_report r;
-	char *line = NULL, *root_real, buf[4096];
+	struct tool_record_opts ro = { .bare = TOOL_RECORD_BARE_PATH, .root = s->root };
+	struct tool_record rec;
+	char *line = NULL, *root_real;
 	size_t cap = 0;
-	ssize_t n;
 	unsigned long lineno = 0;
 	int64_t t0 = kv_monotonic_ns();
 	int rootfd, rc;
@@ -270,27 +223,20 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 		tool_err("cannot open '%s': %s", s->root, strerror(errno));
 		return EXIT_RUNTIME;
 	}
+	ro.root_real = root_real;
 	kv_evict_fs_use(s->root, &r.use_before_pct);
-	while ((n = getline(&line, &cap, stdin)) > 0) {
-		json_t *rec;
-		const char *path, *rel;
-
+	while (getline(&line, &cap, stdin) > 0) {
 		lineno++;
-		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-			line[--n] = '\0';
-		if (n == 0)
+		if (!line[strspn(line, " \t\r\n")])
 			continue;
-		path = line_path(line, &rec, buf, sizeof(buf));
-		rel = path ? relative_path(s->root, root_real, path) : NULL;
-		if (!rel) {
-			tool_err("line %lu: %s", lineno,
-				 path ? "path is outside the root" : "not a block path or record");
+		if (tool_record_parse(line, &ro, &rec) < 0) {
+			tool_err("line %lu: %s", lineno, rec.error);
 			r.skipped_other++;
-		} else if ((rc = kv_evict_path(rootfd, rel, o, &r)) < 0) {
-			tool_err("skipping '%s': %s", rel,
+		} else if ((rc = kv_evict_path(rootfd, rec.relpath, o, &r)) < 0) {
+			tool_err("skipping '%s': %s", rec.relpath,
 				 rc == -ELOOP ? "a symlink" : kv_strerror(rc));
 		}
-		json_decref(rec);
+		tool_record_free(&rec);
 	}
 	free(line);
 	free(root_real);

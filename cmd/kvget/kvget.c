@@ -5,8 +5,8 @@
  * A block is read whole and checked against its user.kv.xxh3 checksum
  * before a byte goes out, so a damaged block never reaches the caller in
  * part.  The answer (0 hit, 1 miss) is kept apart from failures (3).
- * With --daemon, blocks come from kvoffd instead, a batch over one
- * connection.
+ * With --daemon the store is kvoffd instead, a batch over one
+ * connection; the code is the same (kv_tier).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,29 +19,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "../tool.h"
-#include "blockline.h"
+#include "../tool_record.h"
 
 #define DEFAULT_QD	32
 #define MAX_QD		1024
 #define GET_TRIES	3	/* reads of a block that turned out bigger */
-#define SIZE_UNKNOWN	UINT64_MAX	/* kvoffd's presence answer has no size */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
        OPT_BUFFERED, OPT_QD, OPT_DAEMON };
 
 struct get {
-	const char *root;
 	char model_dir[KV_NAME_MAX + 1];	/* "" when none was given */
 	unsigned rank, group;
 	uint64_t tail_bytes;			/* 0: whole blocks */
 	int exists;
 	const char *out;
-	struct kv_io *io;
+	struct tool_store store;
 	int misses, errors;
 };
 
 struct slot {
-	struct kv_io_req req;
+	struct kv_tier_req req;
 	struct slot *next_free;
 	unsigned long line;
 	char hash[KV_HASH_MAX_LEN + 1];
@@ -194,20 +192,29 @@ static int emit(struct get *get, const void *buf, size_t len)
 	return ret;
 }
 
-static int get_one(struct get *get, const char *hash, const char *relpath)
+/* The bytes a whole block needs: a daemon's slot, else the block's size. */
+static int block_bytes(struct get *get, const char *relpath, uint64_t *size)
 {
+	*size = get->store.block_max;
+	return *size ? 0 : kv_tier_size(get->store.tier, relpath, size);
+}
+
+static int get_one(struct get *get, const char *relpath)
+{
+	struct tool_store *st = &get->store;
+	char where[PATH_MAX + 64];
 	void *buf = NULL;
 	size_t cap = 0, len = 0;
 	uint64_t size;
-	int ret, tries;
+	int ret, tries, rc = 0;
 
 	if (get->exists) {
-		ret = kv_io_has(get->io, relpath);
+		ret = kv_tier_has(st->tier, relpath);
 		if (is_miss(ret))
 			return EXIT_ANSWER_NO;
 		if (ret < 0) {
-			tool_err("cannot open '%s/%s': %s", get->root, relpath, kv_strerror(ret));
-			return EXIT_RUNTIME;
+			tool_store_err(st, TOOL_STORE_OPEN, relpath, ret);
+			return tool_store_exit(st, ret);
 		}
 		return 0;
 	}
@@ -219,78 +226,38 @@ static int get_one(struct get *get, const char *hash, const char *relpath)
 			len = get->tail_bytes;
 			ret = ensure_buf(&buf, &cap, len);
 			if (ret == 0)
-				ret = kv_io_get_tail(get->io, relpath, buf, len);
+				ret = kv_tier_get_tail(st->tier, relpath, buf, len);
 		} else {
-			ret = kv_io_size(get->io, relpath, &size);
+			ret = block_bytes(get, relpath, &size);
 			if (ret == 0)
 				ret = ensure_buf(&buf, &cap, size);
 			if (ret == 0)
-				ret = kv_io_get(get->io, relpath, buf, cap, &len);
+				ret = kv_tier_get(st->tier, relpath, buf, cap, &len);
 		}
 		if (ret != -EFBIG)
 			break;
 	}
+	tool_store_where(st, relpath, where, sizeof(where));
 	if (is_miss(ret)) {
-		tool_err("no block %s at '%s/%s'", hash, get->root, relpath);
+		tool_store_err(st, TOOL_STORE_MISS, relpath, ret);
 		kv_io_buf_free(buf);
 		return EXIT_ANSWER_NO;
 	}
-	if (ret == -KV_ESHORT && kv_io_size(get->io, relpath, &size) == 0)
-		tool_err("'%s/%s' holds %llu bytes, fewer than the %llu asked for", get->root,
-			 relpath, (unsigned long long)size, (unsigned long long)len);
+	if (ret == -KV_ESHORT && kv_tier_size(st->tier, relpath, &size) == 0 &&
+	    size != KV_TIER_SIZE_UNKNOWN)
+		tool_err("%s holds %llu bytes, fewer than the %llu asked for", where,
+			 (unsigned long long)size, (unsigned long long)len);
+	else if (ret == -KV_ESHORT)
+		tool_err("%s holds fewer than the %llu bytes asked for", where,
+			 (unsigned long long)len);
 	else if (ret == -KV_ECHECKSUM)
-		tool_err("'%s/%s': checksum mismatch (the file is left in place)", get->root,
-			 relpath);
+		tool_err("%s: checksum mismatch (the file is left in place)", where);
 	else if (ret < 0)
-		tool_err("cannot read '%s/%s': %s", get->root, relpath, kv_strerror(ret));
-	else
-		ret = emit(get, buf, len);
+		tool_store_err(st, TOOL_STORE_GET, relpath, ret);
+	else if (emit(get, buf, len) < 0)
+		rc = EXIT_RUNTIME;
 	kv_io_buf_free(buf);
-	return ret < 0 ? EXIT_RUNTIME : 0;
-}
-/* --- through kvoffd --------------------------------------------------- */
-
-/* The block from the daemon's RAM tier, or read through its file tier. */
-static int get_daemon(struct get *get, const char *sock, const char *hash)
-{
-	struct kv_block_ref ref = { .rank = get->rank, .group = get->group };
-	struct kv_offd *c;
-	size_t cap, len = 0;
-	void *buf = NULL;
-	int ret;
-
-	strcpy(ref.model_dir, get->model_dir);
-	strcpy(ref.hash, hash);
-	if (!get->exists && !get->out && isatty(STDOUT_FILENO))
-		tool_usage_fail("refusing to write block data to a terminal; use -o FILE, "
-				"-o - or a redirection");
-	c = tool_daemon_connect(sock);
-	cap = kv_offd_slot_bytes(c);
-	if (get->exists)
-		ret = kv_offd_has(c, &ref, NULL);
-	else
-		ret = (buf = malloc(cap)) ? kv_offd_get(c, &ref, buf, cap, &len) : -ENOMEM;
-	kv_offd_close(c);
-	if (ret == -ENOENT) {
-		if (!get->exists)
-			tool_err("no block %s in the daemon at '%s'", hash, sock);
-		ret = EXIT_ANSWER_NO;
-	} else if (ret < 0) {
-		tool_err("cannot get %s from the daemon at '%s': %s", hash, sock,
-			 kv_strerror(ret));
-		ret = tool_daemon_exit(ret);
-	} else if (!get->exists && get->tail_bytes > len) {
-		tool_err("block %s holds %zu bytes, fewer than the %llu asked for", hash, len,
-			 (unsigned long long)get->tail_bytes);
-		ret = EXIT_RUNTIME;
-	} else if (!get->exists && get->tail_bytes) {
-		ret = emit(get, (char *)buf + len - get->tail_bytes, get->tail_bytes) < 0 ?
-		      EXIT_RUNTIME : 0;
-	} else if (!get->exists) {
-		ret = emit(get, buf, len) < 0 ? EXIT_RUNTIME : 0;
-	}
-	free(buf);
-	return ret;
+	return ret < 0 ? tool_store_exit(st, ret) : rc;
 }
 
 /* --- batch ------------------------------------------------------------ */
@@ -305,7 +272,7 @@ static void print_record(struct get *get, unsigned long line, const char *hash,
 		json_object_set_new(rec, "hash", json_string(hash));
 	if (relpath)
 		json_object_set_new(rec, "path", json_string(relpath));
-	if (hit > 0 && size != SIZE_UNKNOWN)
+	if (hit > 0 && size != KV_TIER_SIZE_UNKNOWN)
 		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
 	if (error)
 		json_object_set_new(rec, "error", json_string(error));
@@ -345,31 +312,31 @@ static int prepare(struct batch *b, struct slot *s)
 	uint64_t size = b->size_hint;
 	int ret = 0;
 
-	if (get->tail_bytes && !get->exists) {
+	if (get->exists) {
+		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_HAS, .key = s->relpath,
+					       .user = s };
+	} else if (get->tail_bytes) {
 		ret = ensure_buf(&s->buf, &s->cap, get->tail_bytes);
-		s->req = (struct kv_io_req){ .op = KV_IO_OP_GET_TAIL, .relpath = s->relpath,
-					     .buf = s->buf, .len = get->tail_bytes, .user = s };
+		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_GET_TAIL, .key = s->relpath,
+					       .buf = s->buf, .len = get->tail_bytes,
+					       .user = s };
 	} else {
-		if (get->exists || s->tries || !size) {
-			ret = kv_io_size(get->io, s->relpath, &size);
-			if (ret == 0 && size > b->size_hint)
+		if (get->store.block_max || s->tries || !size) {
+			ret = block_bytes(get, s->relpath, &size);
+			if (ret == 0 && size > b->size_hint && !get->store.block_max)
 				b->size_hint = size;
-		}
-		if (ret == 0 && get->exists) {
-			print_record(get, s->line, s->hash, s->relpath, 1, size, NULL);
-			return 0;
 		}
 		if (ret == 0)
 			ret = ensure_buf(&s->buf, &s->cap, size);
-		s->req = (struct kv_io_req){ .op = KV_IO_OP_GET, .relpath = s->relpath,
-					     .buf = s->buf, .len = s->cap, .user = s };
+		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_GET, .key = s->relpath,
+					       .buf = s->buf, .len = s->cap, .user = s };
 	}
 	if (is_miss(ret)) {
 		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
 		return 0;
 	}
 	if (ret < 0) {
-		tool_err("cannot open '%s/%s': %s", get->root, s->relpath, kv_strerror(ret));
+		tool_store_err(&get->store, TOOL_STORE_OPEN, s->relpath, ret);
 		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
 		return 0;
 	}
@@ -380,22 +347,25 @@ static int prepare(struct batch *b, struct slot *s)
  * or -EIO on a read error (said).  Bad lines are reported on the way. */
 static int next_line(struct batch *b, struct slot *s)
 {
-	struct block_line l;
+	const struct tool_record_opts o = { .model_dir = b->get->model_dir,
+					    .rank = b->get->rank, .group = b->get->group,
+					    .model_opts = 1, .bare = TOOL_RECORD_BARE_HASH };
+	struct tool_record r;
 	int ret;
 
 	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
 		b->line++;
 		if (!b->text[strspn(b->text, " \t\r\n")])
 			continue;
-		ret = block_line_parse(b->text, b->get->model_dir, b->get->rank, b->get->group, &l);
+		ret = tool_record_parse(b->text, &o, &r);
 		if (ret == 0) {
-			strcpy(s->hash, l.hash);
-			strcpy(s->relpath, l.relpath);
+			strcpy(s->hash, r.ref.hash);
+			strcpy(s->relpath, r.relpath);
 			s->line = b->line;
 		} else {
-			bad_line(b, l.record_hash, l.record_path, "%s", l.error);
+			bad_line(b, r.record_hash, r.record_path, "%s", r.error);
 		}
-		block_line_free(&l);
+		tool_record_free(&r);
 		if (ret == 0)
 			return 1;
 	}
@@ -406,7 +376,7 @@ static int next_line(struct batch *b, struct slot *s)
 	return 0;
 }
 
-static int batch_next(void *arg, struct kv_io_req **req)
+static int batch_next(void *arg, struct kv_tier_req **req)
 {
 	struct batch *b = arg;
 	struct slot *s;
@@ -458,7 +428,7 @@ static int write_hit(struct get *get, const struct slot *s, const void *buf, siz
 	return ret;
 }
 
-static void batch_done(void *arg, struct kv_io_req *req)
+static void batch_done(void *arg, struct kv_tier_req *req)
 {
 	struct batch *b = arg;
 	struct get *get = b->get;
@@ -471,18 +441,23 @@ static void batch_done(void *arg, struct kv_io_req *req)
 		b->retry = s;
 		return;
 	}
-	if (ret == 0 && req->done > b->size_hint)
-		b->size_hint = req->done;
-	if (ret == 0 && get->out) {
+	if (ret == 0 && req->op == KV_TIER_OP_HAS) {
+		print_record(get, s->line, s->hash, s->relpath, 1,
+			     req->done == SIZE_MAX ? KV_TIER_SIZE_UNKNOWN : req->done, NULL);
+	} else if (ret == 0 && get->out) {
 		ret = write_hit(get, s, s->buf, req->done);
 	} else if (is_miss(ret)) {
 		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
 	} else if (ret < 0) {
-		tool_err("cannot read '%s/%s': %s", get->root, s->relpath, kv_strerror(ret));
+		tool_store_err(&get->store, req->op == KV_TIER_OP_HAS ? TOOL_STORE_OPEN :
+			       TOOL_STORE_GET, s->relpath, ret);
 		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
 	}
-	if (ret == 0)
+	if (ret == 0 && req->op != KV_TIER_OP_HAS) {
+		if (req->done > b->size_hint)
+			b->size_hint = req->done;
 		print_record(get, s->line, s->hash, s->relpath, 1, req->done, NULL);
+	}
 	s->next_free = b->free;
 	b->free = s;
 }
@@ -501,6 +476,7 @@ static int check_out_dir(const struct get *get)
 	return 0;
 }
 
+/* Losing the daemon stops a batch: its last line is an error record. */
 static int run_batch(struct get *get)
 {
 	struct batch b = { .get = get };
@@ -509,8 +485,10 @@ static int run_batch(struct get *get)
 
 	if (check_out_dir(get) < 0)
 		return EXIT_RUNTIME;
-	ret = kv_io_batch_stream(get->io, batch_next, batch_done, &b);
-	if (ret < 0 && ret != -EIO)
+	ret = kv_tier_batch_stream(get->store.tier, batch_next, batch_done, &b);
+	if (tool_store_lost(&get->store, ret))
+		tool_err("batch stopped at <stdin>:%lu: lost the daemon", b.line);
+	else if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
 	while ((s = b.free)) {
 		b.free = s->next_free;
@@ -518,83 +496,8 @@ static int run_batch(struct get *get)
 		free(s);
 	}
 	free(b.text);
-	if (ret < 0 || get->errors)
-		return EXIT_RUNTIME;
-	return get->misses ? EXIT_ANSWER_NO : 0;
-}
-
-/*
- * One named block through the daemon, answered with its record: the
- * daemon call's error, 0 for a hit or a miss.  A hit is used straight
- * from its pinned slot, so only -o copies it.
- */
-static int daemon_one(struct get *get, struct kv_offd *c, const char *sock,
-		      const struct slot *s)
-{
-	struct kv_block_ref ref;
-	const void *src = NULL;
-	uint32_t slot = 0;
-	size_t len = 0;
-	uint64_t n;
-	int ret;
-
-	ret = kv_layout_block_parse(s->relpath, &ref);
-	if (ret == 0 && get->exists)
-		ret = kv_offd_has(c, &ref, NULL);
-	else if (ret == 0)
-		ret = kv_offd_lookup(c, &ref, &slot, &src, &len);
-	if (ret == -ENOENT) {
-		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
-		return 0;
-	}
-	if (ret < 0) {
-		tool_err("cannot get %s from the daemon at '%s': %s", s->hash, sock,
-			 kv_strerror(ret));
-		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
-		return ret;
-	}
-	if (get->exists) {
-		print_record(get, s->line, s->hash, s->relpath, 1, SIZE_UNKNOWN, NULL);
-		return 0;
-	}
-	n = get->tail_bytes ? get->tail_bytes : len;
-	if (n > len) {
-		tool_err("block %s holds %zu bytes, fewer than the %llu asked for", s->hash,
-			 len, (unsigned long long)n);
-		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(-KV_ESHORT));
-	} else if (!get->out || write_hit(get, s, (const char *)src + len - n, n) == 0) {
-		print_record(get, s->line, s->hash, s->relpath, 1, n, NULL);
-	}
-	ret = kv_offd_release(c, slot);
-	if (ret < 0)
-		tool_err("cannot release %s in the daemon at '%s': %s", s->hash, sock,
-			 kv_strerror(ret));
-	return ret;
-}
-
-/* A batch through the daemon over one connection, one block at a time;
- * records and exit status as run_batch, and losing the daemon stops it. */
-static int run_batch_daemon(struct get *get, const char *sock)
-{
-	struct batch b = { .get = get };
-	struct slot s = { 0 };
-	struct kv_offd *c;
-	int ret, err = 0;
-
-	if (check_out_dir(get) < 0)
-		return EXIT_RUNTIME;
-	c = tool_daemon_connect(sock);
-	while ((ret = next_line(&b, &s)) == 1) {
-		err = daemon_one(get, c, sock, &s);
-		if (tool_daemon_lost(err)) {
-			tool_err("batch stopped at <stdin>:%lu: lost the daemon", s.line);
-			break;
-		}
-	}
-	kv_offd_close(c);
-	free(b.text);
-	if (tool_daemon_lost(err))
-		return tool_daemon_exit(err);
+	if (tool_store_lost(&get->store, ret))
+		return tool_store_exit(&get->store, ret);
 	if (ret < 0 || get->errors)
 		return EXIT_RUNTIME;
 	return get->misses ? EXIT_ANSWER_NO : 0;
@@ -676,32 +579,17 @@ int main(int argc, char **argv)
 				"give one HASH");
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
-	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
-	daemon = tool_daemon(daemon_opt);
-	if (daemon) {
-		if (model_dir || config)
-			tool_model_dir(model_dir, config, -1, get.model_dir,
-				       sizeof(get.model_dir));
-		return batch ? run_batch_daemon(&get, daemon) : get_daemon(&get, daemon, hash);
-	}
-	get.root = tool_root(root_opt);
-
-	ret = kv_io_open(get.root, &opts, &get.io);
-	if (ret < 0) {
-		tool_err("cannot open '%s': %s", get.root, kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
 	if (model_dir || config)
 		tool_model_dir(model_dir, config, -1, get.model_dir, sizeof(get.model_dir));
-	if (batch) {
-		ret = run_batch(&get);
-	} else if (kv_layout_block_path(get.model_dir, get.rank, get.group, hash, relpath,
-					sizeof(relpath)) < 0) {
+	if (!batch && kv_layout_block_path(get.model_dir, get.rank, get.group, hash, relpath,
+					   sizeof(relpath)) < 0) {
 		tool_err("cannot compose a block path for '%s'", hash);
-		ret = EXIT_RUNTIME;
-	} else {
-		ret = get_one(&get, hash, relpath);
+		return EXIT_RUNTIME;
 	}
-	kv_io_close(get.io);
+	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
+	daemon = tool_daemon(daemon_opt);
+	tool_store_open(&get.store, daemon, daemon ? NULL : tool_root(root_opt), &opts);
+	ret = batch ? run_batch(&get) : get_one(&get, relpath);
+	tool_store_close(&get.store);
 	return ret;
 }

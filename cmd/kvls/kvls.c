@@ -20,10 +20,10 @@
 #include <wctype.h>
 #include <locale.h>
 #include "../tool.h"
+#include "../tool_record.h"
 
 #define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
 #define PROGRESS_EVERY_NS	250000000LL
-#define RECORD_MAX		16384
 #define ORPHANS_AFTER_NS	(3600ULL * 1000000000ULL)
 
 /* Why a walk callback stopped the walk (kv_walk passes it back). */
@@ -151,134 +151,6 @@ static void out_fail(const struct ls *ls)
 	_exit(EXIT_RUNTIME);
 }
 
-static char *put_lit(char *p, const char *s)
-{
-	size_t n = strlen(s);
-
-	memcpy(p, s, n);
-	return p + n;
-}
-
-static char *put_u64(char *p, uint64_t v)
-{
-	char tmp[20];
-	int n = 0;
-
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		*p++ = tmp[--n];
-	return p;
-}
-
-static char *put_i64(char *p, int64_t v)
-{
-	if (v < 0) {
-		*p++ = '-';
-		return put_u64(p, (uint64_t)0 - (uint64_t)v);
-	}
-	return put_u64(p, (uint64_t)v);
-}
-
-/* Decode one UTF-8 sequence at s; its length, or 0 if invalid. */
-static int utf8_decode(const unsigned char *s, uint32_t *cp)
-{
-	int n;
-	uint32_t c;
-
-	if (s[0] < 0xc2)
-		return 0;
-	if (s[0] < 0xe0) {
-		n = 2;
-		c = s[0] & 0x1f;
-	} else if (s[0] < 0xf0) {
-		n = 3;
-		c = s[0] & 0x0f;
-	} else if (s[0] < 0xf5) {
-		n = 4;
-		c = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	for (int i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = (c << 6) | (s[i] & 0x3f);
-	}
-	if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
-	    (n == 4 && (c < 0x10000 || c > 0x10ffff)))
-		return 0;
-	*cp = c;
-	return n;
-}
-
-static char *put_u_escape(char *p, uint32_t cp)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	*p++ = '\\';
-	*p++ = 'u';
-	for (int shift = 12; shift >= 0; shift -= 4)
-		*p++ = hex[(cp >> shift) & 0xf];
-	return p;
-}
-
-/*
- * A JSON string as jansson writes it with JSON_ENSURE_ASCII, so hand-made
- * and jansson-made records agree byte for byte.  File names need not be
- * UTF-8; an invalid byte becomes U+FFFD.  Needs 6 * strlen(s) + 2 bytes.
- */
-static char *put_json_str(char *p, const char *str)
-{
-	const unsigned char *s = (const unsigned char *)str;
-
-	*p++ = '"';
-	while (*s) {
-		const unsigned char *run = s;
-		uint32_t cp;
-		int n;
-
-		/* Plain ASCII, nearly every byte of a layout path, in one copy. */
-		while (*s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
-			s++;
-		memcpy(p, run, (size_t)(s - run));
-		p += s - run;
-		if (!*s)
-			break;
-		switch (*s) {
-		case '"': p = put_lit(p, "\\\""); s++; continue;
-		case '\\': p = put_lit(p, "\\\\"); s++; continue;
-		case '\b': p = put_lit(p, "\\b"); s++; continue;
-		case '\f': p = put_lit(p, "\\f"); s++; continue;
-		case '\n': p = put_lit(p, "\\n"); s++; continue;
-		case '\r': p = put_lit(p, "\\r"); s++; continue;
-		case '\t': p = put_lit(p, "\\t"); s++; continue;
-		}
-		if (*s < 0x20) {
-			p = put_u_escape(p, *s++);
-			continue;
-		}
-		n = utf8_decode(s, &cp);
-		if (!n) {
-			p = put_u_escape(p, 0xfffd);
-			s++;
-			continue;
-		}
-		s += n;
-		if (cp >= 0x10000) {
-			cp -= 0x10000;
-			p = put_u_escape(p, 0xd800 | (cp >> 10));
-			p = put_u_escape(p, 0xdc00 | (cp & 0x3ff));
-		} else {
-			p = put_u_escape(p, cp);
-		}
-	}
-	*p++ = '"';
-	return p;
-}
-
 /* Separator before a record: none for the first, ',' inside a -J array. */
 static int out_record(struct ls *ls, const char *rec, size_t len)
 {
@@ -378,7 +250,6 @@ static int model_add_rank(struct model *m, unsigned rank)
 	return 0;
 }
 
-/* The model part of a model dir name: "<safe_model>" without "_<d12>". */
 /* --- human table cells ------------------------------------------------ */
 
 /*
@@ -434,6 +305,7 @@ static void table_pad(const char *cell, int cell_width, int width, const char *s
 	printf("%s%*s%s", cell, width > cell_width ? width - cell_width : 0, "", sep);
 }
 
+/* The model part of a model dir name: "<safe_model>" without "_<d12>". */
 static void safe_model_of(const struct model *m, char *buf, size_t len)
 {
 	size_t n = strlen(m->model_dir);
@@ -570,26 +442,43 @@ static size_t models_print(struct ls *ls)
 
 /* --- per-entry work -------------------------------------------------- */
 
-static int block_matches(const struct ls *ls, const struct kv_walk_entry *e)
+static int block_matches(const struct ls *ls, int64_t atime_ns)
 {
-	if (ls->has_older && e->atime_ns >= ls->older_cut_ns)
+	if (ls->has_older && atime_ns >= ls->older_cut_ns)
 		return 0;
-	if (ls->has_newer && e->atime_ns < ls->newer_cut_ns)
+	if (ls->has_newer && atime_ns < ls->newer_cut_ns)
 		return 0;
 	return 1;
 }
 
-static int block_record(struct ls *ls, const struct kv_walk_entry *e)
+/* One block: a table row (a file's times, or the daemon's pins) or a record. */
+static int block_record(struct ls *ls, const struct kv_tier_entry *e)
 {
-	char rec[RECORD_MAX], *p = rec;
+	char rec[TOOL_RECORD_MAX], *p = rec, size[16], cell[TOOL_RECORD_MAX / 2];
+	int n;
 
-	if (ls->out == OUT_TABLE) {
-		char at[32], mt[32], size[16], alloc[16], cell[RECORD_MAX / 2];
-		int n;
+	if (ls->out != OUT_TABLE) {
+		p = tool_record_format(rec, e);
+		if (ls->out == OUT_NDJSON)
+			*p++ = '\n';
+		return out_record(ls, rec, (size_t)(p - rec));
+	}
+	kv_size_format(e->size_bytes, size, sizeof(size));
+	table_cell(e->key, cell, sizeof(cell));
+	if (e->fields & KV_TIER_ENTRY_RAM) {
+		if (!ls->records) {
+			n = snprintf(rec, sizeof(rec), "%6s  %4s  %4s  %4s  %5s  %s\n",
+				     "SIZE", "PINS", "DISK", "RANK", "GROUP", "PATH");
+			if (out_write(ls, rec, (size_t)n))
+				return STOP_WRITE;
+		}
+		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
+			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, cell);
+	} else {
+		char at[32], mt[32], alloc[16];
 
 		kv_time_format(e->atime_ns, at, sizeof(at));
 		kv_time_format(e->mtime_ns, mt, sizeof(mt));
-		kv_size_format(e->size_bytes, size, sizeof(size));
 		kv_size_format(e->alloc_bytes, alloc, sizeof(alloc));
 		if (!ls->records) {
 			n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4s  %5s  %s\n",
@@ -598,47 +487,24 @@ static int block_record(struct ls *ls, const struct kv_walk_entry *e)
 			if (out_write(ls, rec, (size_t)n))
 				return STOP_WRITE;
 		}
-		table_cell(e->path, cell, sizeof(cell));
 		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
 			     at, mt, size, alloc, e->ref.rank, e->ref.group, cell);
-		ls->records++;
-		return out_write(ls, rec, (size_t)n);
 	}
-	p = put_lit(p, "{\"alloc_bytes\":");
-	p = put_u64(p, e->alloc_bytes);
-	p = put_lit(p, ",\"atime_ns\":");
-	p = put_i64(p, e->atime_ns);
-	p = put_lit(p, ",\"group\":");
-	p = put_u64(p, e->ref.group);
-	p = put_lit(p, ",\"hash\":");
-	p = put_json_str(p, e->ref.hash);
-	p = put_lit(p, ",\"model_dir\":");
-	p = put_json_str(p, e->ref.model_dir);
-	p = put_lit(p, ",\"mtime_ns\":");
-	p = put_i64(p, e->mtime_ns);
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, e->path);
-	p = put_lit(p, ",\"rank\":");
-	p = put_u64(p, e->ref.rank);
-	p = put_lit(p, ",\"size_bytes\":");
-	p = put_u64(p, e->size_bytes);
-	*p++ = '}';
-	if (ls->out == OUT_NDJSON)
-		*p++ = '\n';
-	return out_record(ls, rec, (size_t)(p - rec));
+	ls->records++;
+	return out_write(ls, rec, (size_t)n);
 }
 
 static int problem(struct ls *ls, const char *kind, const char *path,
 		   const char *detail)
 {
-	char rec[RECORD_MAX], *p = rec;
+	char rec[TOOL_RECORD_MAX], *p = rec;
 
 	ls->problems++;
 	/* Escaping may grow text sixfold: drop a detail that would not fit. */
-	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > RECORD_MAX)
+	if (6 * (strlen(path) + strlen(detail) + strlen(kind)) + 64 > TOOL_RECORD_MAX)
 		detail = "";
 	if (ls->out == OUT_TABLE) {
-		char cpath[RECORD_MAX / 2], cdetail[RECORD_MAX / 4];
+		char cpath[TOOL_RECORD_MAX / 2], cdetail[TOOL_RECORD_MAX / 4];
 		int n;
 
 		table_cell(path, cpath, sizeof(cpath));
@@ -649,12 +515,9 @@ static int problem(struct ls *ls, const char *kind, const char *path,
 		ls->records++;
 		return out_write(ls, rec, (size_t)n < sizeof(rec) ? (size_t)n : sizeof(rec) - 1);
 	}
-	p = put_lit(p, "{\"detail\":");
-	p = put_json_str(p, detail);
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, path);
-	p = put_lit(p, ",\"problem\":");
-	p = put_json_str(p, kind);
+	p = tool_json_str(stpcpy(p, "{\"detail\":"), detail);
+	p = tool_json_str(stpcpy(p, ",\"path\":"), path);
+	p = tool_json_str(stpcpy(p, ",\"problem\":"), kind);
 	*p++ = '}';
 	if (ls->out == OUT_NDJSON)
 		*p++ = '\n';
@@ -754,20 +617,15 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 
 static int on_block(struct ls *ls, const struct kv_walk_entry *e)
 {
-	struct model *m = NULL;
+	struct model *m = model_get(ls, &e->ref);
 
 	/* Every rank dir counts for the table and for --check, whatever
 	 * the time filters leave of its blocks. */
-	if (ls->mode != MODE_BLOCKS) {
-		m = model_get(ls, &e->ref);
-		if (!m || model_add_rank(m, e->ref.rank) < 0)
-			return STOP_NOMEM;
-	}
-	if (!block_matches(ls, e))
+	if (!m || model_add_rank(m, e->ref.rank) < 0)
+		return STOP_NOMEM;
+	if (!block_matches(ls, e->atime_ns))
 		return 0;
 	ls->blocks++;
-	if (ls->mode == MODE_BLOCKS)
-		return block_record(ls, e);
 	if (ls->mode == MODE_CHECK)
 		return ls->verify ? verify_block(ls, e) : 0;
 	m->files++;
@@ -804,7 +662,7 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 	case KV_WALK_BLOCK:
 		return on_block(ls, e);
 	case KV_WALK_CONFIG:
-		return ls->mode == MODE_BLOCKS ? 0 : on_config(ls, e);
+		return on_config(ls, e);
 	case KV_WALK_TEMP:
 		if (!ls->check)
 			return 0;
@@ -895,90 +753,48 @@ static void check_summary(struct ls *ls)
 	json_decref(sum);
 }
 
-/* --- the daemon's RAM tier ------------------------------------------- */
+/* --- blocks ---------------------------------------------------------- */
 
-struct ram_list {
-	struct ls *ls;
-	const char *model;	/* --model, or NULL */
-	int rank;		/* --rank, or -1 */
-};
-
-/* --model names a model dir, or a safe model name with any fingerprint. */
-static int model_matches(const char *model, const char *model_dir)
+static int on_listed(const struct kv_tier_entry *e, void *arg)
 {
-	size_t n = strlen(model);
+	struct ls *ls = arg;
 
-	if (!strcmp(model, model_dir))
-		return 1;
-	return !strncmp(model, model_dir, n) && model_dir[n] == '_' &&
-	       strlen(model_dir + n + 1) == KV_FINGERPRINT_LEN;
-}
-
-static int ram_record(const struct kv_offd_entry *e, void *arg)
-{
-	struct ram_list *rl = arg;
-	struct ls *ls = rl->ls;
-	char rec[RECORD_MAX], *p = rec, path[2 * KV_NAME_MAX + KV_HASH_MAX_LEN];
-
-	if ((rl->model && !model_matches(rl->model, e->ref.model_dir)) ||
-	    (rl->rank >= 0 && e->ref.rank != (unsigned)rl->rank) ||
-	    kv_layout_block_path_ref(&e->ref, path, sizeof(path)) < 0)
+	progress_tick(ls);
+	if (e->err) {
+		tool_err("cannot read '%s': %s", e->key, kv_strerror(e->err));
 		return 0;
-	if (ls->out == OUT_TABLE) {
-		char size[16];
-		int n;
-
-		kv_size_format(e->size_bytes, size, sizeof(size));
-		if (!ls->records) {
-			n = snprintf(rec, sizeof(rec), "%6s  %4s  %4s  %4s  %5s  %s\n",
-				     "SIZE", "PINS", "DISK", "RANK", "GROUP", "PATH");
-			if (out_write(ls, rec, (size_t)n))
-				return STOP_WRITE;
-		}
-		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
-			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, path);
-		ls->records++;
-		return out_write(ls, rec, (size_t)n);
 	}
-	p = put_lit(p, "{\"group\":");
-	p = put_u64(p, e->ref.group);
-	p = put_lit(p, ",\"hash\":");
-	p = put_json_str(p, e->ref.hash);
-	p = put_lit(p, ",\"model_dir\":");
-	p = put_json_str(p, e->ref.model_dir);
-	p = put_lit(p, e->on_disk ? ",\"on_disk\":true" : ",\"on_disk\":false");
-	p = put_lit(p, ",\"path\":");
-	p = put_json_str(p, path);
-	p = put_lit(p, ",\"pins\":");
-	p = put_u64(p, e->pins);
-	p = put_lit(p, ",\"rank\":");
-	p = put_u64(p, e->ref.rank);
-	p = put_lit(p, ",\"size_bytes\":");
-	p = put_u64(p, e->size_bytes);
-	*p++ = '}';
-	if (ls->out == OUT_NDJSON)
-		*p++ = '\n';
-	return out_record(ls, rec, (size_t)(p - rec));
+	if (!block_matches(ls, e->atime_ns))
+		return 0;
+	ls->blocks++;
+	return block_record(ls, e);
 }
 
-/* kvls --daemon: the blocks in kvoffd's RAM tier, as --blocks lists files. */
-static int list_daemon(struct ls *ls, const char *sock, const struct kv_walk_opts *wopts)
+/* --blocks: the blocks of the file tier, or of kvoffd's RAM tier. */
+static int list_blocks(struct ls *ls, const char *daemon, const char *root,
+		       const struct kv_walk_opts *wopts)
 {
-	struct ram_list rl = { .ls = ls, .model = wopts->model, .rank = wopts->rank };
-	struct kv_offd *c = tool_daemon_connect(sock);
+	const struct kv_tier_list_opts o = { .model = wopts->model, .rank = wopts->rank,
+					     .threads = wopts->threads };
+	struct tool_store st;
 	int rc;
 
-	ls->mode = MODE_BLOCKS;
-	rc = kv_offd_list(c, ram_record, &rl);
-	kv_offd_close(c);
+	tool_store_open(&st, daemon, root, NULL);
+	rc = kv_tier_list(st.tier, &o, on_listed, ls);
+	progress_done(ls);
 	if (rc == STOP_WRITE)
 		out_fail(ls);
-	if (rc) {
-		tool_err("cannot list the daemon at '%s': %s", sock, kv_strerror(rc));
-		return tool_daemon_exit(rc);
-	}
-	if (ls->out == OUT_JSON && !out_open(ls))
+	if (rc < 0 && daemon)
+		tool_err("cannot list the daemon at '%s': %s", daemon, kv_strerror(rc));
+	else if (rc < 0)
+		tool_err("cannot open '%s': %s", root, kv_strerror(rc));
+	if (rc == 0 && ls->out == OUT_JSON && !out_open(ls))
 		fputs("]}\n", stdout);
+	if (ls->write_errno)
+		out_fail(ls);
+	tool_store_close(&st);
+	if (rc < 0)
+		return tool_store_exit(&st, rc);
 	return ls->records ? 0 : EXIT_ANSWER_NO;
 }
 
@@ -1056,16 +872,13 @@ int main(int argc, char **argv)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
 	if (blocks && (check || ls.verify))
 		tool_usage_fail("--blocks lists; --check and --verify check: pick one");
-	if (daemon) {
-		if (check || ls.verify || ls.has_older || ls.has_newer)
-			tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
-					"--older-than or --newer-than");
-		return list_daemon(&ls, daemon, &wopts);
-	}
-	root = tool_root(root_opt);
+	if (daemon && (check || ls.verify || ls.has_older || ls.has_newer))
+		tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
+				"--older-than or --newer-than");
+	root = daemon ? NULL : tool_root(root_opt);
 	if (check || ls.verify)
 		ls.mode = MODE_CHECK;
-	else if (blocks)
+	else if (blocks || daemon)
 		ls.mode = MODE_BLOCKS;
 
 	ls.now_ns = kv_now_ns();
@@ -1076,6 +889,8 @@ int main(int argc, char **argv)
 	ls.next_progress_ns = ls.start_ns + PROGRESS_AFTER_NS;
 	if (!isatty(STDOUT_FILENO))
 		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
+	if (ls.mode == MODE_BLOCKS)
+		return list_blocks(&ls, daemon, root, &wopts);
 
 	rc = kv_walk(root, &wopts, on_entry, &ls);
 	progress_done(&ls);
@@ -1090,21 +905,13 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
-	switch (ls.mode) {
-	case MODE_MODELS:
+	if (ls.mode == MODE_MODELS) {
 		rc = models_print(&ls) ? 0 : EXIT_ANSWER_NO;
-		break;
-	case MODE_BLOCKS:
-		if (ls.out == OUT_JSON && !out_open(&ls))
-			fputs("]}\n", stdout);
-		rc = ls.records ? 0 : EXIT_ANSWER_NO;
-		break;
-	case MODE_CHECK:
+	} else {
 		if (check && check_models(&ls))
 			out_fail(&ls);
 		check_summary(&ls);
 		rc = ls.problems ? EXIT_ANSWER_NO : 0;
-		break;
 	}
 	if (ls.write_errno)
 		out_fail(&ls);

@@ -6,8 +6,8 @@
  * --qd earlier ones are in flight (kv_io_batch_stream), so a batch moves
  * at the speed of the device rather than of one write at a time.  Input
  * files are mapped, not copied: their page-cache pages go straight to
- * the (O_DIRECT) write.  With --daemon the same manifest goes block by
- * block over one connection into kvoffd's RAM tier instead.
+ * the (O_DIRECT) write.  With --daemon the store is kvoffd's RAM tier
+ * instead, a batch over one connection; the code is the same (kv_tier).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,10 +31,9 @@
 enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_QD, OPT_DAEMON };
 
 struct put {
-	const char *root;
 	char model_dir[KV_NAME_MAX + 1];
 	unsigned rank, group;
-	struct kv_io *io;
+	struct tool_store store;
 	int failed;
 };
 
@@ -54,10 +53,9 @@ struct payload {
 
 /* One manifest line on its way to disk. */
 struct slot {
-	struct kv_io_req req;
+	struct kv_tier_req req;
 	struct slot *next_free;
 	unsigned long line;
-	unsigned rank, group;
 	char hash[KV_HASH_MAX_LEN + 1];
 	char relpath[PATH_MAX];
 	struct payload payload;
@@ -245,18 +243,21 @@ static void bad_line(struct batch *b, const char *hash, const char *relpath,
 }
 
 /* Turn one manifest line into a ready request in s; 0 on success. */
-static int load_line(struct batch *b, const char *text, struct slot *s)
+static int load_line(struct batch *b, char *text, struct slot *s)
 {
+	const struct tool_record_opts o = { .model_dir = b->put->model_dir,
+					    .rank = b->put->rank, .group = b->put->group,
+					    .model_opts = 1 };
 	struct manifest_line m;
 	int ret;
 
-	ret = manifest_line_parse(text, b->put->model_dir, b->put->rank, b->put->group, &m);
+	ret = manifest_line_parse(text, &o, &m);
 	if (ret < 0) {
-		bad_line(b, m.record_hash, m.record_path, "%s", m.error);
+		bad_line(b, m.rec.record_hash, m.rec.record_path, "%s", m.rec.error);
 		goto out;
 	}
-	strcpy(s->hash, m.hash);
-	strcpy(s->relpath, m.relpath);
+	strcpy(s->hash, m.rec.ref.hash);
+	strcpy(s->relpath, m.rec.relpath);
 	if (m.file) {
 		ret = payload_file(&s->payload, m.file);
 		if (ret < 0)
@@ -273,14 +274,12 @@ static int load_line(struct batch *b, const char *text, struct slot *s)
 	}
 	if (ret == 0) {
 		s->line = b->line;
-		s->rank = m.rank;
-		s->group = m.group;
-		s->req = (struct kv_io_req){ .op = KV_IO_OP_PUT, .relpath = s->relpath,
-					     .buf = (void *)s->payload.data,
-					     .len = s->payload.len, .user = s };
+		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = s->relpath,
+					       .buf = (void *)s->payload.data,
+					       .len = s->payload.len, .user = s };
 	}
 out:
-	manifest_line_free(&m);
+	tool_record_free(&m.rec);
 	return ret;
 }
 
@@ -304,7 +303,7 @@ static int next_line(struct batch *b, struct slot *s)
 	return 0;
 }
 
-static int batch_next(void *arg, struct kv_io_req **req)
+static int batch_next(void *arg, struct kv_tier_req **req)
 {
 	struct batch *b = arg;
 	struct slot *s = b->free;
@@ -327,14 +326,13 @@ static int batch_next(void *arg, struct kv_io_req **req)
 	return ret;
 }
 
-static void batch_done(void *arg, struct kv_io_req *req)
+static void batch_done(void *arg, struct kv_tier_req *req)
 {
 	struct batch *b = arg;
 	struct slot *s = req->user;
 
 	if (req->result < 0) {
-		tool_err("cannot store '%s/%s': %s", b->put->root, s->relpath,
-			 kv_strerror(req->result));
+		tool_store_err(&b->put->store, TOOL_STORE_PUT, s->relpath, req->result);
 		print_result(b->put, s->hash, s->relpath, s->line, 0,
 			     kv_strerror(req->result));
 	} else {
@@ -360,6 +358,7 @@ static int batch_open(struct batch *b, struct put *put, const char *manifest)
 	return 0;
 }
 
+/* Losing the daemon stops a batch: its last line is an error record. */
 static int run_batch(struct put *put, const char *manifest)
 {
 	struct batch b;
@@ -368,8 +367,10 @@ static int run_batch(struct put *put, const char *manifest)
 
 	if (batch_open(&b, put, manifest) < 0)
 		return EXIT_RUNTIME;
-	ret = kv_io_batch_stream(put->io, batch_next, batch_done, &b);
-	if (ret < 0 && ret != -EIO)
+	ret = kv_tier_batch_stream(put->store.tier, batch_next, batch_done, &b);
+	if (tool_store_lost(&put->store, ret))
+		tool_err("batch stopped at %s:%lu: lost the daemon", b.in_name, b.line);
+	else if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
 	while ((s = b.free)) {
 		b.free = s->next_free;
@@ -379,6 +380,8 @@ static int run_batch(struct put *put, const char *manifest)
 	free(b.text);
 	if (b.in != stdin)
 		fclose(b.in);
+	if (tool_store_lost(&put->store, ret))
+		return tool_store_exit(&put->store, ret);
 	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;
 }
 
@@ -400,94 +403,18 @@ static int put_one(struct put *put, const char *hash, const char *file)
 		ret = payload_file(&payload, file);
 	else
 		ret = payload_fd(&payload, STDIN_FILENO);
-	if (ret < 0)
-		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
-			 kv_strerror(ret));
-	else if ((ret = kv_io_put(put->io, relpath, payload.data, payload.len)) < 0)
-		tool_err("cannot store '%s/%s': %s", put->root, relpath, kv_strerror(ret));
-	payload_release(&payload);
-	kv_io_buf_free(payload.buf);
-	return ret < 0 ? EXIT_RUNTIME : 0;
-}
-
-/* --- through kvoffd --------------------------------------------------- */
-
-/* One block into the daemon's RAM tier; the daemon writes it behind. */
-static int put_daemon(struct put *put, const char *sock, const char *hash,
-		      const char *file)
-{
-	struct kv_block_ref ref = { .rank = put->rank, .group = put->group };
-	struct payload payload = { 0 };
-	struct kv_offd *c;
-	int ret;
-
-	strcpy(ref.model_dir, put->model_dir);
-	strcpy(ref.hash, hash);
-	if (strcmp(file, "-"))
-		ret = payload_file(&payload, file);
-	else
-		ret = payload_fd(&payload, STDIN_FILENO);
 	if (ret < 0) {
 		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
 			 kv_strerror(ret));
-		return EXIT_RUNTIME;
+		ret = EXIT_RUNTIME;
+	} else if ((ret = kv_tier_put(put->store.tier, relpath, payload.data,
+				      payload.len)) < 0) {
+		tool_store_err(&put->store, TOOL_STORE_PUT, relpath, ret);
+		ret = tool_store_exit(&put->store, ret);
 	}
-	c = tool_daemon_connect(sock);
-	ret = kv_offd_put(c, &ref, payload.data, payload.len);
-	kv_offd_close(c);
 	payload_release(&payload);
 	kv_io_buf_free(payload.buf);
-	if (ret < 0) {
-		tool_err("cannot put %s into the daemon at '%s': %s", hash, sock,
-			 kv_strerror(ret));
-		return tool_daemon_exit(ret);
-	}
-	return 0;
-}
-
-/*
- * A manifest into the daemon's RAM tier over one connection, one block at
- * a time (each put is a request and its reply).  Records, per-line errors
- * and exit status are run_batch's; losing the daemon stops the batch.
- */
-static int run_batch_daemon(struct put *put, const char *sock, const char *manifest)
-{
-	struct kv_block_ref ref = { 0 };
-	struct slot s = { 0 };
-	struct kv_offd *c;
-	struct batch b;
-	int ret, err = 0;
-
-	if (batch_open(&b, put, manifest) < 0)
-		return EXIT_RUNTIME;
-	c = tool_daemon_connect(sock);
-	strcpy(ref.model_dir, put->model_dir);
-	while ((ret = next_line(&b, &s)) == 1) {
-		ref.rank = s.rank;
-		ref.group = s.group;
-		strcpy(ref.hash, s.hash);
-		err = kv_offd_put(c, &ref, s.payload.data, s.payload.len);
-		if (err < 0) {
-			tool_err("cannot put %s into the daemon at '%s': %s", s.hash, sock,
-				 kv_strerror(err));
-			print_result(put, s.hash, s.relpath, s.line, 0, kv_strerror(err));
-		} else {
-			print_result(put, s.hash, s.relpath, s.line, s.payload.len, NULL);
-		}
-		payload_release(&s.payload);
-		if (tool_daemon_lost(err)) {
-			tool_err("batch stopped at %s:%lu: lost the daemon", b.in_name, s.line);
-			break;
-		}
-	}
-	kv_offd_close(c);
-	kv_io_buf_free(s.payload.buf);
-	free(b.text);
-	if (b.in != stdin)
-		fclose(b.in);
-	if (tool_daemon_lost(err))
-		return tool_daemon_exit(err);
-	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;
+	return ret;
 }
 
 /* --- main ------------------------------------------------------------- */
@@ -521,7 +448,7 @@ int main(int argc, char **argv)
 	};
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
-	const char *daemon_opt = NULL, *daemon;
+	const char *daemon_opt = NULL, *daemon, *root;
 	struct put put = { 0 };
 	char hash[KV_HASH_MAX_LEN + 1];
 	int c, batch = 0, rootfd, ret;
@@ -561,32 +488,24 @@ int main(int argc, char **argv)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
 	/* $KV_DAEMON routes every put, a batch too, as --daemon does. */
 	daemon = tool_daemon(daemon_opt);
-	put.root = daemon ? root_if_any(root_opt) : tool_root(root_opt);
+	root = daemon ? root_if_any(root_opt) : tool_root(root_opt);
 	/* --config's model dir and config.json go to the root, daemon or
 	 * not: the daemon writes blocks behind into that layout. */
 	rootfd = -1;
-	if (config && put.root) {
-		rootfd = open(put.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (config && root) {
+		rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0) {
-			tool_err("cannot open '%s': %s", put.root, strerror(errno));
+			tool_err("cannot open '%s': %s", root, strerror(errno));
 			return EXIT_RUNTIME;
 		}
 	}
 	tool_model_dir(model_dir, config, rootfd, put.model_dir, sizeof(put.model_dir));
 	if (rootfd >= 0)
 		close(rootfd);
-	if (daemon)
-		return batch ? run_batch_daemon(&put, daemon, argv[optind]) :
-		       put_daemon(&put, daemon, hash,
-				  argc - optind > 1 ? argv[optind + 1] : "-");
 
-	ret = kv_io_open(put.root, &opts, &put.io);
-	if (ret < 0) {
-		tool_err("cannot open '%s': %s", put.root, kv_strerror(ret));
-		return EXIT_RUNTIME;
-	}
+	tool_store_open(&put.store, daemon, root, &opts);
 	ret = batch ? run_batch(&put, argv[optind]) :
 		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
-	kv_io_close(put.io);
+	tool_store_close(&put.store);
 	return ret;
 }

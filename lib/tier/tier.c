@@ -1,10 +1,12 @@
 /*
  * The tier interface: argument checks, chaining (spill, read-through,
- * promotion, write-through) and counters, over the implementations in
- * tier_mem.c, tier_file.c and tier_gpu.c.
+ * promotion, write-through), counters and batches, over the
+ * implementations in tier_mem.c, tier_file.c, tier_gpu.c and
+ * tier_daemon.c.
  */
 #include <errno.h>
 #include <string.h>
+#include <kv/errors.h>
 #include "tier_impl.h"
 
 void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops)
@@ -84,6 +86,98 @@ int kv_tier_has(struct kv_tier *t, const char *key)
 	if (r == -ENOENT && t->lower)
 		r = kv_tier_has(t->lower, key);
 	return r;
+}
+
+int kv_tier_get_tail(struct kv_tier *t, const char *key, void *buf, size_t len)
+{
+	int r;
+
+	if (bad_key(key) || (!buf && len))
+		return -EINVAL;
+	r = t->ops->get_tail ? t->ops->get_tail(t, key, buf, len) : -EOPNOTSUPP;
+	if (r == -ENOENT && t->lower)
+		r = kv_tier_get_tail(t->lower, key, buf, len);
+	return r;
+}
+
+int kv_tier_size(struct kv_tier *t, const char *key, uint64_t *size)
+{
+	int r;
+
+	if (bad_key(key) || !size)
+		return -EINVAL;
+	*size = KV_TIER_SIZE_UNKNOWN;
+	r = t->ops->size ? t->ops->size(t, key, size) : t->ops->has(t, key);
+	if (r == -ENOENT && t->lower)
+		r = kv_tier_size(t->lower, key, size);
+	return r;
+}
+
+/* The connection behind a tier is gone: nothing more will succeed. */
+static int lost(int r)
+{
+	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO;
+}
+
+static int run_req(struct kv_tier *t, struct kv_tier_req *req)
+{
+	uint64_t size;
+	int r;
+
+	req->done = 0;
+	switch (req->op) {
+	case KV_TIER_OP_PUT:
+		r = kv_tier_put(t, req->key, req->buf, req->len);
+		if (r == 0)
+			req->done = req->len;
+		return r;
+	case KV_TIER_OP_GET:
+		return kv_tier_get(t, req->key, req->buf, req->len, &req->done);
+	case KV_TIER_OP_GET_TAIL:
+		r = kv_tier_get_tail(t, req->key, req->buf, req->len);
+		if (r == 0)
+			req->done = req->len;
+		return r;
+	case KV_TIER_OP_HAS:
+		r = kv_tier_size(t, req->key, &size);
+		if (r == 0)
+			req->done = size == KV_TIER_SIZE_UNKNOWN ? SIZE_MAX : (size_t)size;
+		return r;
+	}
+	return -EINVAL;
+}
+
+int kv_tier_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
+			 kv_tier_done_fn done, void *arg)
+{
+	struct kv_tier_req *req;
+	int r, failed = 0;
+
+	if (!next || !done)
+		return -EINVAL;
+	/* A chain moves block by block: its spills and promotions are. */
+	if (t->ops->batch_stream && !t->lower)
+		return t->ops->batch_stream(t, next, done, arg);
+	while ((r = next(arg, &req)) == 1) {
+		req->result = run_req(t, req);
+		if (req->result < 0)
+			failed++;
+		r = req->result;
+		done(arg, req);
+		if (lost(r))
+			return r;
+	}
+	return r < 0 ? r : failed;
+}
+
+int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
+		 kv_tier_list_fn fn, void *arg)
+{
+	static const struct kv_tier_list_opts all = { .rank = -1 };
+
+	if (!fn)
+		return -EINVAL;
+	return t->ops->list ? t->ops->list(t, opts ? opts : &all, fn, arg) : -EOPNOTSUPP;
 }
 
 int kv_tier_del(struct kv_tier *t, const char *key)

@@ -1,7 +1,8 @@
 /*
  * The file tier: a cache root through the io engine.  One kv_io handle
  * serves the tier under a lock, as a handle belongs to one thread at a
- * time.
+ * time; a batch holds the lock throughout and keeps the engine's queue
+ * depth in flight.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include <kv/errors.h>
 #include <kv/layout.h>
+#include <kv/walk.h>
 #include "tier_impl.h"
 
 struct ftier {
@@ -19,6 +21,7 @@ struct ftier {
 	pthread_mutex_t lock;
 	struct kv_io *io;
 	int rootfd;
+	char *root;		/* for kv_walk */
 };
 
 static struct ftier *F(struct kv_tier *t)
@@ -75,6 +78,153 @@ static int file_has(struct kv_tier *t, const char *key)
 	return r;
 }
 
+static int file_size(struct kv_tier *t, const char *key, uint64_t *size)
+{
+	struct ftier *f = F(t);
+	int r = check_key(key);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&f->lock);
+	r = kv_io_size(f->io, key, size);
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+static int file_get_tail(struct kv_tier *t, const char *key, void *buf, size_t len)
+{
+	struct ftier *f = F(t);
+	int r = check_key(key);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&f->lock);
+	r = kv_io_get_tail(f->io, key, buf, len);
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+/* A tier request in the engine: its kv_io twin, reused from a free list. */
+struct fslot {
+	struct kv_io_req io;
+	struct kv_tier_req *req;
+	struct fslot *next_free;
+};
+
+struct fbatch {
+	kv_tier_next_fn next;
+	kv_tier_done_fn done;
+	void *arg;
+	struct kv_io *io;
+	struct fslot *free;
+	int failed;		/* requests answered here that failed */
+};
+
+static int fbatch_next(void *arg, struct kv_io_req **out)
+{
+	static const enum kv_io_op ops[] = {
+		[KV_TIER_OP_PUT] = KV_IO_OP_PUT, [KV_TIER_OP_GET] = KV_IO_OP_GET,
+		[KV_TIER_OP_GET_TAIL] = KV_IO_OP_GET_TAIL, [KV_TIER_OP_HAS] = KV_IO_OP_HAS,
+	};
+	struct fbatch *b = arg;
+	struct kv_tier_req *req;
+	struct fslot *s;
+	uint64_t size;
+	int r;
+
+	/* Presence is a stat, answered here, with the size kv_io's HAS drops. */
+	while ((r = b->next(b->arg, &req)) == 1) {
+		req->done = 0;
+		req->result = (unsigned)req->op < sizeof(ops) / sizeof(ops[0]) ?
+			      check_key(req->key) : -EINVAL;
+		if (req->result == 0 && req->op != KV_TIER_OP_HAS)
+			break;
+		if (req->result == 0)
+			req->result = kv_io_size(b->io, req->key, &size);
+		if (req->result == 0)
+			req->done = (size_t)size;
+		else
+			b->failed++;
+		b->done(b->arg, req);
+	}
+	if (r != 1)
+		return r;
+	s = b->free;
+	if (s)
+		b->free = s->next_free;
+	else if (!(s = calloc(1, sizeof(*s))))
+		return -ENOMEM;
+	s->req = req;
+	s->io = (struct kv_io_req){ .op = ops[req->op], .relpath = req->key,
+				    .buf = req->buf, .len = req->len, .user = s };
+	*out = &s->io;
+	return 1;
+}
+
+static void fbatch_done(void *arg, struct kv_io_req *io)
+{
+	struct fbatch *b = arg;
+	struct fslot *s = io->user;
+
+	s->req->done = io->done;
+	s->req->result = io->result;
+	s->next_free = b->free;
+	b->free = s;
+	b->done(b->arg, s->req);
+}
+
+static int file_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
+			     kv_tier_done_fn done, void *arg)
+{
+	struct ftier *f = F(t);
+	struct fbatch b = { .io = f->io, .next = next, .done = done, .arg = arg };
+	struct fslot *s;
+	int r;
+
+	pthread_mutex_lock(&f->lock);
+	r = kv_io_batch_stream(f->io, fbatch_next, fbatch_done, &b);
+	pthread_mutex_unlock(&f->lock);
+	while ((s = b.free)) {
+		b.free = s->next_free;
+		free(s);
+	}
+	return r < 0 ? r : r + b.failed;
+}
+
+struct flist {
+	kv_tier_list_fn fn;
+	void *arg;
+};
+
+static int flist_entry(const struct kv_walk_entry *w, void *arg)
+{
+	struct flist *l = arg;
+	struct kv_tier_entry e = { .key = w->path };
+
+	if (w->kind == KV_WALK_ERROR) {
+		e.err = w->err;
+		return l->fn(&e, l->arg);
+	}
+	if (w->kind != KV_WALK_BLOCK)
+		return 0;
+	e.ref = w->ref;
+	e.size_bytes = w->size_bytes;
+	e.fields = KV_TIER_ENTRY_FILE;
+	e.alloc_bytes = w->alloc_bytes;
+	e.atime_ns = w->atime_ns;
+	e.mtime_ns = w->mtime_ns;
+	return l->fn(&e, l->arg);
+}
+
+static int file_list(struct kv_tier *t, const struct kv_tier_list_opts *o,
+		     kv_tier_list_fn fn, void *arg)
+{
+	struct kv_walk_opts w = { .threads = o->threads, .model = o->model, .rank = o->rank };
+	struct flist l = { .fn = fn, .arg = arg };
+
+	return kv_walk(F(t)->root, &w, flist_entry, &l);
+}
+
 static int file_del(struct kv_tier *t, const char *key)
 {
 	int r = check_key(key);
@@ -102,6 +252,7 @@ static void file_close(struct kv_tier *t)
 
 	kv_io_close(f->io);
 	close(f->rootfd);
+	free(f->root);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
@@ -113,11 +264,16 @@ static const struct kv_tier_ops file_ops = {
 	.del = file_del,
 	.stat = file_stat,
 	.close = file_close,
+	.size = file_size,
+	.get_tail = file_get_tail,
+	.list = file_list,
+	.batch_stream = file_batch_stream,
 };
 
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out)
 {
+	pthread_mutexattr_t attr;
 	struct ftier *f;
 	int r;
 
@@ -127,7 +283,11 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 	if (!f)
 		return -ENOMEM;
 	kvi_tier_init(&f->base, &file_ops);
-	r = -pthread_mutex_init(&f->lock, NULL);
+	/* Recursive: a batch's callbacks ask the tier for sizes under its lock. */
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+	r = -pthread_mutex_init(&f->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
 	if (r) {
 		free(f);
 		return r;
@@ -137,7 +297,8 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		r = -errno;
 		goto fail;
 	}
-	r = kv_io_open(root, opts, &f->io);
+	f->root = strdup(root);
+	r = f->root ? kv_io_open(root, opts, &f->io) : -ENOMEM;
 	if (r < 0) {
 		close(f->rootfd);
 		goto fail;
@@ -146,6 +307,7 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 	return 0;
 fail:
 	pthread_mutex_destroy(&f->lock);
+	free(f->root);
 	free(f);
 	return r;
 }

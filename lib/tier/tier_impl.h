@@ -18,6 +18,14 @@ struct kv_tier_ops {
 	/* Fill kind, blocks, used_bytes, capacity_bytes. */
 	int (*stat)(struct kv_tier *t, struct kv_tier_stat *st);
 	void (*close)(struct kv_tier *t);
+	/* Optional; NULL: what tier.c does without them. */
+	int (*size)(struct kv_tier *t, const char *key, uint64_t *size);
+	int (*get_tail)(struct kv_tier *t, const char *key, void *buf,
+			size_t len);
+	int (*list)(struct kv_tier *t, const struct kv_tier_list_opts *o,
+		    kv_tier_list_fn fn, void *arg);
+	int (*batch_stream)(struct kv_tier *t, kv_tier_next_fn next,
+			    kv_tier_done_fn done, void *arg);
 };
 
 struct kv_tier {

@@ -257,3 +257,21 @@ same_blocks() {
 	} | kvget --config "$CFG" --batch -o "$BATS_TEST_TMPDIR/out" > /dev/null
 	same_blocks "$BATS_TEST_TMPDIR/out" 5
 }
+
+@test "daemon batch: kvls --daemon --model takes the model name as the file walk does" {
+	requires python3
+	local md
+	md=$(cfg_model_dir)
+	random_file "$BATS_TEST_TMPDIR/p1" 5000
+	start_daemon --cpu-bytes 16M
+	kvput --daemon "$SOCK" --root "$KV_ROOT" --config "$CFG" cafe00001 "$BATS_TEST_TMPDIR/p1"
+	run kvls --daemon "$SOCK" --model meta-llama/Llama-3.1-8B --ndjson
+	assert_success
+	assert_output --partial "\"path\":\"${md}_r0/caf/e0_g0/cafe00001.bin\""
+	run kvls --daemon "$SOCK" --model meta-llama_Llama-3.1-8B --ndjson
+	assert_success
+	assert_output --partial "${md}_r0/caf/e0_g0/cafe00001.bin"
+	run kvls --model meta-llama/Llama-3.1-8B
+	assert_success
+	assert_output --partial "meta-llama/Llama-3.1-8B"
+}

@@ -403,3 +403,26 @@ assert_gone_upto() {
 	run --separate-stderr kvevict --root "$BATS_TEST_TMPDIR/nope" --stdin < /dev/null
 	[ "$status" -eq 3 ]
 }
+
+@test "--stdin: a record's path and fields must agree; duplicate keys refuse, unknown ones pass" {
+	mkblocks 5
+	local h4
+	h4=$(basename "$(blk 4)" .bin)
+	{
+		echo "{\"path\":\"$(blk 1)\",\"model_dir\":\"$M\",\"rank\":0,\"atime_ns\":1,\"on_disk\":false}"
+		echo "{\"path\":\"$(blk 2)\",\"hash\":\"$h4\"}"
+		echo "{\"path\":\"$(blk 3)\",\"path\":\"$(blk 3)\"}"
+		echo "{\"model_dir\":\"$M\",\"hash\":\"$h4\",\"size_bytes\":8192}"
+		echo "{\"path\":\"$KV_ROOT/$(blk 5)\",\"rank\":1}"
+	} > "$BATS_TEST_TMPDIR/list"
+	run --separate-stderr kvevict --stdin -J < "$BATS_TEST_TMPDIR/list"
+	assert_success
+	[ ! -e "$KV_ROOT/$(blk 1)" ] && [ ! -e "$KV_ROOT/$(blk 4)" ] || fail "listed blocks kept"
+	[ -e "$KV_ROOT/$(blk 2)" ] && [ -e "$KV_ROOT/$(blk 3)" ] && [ -e "$KV_ROOT/$(blk 5)" ] ||
+		fail "a refused line deleted its block"
+	[ "$(jq .files_deleted <<<"$output")" -eq 2 ]
+	[ "$(jq .skipped_other <<<"$output")" -eq 3 ]
+	[[ $stderr == *"line 2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"line 3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"line 5: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
+}

@@ -273,3 +273,27 @@ put() {
 	[ "$status" -eq 0 ]
 	[[ $output == "kvget (kvtools) "* ]]
 }
+
+@test "--batch: a record's path and fields must agree; duplicate keys refuse, unknown ones pass" {
+	requires python3 jq
+	local md
+	md=$(model_dir)
+	put abcab00021 4096
+	put abcab00022 8192 1
+	{
+		echo "{\"path\":\"${md}_r0/abc/ab_g0/abcab00021.bin\",\"hash\":\"ABCAB00021\",\"model_dir\":\"$md\",\"rank\":0,\"group\":0,\"pins\":3,\"on_disk\":true}"
+		echo "{\"path\":\"${md}_r0/abc/ab_g0/abcab00021.bin\",\"hash\":\"abcab00022\"}"
+		echo "{\"path\":\"${md}_r1/abc/ab_g0/abcab00022.bin\",\"path\":\"${md}_r1/abc/ab_g0/abcab00022.bin\"}"
+		echo "{\"path\":\"${md}_r1/abc/ab_g0/abcab00022.bin\",\"group\":1}"
+		echo "{\"path\":\"${md}_r1/abc/ab_g0/abcab00022.bin\",\"model_dir\":\"other_0123456789ab\"}"
+		echo "{\"path\":\"${md}_r1/abc/ab_g0/abcab00022.bin\",\"rank\":1,\"size_bytes\":1}"
+	} > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr kvget --batch < "$BATS_TEST_TMPDIR/in"
+	assert_failure 3
+	[ "$(jq -s -c 'map(select(.hit)) | map(.line) | sort' <<< "$output")" = "[1,6]" ]
+	[ "$(jq -s -c 'map(select(.error)) | map(.line) | sort' <<< "$output")" = "[2,3,4,5]" ]
+	[[ $stderr == *"<stdin>:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:4: \"path\" and \"group\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:5: \"path\" and \"model_dir\" disagree"* ]] || fail "stderr: $stderr"
+}

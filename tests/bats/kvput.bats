@@ -326,3 +326,30 @@ assert_no_temps() {
 	[ "$status" -eq 0 ]
 	[[ $output == "kvput (kvtools) "* ]]
 }
+
+@test "--batch: a record's path and fields must agree; duplicate keys refuse, unknown ones pass" {
+	requires python3 jq
+	local md i
+	md=$(model_dir)
+	for i in 1 2; do random_file "$BATS_TEST_TMPDIR/p$i" $((i * 4096)); done
+	{
+		echo "{\"hash\":\"aaaaa00001\",\"file\":\"$BATS_TEST_TMPDIR/p1\",\"path\":\"${md}_r0/aaa/aa_g0/aaaaa00001.bin\",\"atime_ns\":5,\"pins\":0}"
+		echo "{\"hash\":\"aaaaa00002\",\"file\":\"$BATS_TEST_TMPDIR/p2\",\"path\":\"${md}_r0/aaa/aa_g0/aaaaa00009.bin\"}"
+		echo "{\"hash\":\"aaaaa00003\",\"hash\":\"aaaaa00004\",\"file\":\"$BATS_TEST_TMPDIR/p2\"}"
+		echo "{\"path\":\"${md}_r1/aaa/aa_g0/aaaaa00005.bin\",\"rank\":0,\"file\":\"$BATS_TEST_TMPDIR/p2\"}"
+		echo "{\"path\":\"${md}_r2/aaa/aa_g1/aaaaa00006.bin\",\"file\":\"$BATS_TEST_TMPDIR/p2\"}"
+	} > "$BATS_TEST_TMPDIR/manifest"
+	run --separate-stderr kvput --root "$KV_ROOT" --model-dir "$md" --batch \
+		"$BATS_TEST_TMPDIR/manifest"
+	assert_failure 3
+	# Records come as blocks finish.
+	[ "$(jq -s -c '[.[] | select(.status == "ok") | .line] | sort' <<< "$output")" = "[1,5]" ]
+	[ "$(jq -s -c '[.[] | select(.status == "error") | .line] | sort' <<< "$output")" = "[2,3,4]" ]
+	cmp "$BATS_TEST_TMPDIR/p1" "$(vllm_path aaaaa00001)"
+	cmp "$BATS_TEST_TMPDIR/p2" "$(vllm_path aaaaa00006 2 1)"
+	[ ! -e "$(vllm_path aaaaa00002)" ] && [ ! -e "$(vllm_path aaaaa00009)" ]
+	[ ! -e "$(vllm_path aaaaa00003)" ] && [ ! -e "$(vllm_path aaaaa00005 1)" ]
+	[[ $stderr == *"manifest:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"manifest:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"manifest:4: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
+}

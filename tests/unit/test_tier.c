@@ -258,6 +258,85 @@ static int check_threads(const char *root)
 	return 0;
 }
 
+/* A batch of every op in order, one request at a time in the list. */
+struct batch {
+	struct kv_tier_req reqs[2 * NBLOCKS];
+	unsigned char bufs[2 * NBLOCKS][BLOCK];
+	size_t n, next, done, failed;
+};
+
+static int batch_next(void *arg, struct kv_tier_req **req)
+{
+	struct batch *b = arg;
+
+	if (b->next == b->n)
+		return 0;
+	*req = &b->reqs[b->next++];
+	return 1;
+}
+
+static void batch_done(void *arg, struct kv_tier_req *req)
+{
+	struct batch *b = arg;
+
+	b->done++;
+	b->failed += req->result < 0;
+}
+
+static int count_block(const struct kv_tier_entry *e, void *arg)
+{
+	(*(size_t *)arg) += !e->err && e->size_bytes == BLOCK &&
+			    (e->fields & KV_TIER_ENTRY_FILE);
+	return 0;
+}
+
+/* Batches on the file tier (its io_uring queue) and on a chain (tier.c's
+ * loop), tails, sizes and the listing. */
+static int check_batches(const char *root)
+{
+	static struct batch b;
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 2 };
+	struct kv_tier *f, *m;
+	unsigned char tail[100];
+	uint64_t size;
+	size_t listed = 0;
+	int r;
+
+	CHECK(kv_tier_file_open(root, NULL, &f) == 0, "file open");
+	for (int i = 0; i < NBLOCKS; i++)
+		b.reqs[i] = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = keys[i],
+						  .buf = data[i], .len = BLOCK };
+	b.reqs[NBLOCKS] = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = "../x.bin" };
+	b.n = NBLOCKS + 1;
+	r = kv_tier_batch_stream(f, batch_next, batch_done, &b);
+	CHECK(r == 1 && b.done == b.n && b.failed == 1, "file puts: %d, %zu done", r, b.done);
+	CHECK(kv_tier_size(f, keys[3], &size) == 0 && size == BLOCK, "size");
+	CHECK(kv_tier_get_tail(f, keys[3], tail, sizeof(tail)) == 0 &&
+	      !memcmp(tail, data[3] + BLOCK - sizeof(tail), sizeof(tail)), "tail");
+	CHECK(kv_tier_list(f, NULL, count_block, &listed) == 0 && listed == NBLOCKS,
+	      "listed %zu", listed);
+	CHECK(kv_tier_mem_open(&mo, &m) == 0, "mem open");
+	CHECK(kv_tier_list(m, NULL, count_block, &listed) == -EOPNOTSUPP, "mem lists");
+	CHECK(kv_tier_chain(m, f, KV_TIER_PROMOTE) == 0, "chain");
+	memset(&b, 0, sizeof(b));
+	for (int i = 0; i < NBLOCKS; i++) {
+		b.reqs[2 * i] = (struct kv_tier_req){ .op = KV_TIER_OP_GET, .key = keys[i],
+						      .buf = b.bufs[i], .len = BLOCK };
+		b.reqs[2 * i + 1] = (struct kv_tier_req){ .op = KV_TIER_OP_HAS, .key = keys[i] };
+	}
+	b.n = 2 * NBLOCKS;
+	r = kv_tier_batch_stream(m, batch_next, batch_done, &b);
+	CHECK(r == 0 && b.done == b.n, "chain batch: %d, %zu done", r, b.done);
+	for (int i = 0; i < NBLOCKS; i++)
+		CHECK(b.reqs[2 * i].done == BLOCK && !memcmp(b.bufs[i], data[i], BLOCK) &&
+		      b.reqs[2 * i + 1].result == 0, "block %d through the chain", i);
+	/* The mem tier answers presence without a size. */
+	CHECK(b.reqs[1].done == SIZE_MAX, "size from the mem tier");
+	kv_tier_close(m);
+	kv_tier_close(f);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kv-test-tier-XXXXXX";
@@ -290,6 +369,12 @@ int main(void)
 		return 1;
 	}
 	check_threads(a);
+	snprintf(a, sizeof(a), "%s/d", root);
+	if (mkdir(a, 0755) < 0) {
+		perror("mkdir");
+		return 1;
+	}
+	check_batches(a);
 	check_write_through(root);
 	check_failed_spill();
 	check_user_memory(cpu);

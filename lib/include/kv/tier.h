@@ -3,7 +3,7 @@
 
 /*
  * One interface over the places a block lives: CPU memory, a cache root
- * on disk, GPU memory.  Keys are block paths in the on-disk layout
+ * on disk, GPU memory, the node's kvoffd.  Keys are block paths in the on-disk layout
  * (kv_layout_block_path), so a block keeps its name in every tier.
  * Buffers passed to put/get are host memory in every tier.
  *
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <kv/io.h>
+#include <kv/layout.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +29,7 @@ struct kv_dma;
 #define KV_TIER_WRITE_THROUGH	(1u << 2) /* puts also go below */
 
 struct kv_tier_stat {
-	const char *kind;	/* "mem", "file" or "gpu" */
+	const char *kind;	/* "mem", "file", "gpu" or "daemon" */
 	uint64_t blocks;	/* held now; file: not counted (0) */
 	uint64_t used_bytes;	/* file: of the whole filesystem */
 	uint64_t capacity_bytes;
@@ -38,6 +39,8 @@ struct kv_tier_stat {
 	uint64_t evictions;	/* blocks dropped for room */
 	uint64_t spills;	/* evictions written below */
 	uint64_t promotions;	/* blocks copied up from below */
+	uint64_t block_max_bytes; /* the largest block a put takes; 0: unknown
+				     or no limit */
 };
 
 /* Store a block, replacing any under the same key.  -EFBIG if it is
@@ -57,6 +60,78 @@ int kv_tier_has(struct kv_tier *t, const char *key);
 /* Remove the block from this tier and every tier below; -ENOENT if
  * none had it. */
 int kv_tier_del(struct kv_tier *t, const char *key);
+
+/* Read the last len bytes of a block, as vLLM does for n blocks of a
+ * partial file, through the chain; -KV_ESHORT if it is shorter,
+ * -EOPNOTSUPP where a tier cannot (mem, gpu). */
+int kv_tier_get_tail(struct kv_tier *t, const char *key, void *buf,
+		     size_t len);
+
+#define KV_TIER_SIZE_UNKNOWN	UINT64_MAX
+
+/* A block's size, through the chain, without reading it: 0 and *size
+ * (KV_TIER_SIZE_UNKNOWN where a tier knows the block is there but not
+ * its size), or -ENOENT. */
+int kv_tier_size(struct kv_tier *t, const char *key, uint64_t *size);
+
+/* Batches, shaped like kv_io's (kv_io_batch_stream): next() hands over
+ * the next request (1; 0 when it has none, though it is asked again after
+ * each done(); -errno to stop), done() gets each finished one.  HAS sets
+ * done to the block's size, SIZE_MAX where kv_tier_size has it unknown. */
+enum kv_tier_op { KV_TIER_OP_PUT, KV_TIER_OP_GET, KV_TIER_OP_GET_TAIL, KV_TIER_OP_HAS };
+
+struct kv_tier_req {
+	enum kv_tier_op op;
+	const char *key;
+	void *buf;		/* PUT: payload; GET: destination */
+	size_t len;		/* PUT/GET_TAIL: bytes; GET: capacity */
+	size_t done;		/* out: bytes moved (HAS: the size) */
+	int result;		/* out: 0 or -errno / -KV_E* */
+	void *user;
+};
+
+typedef int (*kv_tier_next_fn)(void *arg, struct kv_tier_req **req);
+typedef void (*kv_tier_done_fn)(void *arg, struct kv_tier_req *req);
+
+/* Run requests as next() gives them: the file tier keeps its io_uring
+ * queue depth in flight, other tiers and chains take one at a time.  A
+ * request that loses a tier's connection (-ECONNRESET, -EPIPE,
+ * -KV_EPROTO) ends the batch with that error after its done().  next()
+ * and done() may ask the same tier kv_tier_size and kv_tier_has, not
+ * move data through it.  Returns the number that failed, or -errno. */
+int kv_tier_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
+			 kv_tier_done_fn done, void *arg);
+
+#define KV_TIER_ENTRY_FILE	(1u << 0) /* alloc_bytes, atime_ns, mtime_ns */
+#define KV_TIER_ENTRY_RAM	(1u << 1) /* pins, on_disk */
+
+/* One block as kv_tier_list reports it. */
+struct kv_tier_entry {
+	const char *key;	/* its block path */
+	struct kv_block_ref ref;
+	uint64_t size_bytes;
+	unsigned fields;	/* KV_TIER_ENTRY_*: which members below hold */
+	uint64_t alloc_bytes;
+	int64_t atime_ns, mtime_ns;
+	unsigned pins;		/* readers holding it now */
+	int on_disk;		/* also in the file tier below */
+	int err;		/* not 0: key is a directory that could not be
+				   read (-errno), skipped; nothing else is set */
+};
+
+struct kv_tier_list_opts {
+	const char *model;	/* kv_layout_model_matches filter; NULL: all */
+	int rank;		/* only this rank; -1: all */
+	unsigned threads;	/* file: walk threads; 0: one per CPU, at most 8 */
+};
+
+typedef int (*kv_tier_list_fn)(const struct kv_tier_entry *e, void *arg);
+
+/* Call fn for each block this tier holds (not its chain's), in no set
+ * order; a non-zero return stops and is returned.  -EOPNOTSUPP where a
+ * tier cannot list (mem, gpu). */
+int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
+		 kv_tier_list_fn fn, void *arg);
 
 /* This tier's counters (not its chain's). */
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
@@ -84,6 +159,12 @@ int kv_tier_mem_open(const struct kv_tier_mem_opts *opts, struct kv_tier **out);
  * (-KV_EBADPATH otherwise). */
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out);
+
+/* The RAM tier of the kvoffd serving socket_path, over one connection
+ * (kv_offd_connect's errors); the daemon reads through and writes behind
+ * to its own file tier.  Blocks are not deleted through it: del is
+ * -EOPNOTSUPP. */
+int kv_tier_daemon_open(const char *socket_path, struct kv_tier **out);
 
 struct kv_tier_gpu_opts {
 	size_t slot_bytes;	/* the largest block */

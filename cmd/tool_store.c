@@ -1,0 +1,124 @@
+/*
+ * The store kvput, kvget and kvls work on, chosen once: the file tier at
+ * --root, or kvoffd at --daemon.  Everything after goes through kv_tier;
+ * only the words of a message and the exit status tell the two apart.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include "tool.h"
+
+const char *tool_daemon(const char *opt)
+{
+	const char *env = getenv("KV_DAEMON");
+
+	if (opt)
+		return opt;
+	return env && *env ? env : NULL;
+}
+
+void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
+		     const struct kv_io_opts *opts)
+{
+	struct kv_tier_stat st;
+	int err;
+
+	s->daemon = daemon;
+	s->root = root;
+	s->block_max = 0;
+	if (!daemon) {
+		err = kv_tier_file_open(root, opts, &s->tier);
+		if (err < 0) {
+			tool_err("cannot open '%s': %s", root, kv_strerror(err));
+			exit(EXIT_RUNTIME);
+		}
+		return;
+	}
+	err = kv_tier_daemon_open(daemon, &s->tier);
+	if (err == 0) {
+		err = kv_tier_stat(s->tier, &st);
+		if (err < 0)
+			kv_tier_close(s->tier);
+	}
+	if (err < 0) {
+		tool_err("cannot reach daemon at '%s': %s", daemon, kv_strerror(err));
+		exit(tool_store_exit(s, err));
+	}
+	s->block_max = st.block_max_bytes;
+}
+
+void tool_store_close(struct tool_store *s)
+{
+	kv_tier_close(s->tier);
+	s->tier = NULL;
+}
+
+int tool_store_lost(const struct tool_store *s, int err)
+{
+	return s->daemon && (err == -ECONNRESET || err == -EPIPE || err == -KV_EPROTO);
+}
+
+int tool_daemon_exit(int err)
+{
+	return err == -ENOENT || err == -ECONNREFUSED || err == -ECONNRESET ||
+	       err == -EPIPE || err == -EACCES ? EXIT_DAEMON : EXIT_RUNTIME;
+}
+
+int tool_store_exit(const struct tool_store *s, int err)
+{
+	return s->daemon ? tool_daemon_exit(err) : EXIT_RUNTIME;
+}
+
+struct kv_offd *tool_daemon_connect(const char *sock)
+{
+	struct kv_offd *c;
+	int err = kv_offd_connect(sock, &c);
+
+	if (err) {
+		tool_err("cannot reach daemon at '%s': %s", sock, kv_strerror(err));
+		exit(tool_daemon_exit(err));
+	}
+	return c;
+}
+
+/* The hash a block path ends in, for the daemon's messages. */
+static const char *hash_of(const char *relpath, struct kv_block_ref *ref)
+{
+	return kv_layout_block_parse(relpath, ref) == 0 ? ref->hash : relpath;
+}
+
+void tool_store_where(const struct tool_store *s, const char *relpath, char *buf,
+		      size_t len)
+{
+	struct kv_block_ref ref;
+
+	if (s->daemon)
+		snprintf(buf, len, "block %s in the daemon at '%s'", hash_of(relpath, &ref),
+			 s->daemon);
+	else
+		snprintf(buf, len, "'%s/%s'", s->root, relpath);
+}
+
+void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
+		    const char *relpath, int err)
+{
+	static const char *const file_verbs[] = {
+		[TOOL_STORE_PUT] = "store", [TOOL_STORE_GET] = "read",
+		[TOOL_STORE_OPEN] = "open",
+	};
+	struct kv_block_ref ref;
+	const char *hash = hash_of(relpath, &ref);
+
+	if (verb == TOOL_STORE_MISS && s->daemon)
+		tool_err("no block %s in the daemon at '%s'", hash, s->daemon);
+	else if (verb == TOOL_STORE_MISS)
+		tool_err("no block %s at '%s/%s'", hash, s->root, relpath);
+	else if (s->daemon && verb == TOOL_STORE_PUT)
+		tool_err("cannot put %s into the daemon at '%s': %s", hash, s->daemon,
+			 kv_strerror(err));
+	else if (s->daemon)
+		tool_err("cannot get %s from the daemon at '%s': %s", hash, s->daemon,
+			 kv_strerror(err));
+	else
+		tool_err("cannot %s '%s/%s': %s", file_verbs[verb], s->root, relpath,
+			 kv_strerror(err));
+}
