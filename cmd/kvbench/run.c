@@ -630,7 +630,8 @@ static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 	if (b->o.engine == ENGINE_KVIO) {
 		struct kv_io_opts o = {
 			.queue_depth = b->o.qd,
-			.flags = (b->direct ? 0 : KV_IO_BUFFERED) |
+			/* REPLACE: every write phase writes its files anew. */
+			.flags = KV_IO_REPLACE | (b->direct ? 0 : KV_IO_BUFFERED) |
 				 (b->o.fsync != FSYNC_NONE ? KV_IO_FSYNC : 0),
 		};
 

@@ -81,7 +81,8 @@ static void *worker(void *p)
 int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 {
 	struct writer *w = &d->wr;
-	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags };
+	/* REPLACE: a key put again replaces its RAM block, and so its file. */
+	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags | KV_IO_REPLACE };
 	int err;
 
 	memset(w, 0, sizeof(*w));

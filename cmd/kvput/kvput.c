@@ -28,7 +28,7 @@
 #define DEFAULT_QD		32
 #define MAX_QD			1024
 
-enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_QD, OPT_DAEMON };
+enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_REPLACE, OPT_QD, OPT_DAEMON };
 
 struct put {
 	char model_dir[KV_NAME_MAX + 1];
@@ -74,9 +74,9 @@ struct batch {
 static void usage(void)
 {
 	printf("Usage: kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
-	       "             [--fsync] [--buffered] HASH [FILE|-]\n"
+	       "             [--fsync] [--buffered] [--replace] HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
-	       "             [--fsync] [--buffered] [--qd N] --batch [MANIFEST|-]\n"
+	       "             [--fsync] [--buffered] [--replace] [--qd N] --batch [MANIFEST|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
 	       "             [--rank N] [--group N] HASH [FILE|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
@@ -84,7 +84,9 @@ static void usage(void)
 	       "       kvput -h | -V\n"
 	       "\n"
 	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
-	       "path vLLM's file tier reads it from.  With --batch, read NDJSON lines\n"
+	       "path vLLM's file tier reads it from.  As vLLM's and llm-d's writers do, a\n"
+	       "block already there is kept and its atime stamped (\"existed\":true in a\n"
+	       "batch result), unless --replace.  With --batch, read NDJSON lines\n"
 	       "{\"hash\":H,\"file\":F} or {\"hash\":H,\"data_b64\":B} (optional \"rank\",\n"
 	       "\"group\") from MANIFEST or stdin and print one NDJSON result per line.\n"
 	       "\n"
@@ -93,10 +95,11 @@ static void usage(void)
 	       "  -c, --config FILE      a model config.json: its model dir is named from\n"
 	       "                         it and created with the config if missing (with\n"
 	       "                         --daemon, only when a root is given)\n"
-	       "      --rank N           tensor-parallel rank (default 0)\n"
+	       "      --rank N           the worker's global rank (default 0)\n"
 	       "      --group N          KV-cache group (default 0)\n"
 	       "      --fsync            make each block durable before its rename\n"
 	       "      --buffered         never use O_DIRECT\n"
+	       "      --replace          replace a block already there\n"
 	       "  -b, --batch            read a manifest of blocks\n"
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
 	       "      --daemon SOCK      put the blocks into kvoffd's RAM tier at SOCK, which\n"
@@ -207,11 +210,14 @@ static void on_sigbus(int sig)
 /* --- batch ------------------------------------------------------------ */
 
 static void print_result(struct put *put, const char *hash, const char *relpath,
-			 unsigned long line, size_t size, const char *error)
+			 unsigned long line, size_t size, int existed, const char *error)
 {
 	json_t *rec = json_pack("{s:I, s:s}", "line", (json_int_t)line,
 				"status", error ? "error" : "ok");
 
+	/* As upstream's writers: a block already there is kept, a hit. */
+	if (existed)
+		json_object_set_new(rec, "existed", json_true());
 	if (hash)
 		json_object_set_new(rec, "hash", json_string(hash));
 	if (relpath)
@@ -239,7 +245,7 @@ static void bad_line(struct batch *b, const char *hash, const char *relpath,
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	tool_err("%s:%lu: %s", b->in_name, b->line, msg);
-	print_result(b->put, hash, relpath, b->line, 0, msg);
+	print_result(b->put, hash, relpath, b->line, 0, 0, msg);
 }
 
 /* Turn one manifest line into a ready request in s; 0 on success. */
@@ -333,10 +339,11 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 
 	if (req->result < 0) {
 		tool_store_err(&b->put->store, TOOL_STORE_PUT, s->relpath, req->result);
-		print_result(b->put, s->hash, s->relpath, s->line, 0,
+		print_result(b->put, s->hash, s->relpath, s->line, 0, 0,
 			     kv_strerror(req->result));
 	} else {
-		print_result(b->put, s->hash, s->relpath, s->line, req->done, NULL);
+		print_result(b->put, s->hash, s->relpath, s->line, req->done,
+			     req->existed, NULL);
 	}
 	payload_release(&s->payload);
 	s->next_free = b->free;
@@ -439,6 +446,7 @@ int main(int argc, char **argv)
 		{ "group", required_argument, NULL, OPT_GROUP },
 		{ "fsync", no_argument, NULL, OPT_FSYNC },
 		{ "buffered", no_argument, NULL, OPT_BUFFERED },
+		{ "replace", no_argument, NULL, OPT_REPLACE },
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
@@ -465,6 +473,7 @@ int main(int argc, char **argv)
 		case OPT_GROUP: put.group = tool_parse_uint("--group", optarg, UINT_MAX); break;
 		case OPT_FSYNC: opts.flags |= KV_IO_FSYNC; break;
 		case OPT_BUFFERED: opts.flags |= KV_IO_BUFFERED; break;
+		case OPT_REPLACE: opts.flags |= KV_IO_REPLACE; break;
 		case 'b': batch = 1; break;
 		case OPT_QD:
 			opts.queue_depth = tool_parse_uint("--qd", optarg, MAX_QD);

@@ -142,7 +142,8 @@ unload:
 int kv_gds_open(struct kv_dma *dma, const char *root,
 		const struct kv_gds_opts *opts, struct kv_gds **out)
 {
-	struct kv_io_opts io_opts = { .flags = opts ? opts->io_flags : 0 };
+	/* REPLACE: kv_gds_write writes the block it is given, as documented. */
+	struct kv_io_opts io_opts = { .flags = (opts ? opts->io_flags : 0) | KV_IO_REPLACE };
 	struct kv_gds *g;
 	int r;
 

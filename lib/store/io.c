@@ -374,6 +374,22 @@ static int put_dir(struct kv_io *io, struct slot *s)
 	return s->dirfd < 0 ? s->dirfd : 0;
 }
 
+/* Upstream's store: a block already there (a regular file; anything else
+ * is replaced) is a hit, its atime stamped as llm-d does. */
+static int put_existing(struct kv_io *io, struct slot *s)
+{
+	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+	const char *name = s->req->relpath + dir_len(s->req->relpath);
+	struct stat st;
+
+	if (fstatat(s->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	if (!(io->flags & KV_IO_NO_TOUCH))
+		utimensat(s->dirfd, name, atime_now, AT_SYMLINK_NOFOLLOW);
+	s->req->existed = 1;
+	return 1;
+}
+
 static int put_begin(struct kv_io *io, struct slot *s)
 {
 	struct kv_io_req *req = s->req;
@@ -387,6 +403,8 @@ static int put_begin(struct kv_io *io, struct slot *s)
 	ret = put_dir(io, s);
 	if (ret < 0)
 		return finish(io, s, ret);
+	if (!(io->flags & KV_IO_REPLACE) && put_existing(io, s))
+		return finish(io, s, 0);
 	return put_open(io, s);
 }
 
@@ -575,6 +593,7 @@ static int start(struct kv_io *io, struct slot *s, struct kv_io_req *req)
 	uint64_t size;
 
 	s->req = req;
+	req->existed = 0;
 	s->fd = s->dirfd = -1;
 	s->step = STEP_DATA;
 	s->direct = s->whole = s->temp_made = s->refused_direct = 0;

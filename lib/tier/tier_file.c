@@ -168,6 +168,7 @@ static void fbatch_done(void *arg, struct kv_io_req *io)
 
 	s->req->done = io->done;
 	s->req->result = io->result;
+	s->req->existed = io->existed;
 	s->next_free = b->free;
 	b->free = s;
 	b->done(b->arg, s->req);

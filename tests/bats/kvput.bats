@@ -72,14 +72,35 @@ assert_no_temps() {
 	[ -f "$(vllm_path 5555566666)" ] && [ ! -s "$(vllm_path 5555566666)" ]
 }
 
-@test "a put replaces the old block whole, and the checksum follows" {
+@test "a block already there is kept and its atime stamped, as upstream's writers do" {
+	requires python3 jq
+	random_file "$BATS_TEST_TMPDIR/a" 8192
+	random_file "$BATS_TEST_TMPDIR/b" 12288
+	kvput --root "$KV_ROOT" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/a"
+	touch -a -d @1000000000 "$(vllm_path abcde00001)"
+	run kvput --root "$KV_ROOT" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/b"
+	[ "$status" -eq 0 ]
+	cmp "$BATS_TEST_TMPDIR/a" "$(vllm_path abcde00001)"
+	[ "$(stat -c %X "$(vllm_path abcde00001)")" -gt 1000000000 ]
+	printf '{"hash":"abcde00001","file":"%s"}\n{"hash":"abcde00003","file":"%s"}\n' \
+		"$BATS_TEST_TMPDIR/b" "$BATS_TEST_TMPDIR/b" > "$BATS_TEST_TMPDIR/m"
+	run --separate-stderr kvput --root "$KV_ROOT" --config "$CFG" --batch "$BATS_TEST_TMPDIR/m"
+	[ "$status" -eq 0 ]
+	[ "$(jq -s -c 'sort_by(.line) | map(.existed // false)' <<< "$output")" = '[true,false]' ] ||
+		fail "results: $output"
+	cmp "$BATS_TEST_TMPDIR/a" "$(vllm_path abcde00001)"
+	cmp "$BATS_TEST_TMPDIR/b" "$(vllm_path abcde00003)"
+	assert_no_temps "$KV_ROOT"
+}
+
+@test "--replace: a put replaces the old block whole, and the checksum follows" {
 	requires python3 xattr getfattr
 	random_file "$BATS_TEST_TMPDIR/a" 8192
 	random_file "$BATS_TEST_TMPDIR/b" 12288
 	kvput --root "$KV_ROOT" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/a"
 	sum_a=$(getfattr --only-values -n user.kv.xxh3 "$(vllm_path abcde00001)")
 	[[ $sum_a =~ ^[0-9a-f]{16}$ ]] || fail "user.kv.xxh3 is '$sum_a'"
-	kvput --root "$KV_ROOT" --config "$CFG" --fsync abcde00001 "$BATS_TEST_TMPDIR/b"
+	kvput --root "$KV_ROOT" --config "$CFG" --fsync --replace abcde00001 "$BATS_TEST_TMPDIR/b"
 	cmp "$BATS_TEST_TMPDIR/b" "$(vllm_path abcde00001)"
 	sum_b=$(getfattr --only-values -n user.kv.xxh3 "$(vllm_path abcde00001)")
 	[[ $sum_b =~ ^[0-9a-f]{16}$ ]] && [ "$sum_a" != "$sum_b" ]
@@ -277,7 +298,7 @@ assert_no_temps() {
 	random_file "$BATS_TEST_TMPDIR/small" 4096
 	random_file "$BATS_TEST_TMPDIR/big" $((2 * 1024 * 1024))
 	kvput --config "$CFG" fffff00001 "$BATS_TEST_TMPDIR/small"
-	run --separate-stderr kvput --config "$CFG" fffff00001 "$BATS_TEST_TMPDIR/big"
+	run --separate-stderr kvput --config "$CFG" --replace fffff00001 "$BATS_TEST_TMPDIR/big"
 	[ "$status" -eq 3 ]
 	[[ $stderr == "kvput: cannot store "*": No space left on device" ]] || fail "stderr: $stderr"
 	cmp "$BATS_TEST_TMPDIR/small" "$(vllm_path fffff00001)"
@@ -300,7 +321,7 @@ assert_no_temps() {
 	random_file "$BATS_TEST_TMPDIR/new" $((4 * 1024 * 1024))
 	kvput --root "$KV_ROOT" --config "$CFG" 9999900001 "$BATS_TEST_TMPDIR/old"
 	mkfifo "$BATS_TEST_TMPDIR/fifo"
-	kvput --root "$KV_ROOT" --config "$CFG" 9999900001 "$BATS_TEST_TMPDIR/fifo" &
+	kvput --root "$KV_ROOT" --config "$CFG" --replace 9999900001 "$BATS_TEST_TMPDIR/fifo" &
 	pid=$!
 	kvput --root "$KV_ROOT" --config "$CFG" 9999900002 - < "$BATS_TEST_TMPDIR/fifo" &
 	pid2=$!

@@ -55,7 +55,7 @@ assert_injected() {
 
 put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	random_file "$BATS_TEST_TMPDIR/old" 8192
-	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/old"
+	kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/old"
 }
 
 # ---- the injector itself ----------------------------------------------
@@ -105,14 +105,14 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 @test "a bucket dir removed between a put's mkdirs (as kvevict does) is made again" {
 	requires kvput
 	random_file "$BATS_TEST_TMPDIR/s" 4096
-	kvput --root "$KV_ROOT" --config "$CFG" 0040000000 "$BATS_TEST_TMPDIR/s"
+	kvput --root "$KV_ROOT" --config "$CFG" --replace 0040000000 "$BATS_TEST_TMPDIR/s"
 	# kvevict deletes a cold block, then its bucket dirs once empty and
 	# older than --dir-grace; a writer's mkdir of an old bucket (EEXIST)
 	# does not make it young, so the parent can vanish before the child's
 	# mkdir at any grace.  The injector plays that race: the first mkdir
 	# of the group dir fails with ENOENT.
 	fi_run KVFI_FAIL=mkdir:ENOENT:count=1:path=/00_g0,uring_mkdir:ENOENT:count=1:path=/00_g0 -- \
-		kvput --root "$KV_ROOT" --config "$CFG" 00500aaaa "$BATS_TEST_TMPDIR/s"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace 00500aaaa "$BATS_TEST_TMPDIR/s"
 	assert_injected
 	[ "$status" -eq 0 ] || fail "kvput exited $status: $stderr"
 	cmp "$(block_file "$KV_ROOT" 00500aaaa)" "$BATS_TEST_TMPDIR/s"
@@ -124,13 +124,13 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	export KV_ROOT=$MNT
 	put_small
 	random_file "$BATS_TEST_TMPDIR/big" $((2 * 1024 * 1024))
-	run --separate-stderr kvput --root "$MNT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/big"
+	run --separate-stderr kvput --root "$MNT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/big"
 	[ "$status" -eq 3 ]
 	[[ "$stderr" == kvput:*"No space left on device"* ]] || fail "stderr: $stderr"
 	assert_no_temps "$MNT"
 	cmp "$(block_file "$MNT" "$HASH")" "$BATS_TEST_TMPDIR/old"
 	# A new key that does not fit leaves nothing at all.
-	run kvput --root "$MNT" --config "$CFG" "${HASH/00/11}" "$BATS_TEST_TMPDIR/big"
+	run kvput --root "$MNT" --config "$CFG" --replace "${HASH/00/11}" "$BATS_TEST_TMPDIR/big"
 	[ "$status" -eq 3 ]
 	[ -z "$(block_file "$MNT" "${HASH/00/11}")" ]
 	assert_no_temps "$MNT"
@@ -141,7 +141,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	put_small
 	random_file "$BATS_TEST_TMPDIR/new" 65536
 	fi_run KVFI_FAIL=write:EIO:path=_r0/,uring_write:EIO:path=_r0/ -- \
-		kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	assert_injected
 	[ "$status" -eq 3 ]
 	[[ "$stderr" == kvput:* ]] || fail "stderr: $stderr"
@@ -157,7 +157,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 		printf '{"hash":"%s","file":"%s"}\n' "$h" "$BATS_TEST_TMPDIR/$h" >> "$BATS_TEST_TMPDIR/manifest"
 	done
 	fi_run KVFI_FAIL=write:EIO:path=bbbb000002,uring_write:EIO:path=bbbb000002 -- \
-		kvput --root "$KV_ROOT" --config "$CFG" --batch "$BATS_TEST_TMPDIR/manifest"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace --batch "$BATS_TEST_TMPDIR/manifest"
 	assert_injected
 	[ "$status" -eq 3 ]
 	[ "$(grep -c '"status":"ok"' <<< "$output")" -eq 2 ] || fail "output: $output"
@@ -173,7 +173,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	put_small
 	random_file "$BATS_TEST_TMPDIR/new" 65536
 	fi_run KVFI_NO_URING=1 KVFI_FAIL=write:EIO:path=_r0/ -- \
-		kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	if [ ! -s "$FI_LOG" ] && [ "$status" -eq 3 ]; then
 		skip "kvput needs io_uring (exit 3 without it: $stderr)"
 	fi
@@ -187,7 +187,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	requires kvput kvget
 	random_file "$BATS_TEST_TMPDIR/new" $((256 * 1024))
 	fi_run KVFI_SHORT=write:half:path=_r0/,uring_write:half:path=_r0/ -- \
-		kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	assert_injected
 	assert_no_temps "$KV_ROOT"
 	if [ "$status" -eq 0 ]; then
@@ -205,13 +205,13 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	put_small
 	random_file "$BATS_TEST_TMPDIR/new" 65536
 	fi_run KVFI_FAIL=fsync:EIO:path=_r0/,uring_fsync:EIO:path=_r0/ -- \
-		kvput --root "$KV_ROOT" --config "$CFG" --fsync "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace --fsync "$HASH" "$BATS_TEST_TMPDIR/new"
 	assert_injected
 	[ "$status" -eq 3 ]
 	assert_no_temps "$KV_ROOT"
 	cmp "$(block_file "$KV_ROOT" "$HASH")" "$BATS_TEST_TMPDIR/old"
 	fi_run KVFI_FAIL=rename:EIO:path=_r0/,uring_rename:EIO:path=_r0/,link:EIO:path=_r0/,uring_link:EIO:path=_r0/ -- \
-		kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	assert_injected
 	[ "$status" -eq 3 ]
 	assert_no_temps "$KV_ROOT"
@@ -222,7 +222,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	requires kvput kvget
 	random_file "$BATS_TEST_TMPDIR/new" 65536
 	fi_run KVFI_FAIL=fsetxattr:ENOTSUP -- \
-		kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	assert_injected
 	[ "$status" -eq 0 ] || fail "kvput exited $status: $stderr"
 	cmp "$(block_file "$KV_ROOT" "$HASH")" "$BATS_TEST_TMPDIR/new"
@@ -236,7 +236,7 @@ put_small() {	# a first, intact version of $HASH under $KV_ROOT
 	put_small
 	mount -o remount,ro "$MNT"
 	random_file "$BATS_TEST_TMPDIR/new" 8192
-	run --separate-stderr kvput --root "$MNT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+	run --separate-stderr kvput --root "$MNT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	[ "$status" -eq 3 ]
 	[[ "$stderr" == kvput:*"Read-only file system"* ]] || fail "stderr: $stderr"
 	run kvget --root "$MNT" --config "$CFG" -o "$BATS_TEST_TMPDIR/got" "$HASH"
@@ -274,7 +274,7 @@ as_nobody() { run --separate-stderr setpriv --reuid=65534 --regid=65534 --clear-
 	chmod -R go-w "$KV_ROOT"
 	random_file "$NOBODY_DIR/new" 8192
 	chmod 0644 "$NOBODY_DIR/new"
-	as_nobody kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$NOBODY_DIR/new"
+	as_nobody kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$NOBODY_DIR/new"
 	[ "$status" -eq 3 ]
 	[[ "$stderr" == kvput:*"Permission denied"* ]] || fail "stderr: $stderr"
 	assert_no_temps "$KV_ROOT"
@@ -291,7 +291,7 @@ as_nobody() { run --separate-stderr setpriv --reuid=65534 --regid=65534 --clear-
 	nobody_root
 	for h in 111aa000 222bb000 333cc000; do
 		random_file "$BATS_TEST_TMPDIR/p" 4096
-		kvput --root "$KV_ROOT" --config "$CFG" "$h" "$BATS_TEST_TMPDIR/p"
+		kvput --root "$KV_ROOT" --config "$CFG" --replace "$h" "$BATS_TEST_TMPDIR/p"
 	done
 	chmod 0700 "$(dirname "$(dirname "$(block_file "$KV_ROOT" 222bb000)")")"
 	as_nobody kvls --root "$KV_ROOT" --blocks --ndjson
@@ -305,7 +305,7 @@ decoy_tree() {
 	local i h
 	for i in $(seq 1 40); do
 		h=$(printf '%03x%02x%027x' $((i % 5)) $((i % 3)) "$i")
-		head -c 4096 /dev/zero | kvput --root "$KV_ROOT" --config "$CFG" "$h" -
+		head -c 4096 /dev/zero | kvput --root "$KV_ROOT" --config "$CFG" --replace "$h" -
 	done
 	OUTSIDE=$BATS_TEST_TMPDIR/outside
 	mkdir -p "$OUTSIDE/00_g0"
@@ -385,7 +385,7 @@ decoy_tree() {
 @test "a flipped bit in a block: kvget exits 3 with nothing on stdout, kvls --verify names it" {
 	requires kvput kvget kvls xattr
 	random_file "$BATS_TEST_TMPDIR/new" 65536
-	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+	kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	f=$(block_file "$KV_ROOT" "$HASH")
 	flip_byte "$f" 40000
 	run --separate-stderr kvget --root "$KV_ROOT" --config "$CFG" "$HASH"
@@ -404,7 +404,7 @@ decoy_tree() {
 @test "kvget -o onto a full filesystem: exit 3 and no partial output file" {
 	requires kvput kvget
 	random_file "$BATS_TEST_TMPDIR/new" $((2 * 1024 * 1024))
-	kvput --root "$KV_ROOT" --config "$CFG" "$HASH" "$BATS_TEST_TMPDIR/new"
+	kvput --root "$KV_ROOT" --config "$CFG" --replace "$HASH" "$BATS_TEST_TMPDIR/new"
 	mount_tmpfs 1m
 	run --separate-stderr kvget --root "$KV_ROOT" --config "$CFG" -o "$MNT/out.bin" "$HASH"
 	[ "$status" -eq 3 ]
@@ -451,7 +451,7 @@ stat_field() {
 @test "kvevict --stdin: hostile paths and records delete nothing outside the root" {
 	requires kvput kvevict
 	random_file "$BATS_TEST_TMPDIR/s" 4096
-	kvput --root "$KV_ROOT" --config "$CFG" 1230000001 "$BATS_TEST_TMPDIR/s"
+	kvput --root "$KV_ROOT" --config "$CFG" --replace 1230000001 "$BATS_TEST_TMPDIR/s"
 	rankdir=$(find "$KV_ROOT" -maxdepth 1 -name '*_r0')
 	rank=${rankdir##*/}
 	out=$BATS_TEST_TMPDIR/outside

@@ -91,7 +91,7 @@ pause_us() { read -r -t "$(printf '0.%06d' "$1")" -u "$never" _ || true; }
 
 # Calibrate the kill window on this machine: a little longer than a put.
 t0=$(date +%s%N)
-for i in 1 2 3 4 5; do payload "$(hash_of 1)" 0 | kvput --root "$root" --model-dir "$model_dir" "$(hash_of 1)" - || exit 2; done
+for i in 1 2 3 4 5; do payload "$(hash_of 1)" 0 | kvput --replace --root "$root" --model-dir "$model_dir" "$(hash_of 1)" - || exit 2; done
 put_us=$(( ($(date +%s%N) - t0) / 5000 ))
 window_us=$(( put_us * 3 / 2 + 1 ))
 [ "$window_us" -lt 1000000 ] || window_us=999999
@@ -111,13 +111,13 @@ for ((i = 1; i <= iterations; i++)); do
 			payload "$(hash_of "$bk")" "$i" > "$work/batch.$bk"
 			printf '{"hash":"%s","file":"%s"}\n' "$(hash_of "$bk")" "$work/batch.$bk" >> "$work/manifest"
 		done
-		kvput --root "$root" --model-dir "$model_dir" --qd 4 --batch "$work/manifest" \
+		kvput --replace --root "$root" --model-dir "$model_dir" --qd 4 --batch "$work/manifest" \
 			> /dev/null 2>&1 &
 		batches=$((batches + 1))
 	else
 		batch_keys=($k)
 		payload "$(hash_of "$k")" "$i" |
-			kvput --root "$root" --model-dir "$model_dir" "$(hash_of "$k")" - 2>/dev/null &
+			kvput --replace --root "$root" --model-dir "$model_dir" "$(hash_of "$k")" - 2>/dev/null &
 	fi
 	pid=$!
 	pause_us $(( (RANDOM * 32768 + RANDOM) % (window_us * ${#batch_keys[@]}) ))

@@ -156,11 +156,25 @@ static void round_trips(const char *root, int direct_expected)
 	CHECK(kv_io_used_direct(io) == 0);
 	CHECK(memcmp(src + 1, dst + 1, 2 * MIB) == 0);
 
-	/* Overwrite: the new content replaces the old one whole. */
+	/* A block already there is kept, as upstream's writers keep it... */
+	fill_random(dst, 2 * MIB);
+	{
+		struct kv_io_req req = { .op = KV_IO_OP_PUT, .relpath = rel,
+					 .buf = dst, .len = MIB };
+
+		CHECK(kv_io_batch(io, &req, 1) == 0 && req.result == 0 && req.existed);
+	}
+	CHECK(kv_io_get(io, rel, dst, 3 * MIB, &len) == 0 && len == 2 * MIB);
+	CHECK(memcmp(src + 1, dst, 2 * MIB) == 0);
+	/* ...and under KV_IO_REPLACE the new content replaces it whole. */
+	kv_io_close(io);
+	opts.flags = KV_IO_REPLACE;
+	CHECK(kv_io_open(root, &opts, &io) == 0);
 	fill_random(src, 2 * MIB);
 	CHECK(kv_io_put(io, rel, src, MIB) == 0);
 	CHECK(kv_io_get(io, rel, dst, 3 * MIB, &len) == 0 && len == MIB);
 	CHECK(memcmp(src, dst, MIB) == 0);
+	opts.flags = 0;
 
 	/* Tail reads: the last n blocks, as vLLM reads a partial file. */
 	CHECK(kv_io_get_tail(io, rel, dst, 3 * 4096) == 0);
@@ -232,6 +246,14 @@ static void atime_and_checksum(const char *root)
 	block_path(200, 0, rel, sizeof(rel));
 	fill_random(src, 64 * 1024);
 	CHECK(kv_io_put(io, rel, src, 64 * 1024) == 0);
+
+	/* A put that finds the block there stamps its atime, as llm-d
+	 * does; under NO_TOUCH it leaves it. */
+	set_old_atime(root, rel);
+	CHECK(kv_io_put(quiet, rel, src, 64 * 1024) == 0);
+	CHECK(file_atime(root, rel).tv_sec == 1000000000);
+	CHECK(kv_io_put(io, rel, src, 64 * 1024) == 0);
+	CHECK(file_atime(root, rel).tv_sec > 1000000000);
 
 	/* An atime far in the past: relatime alone would move it on a
 	 * read, so NO_TOUCH must prevent that as well. */
@@ -342,7 +364,8 @@ static void requeue_done(void *arg, struct kv_io_req *req)
 static void batches(const char *root)
 {
 	enum { N = 96, QD = 8, MAXB = 256 * 1024 };
-	struct kv_io_opts opts = { .queue_depth = QD };
+	/* REPLACE: the last case stores a key again with new content. */
+	struct kv_io_opts opts = { .queue_depth = QD, .flags = KV_IO_REPLACE };
 	static struct kv_io_req reqs[N];
 	static char rels[N][512];
 	unsigned char *src[N], *dst[N];

@@ -21,6 +21,7 @@ extern "C" {
 #define KV_IO_NO_CHECKSUM (1u << 2)	/* put: no xattr; get: no verify */
 #define KV_IO_NO_TOUCH	  (1u << 3)	/* get: leave atime alone */
 #define KV_IO_NO_MKDIR	  (1u << 4)	/* put: fail if bucket dirs are missing */
+#define KV_IO_REPLACE	  (1u << 5)	/* put: replace a block already there */
 
 #define KV_IO_ALIGN	4096		/* O_DIRECT buffer/length alignment */
 
@@ -47,7 +48,9 @@ void kv_io_buf_free(void *buf);
 
 /* Atomically write a block: temp beside the target, data, checksum
  * xattr, optional fsync, rename over the target.  On any failure the temp
- * is removed and the target is left as it was. */
+ * is removed and the target is left as it was.  As vLLM's and llm-d's
+ * writers do, a block already there is left as it is and its atime
+ * stamped (unless KV_IO_NO_TOUCH), unless KV_IO_REPLACE. */
 int kv_io_put(struct kv_io *io, const char *relpath, const void *buf,
 	      size_t len);
 
@@ -81,6 +84,7 @@ struct kv_io_req {
 	size_t len;		/* PUT/GET_TAIL: bytes; GET: capacity */
 	size_t done;		/* out: bytes moved */
 	int result;		/* out: 0 or -errno / -KV_E* */
+	int existed;		/* out: PUT found the block there and kept it */
 	void *user;
 };
 

@@ -87,6 +87,8 @@ struct kv_tier_req {
 	size_t len;		/* PUT/GET_TAIL: bytes; GET: capacity */
 	size_t done;		/* out: bytes moved (HAS: the size) */
 	int result;		/* out: 0 or -errno / -KV_E* */
+	int existed;		/* out: PUT found the block in a file tier and
+				   kept it (see kv_io_put) */
 	void *user;
 };
 
