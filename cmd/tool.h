@@ -89,6 +89,31 @@ enum tool_store_verb { TOOL_STORE_PUT, TOOL_STORE_GET, TOOL_STORE_OPEN, TOOL_STO
 void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 		    const char *relpath, int err);
 
+/* Batch input (cmd/tool_lines.c): NDJSON lines from a file or stdin,
+ * numbered, blank ones skipped; a refused line is said on stderr as
+ * "NAME:LINE: why", and its result record carries the same words. */
+struct tool_lines {
+	FILE *in;
+	const char *name;	/* the file, or "<stdin>" */
+	unsigned long line;	/* number of the last line read */
+	char *text;
+	size_t cap;
+	char why[512];		/* the last refusal */
+};
+
+/* Read path (NULL or "-": stdin): 0, or -1 when it cannot be opened (said). */
+int tool_lines_open(struct tool_lines *l, const char *path);
+
+/* The next non-blank line, modifiable until the next call: 1 and *text,
+ * 0 at the end, -EIO on a read error (said). */
+int tool_lines_next(struct tool_lines *l, char **text);
+
+/* Say why the current line is refused; the message, for its record. */
+const char *tool_lines_refuse(struct tool_lines *l, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+void tool_lines_close(struct tool_lines *l);
+
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);
 

@@ -210,9 +210,8 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 	struct kv_evict_report r;
 	struct tool_record_opts ro = { .bare = TOOL_RECORD_BARE_PATH, .root = s->root };
 	struct tool_record rec;
-	char *line = NULL, *root_real;
-	size_t cap = 0;
-	unsigned long lineno = 0;
+	struct tool_lines in;
+	char *line, *root_real;
 	int64_t t0 = kv_monotonic_ns();
 	int rootfd, rc;
 
@@ -225,12 +224,10 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 	}
 	ro.root_real = root_real;
 	kv_evict_fs_use(s->root, &r.use_before_pct);
-	while (getline(&line, &cap, stdin) > 0) {
-		lineno++;
-		if (!line[strspn(line, " \t\r\n")])
-			continue;
+	tool_lines_open(&in, NULL);
+	while ((rc = tool_lines_next(&in, &line)) == 1) {
 		if (tool_record_parse(line, &ro, &rec) < 0) {
-			tool_err("line %lu: %s", lineno, rec.error);
+			tool_lines_refuse(&in, "%s", rec.error);
 			r.skipped_other++;
 		} else if ((rc = kv_evict_path(rootfd, rec.relpath, o, &r)) < 0) {
 			tool_err("skipping '%s': %s", rec.relpath,
@@ -238,14 +235,14 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 		}
 		tool_record_free(&rec);
 	}
-	free(line);
+	tool_lines_close(&in);
 	free(root_real);
 	close(rootfd);
 	r.target_reached = 1;
 	kv_evict_fs_use(s->root, &r.use_after_pct);
 	r.elapsed_ns = kv_monotonic_ns() - t0;
 	report(s, &r);
-	return 0;
+	return rc < 0 ? EXIT_RUNTIME : 0;
 }
 
 /* Sleep for ns unless a signal asks us to stop. */

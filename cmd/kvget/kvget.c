@@ -51,9 +51,7 @@ struct slot {
 
 struct batch {
 	struct get *get;
-	unsigned long line;
-	char *text;
-	size_t text_cap;
+	struct tool_lines in;
 	struct slot *free;
 	struct slot *retry;	/* blocks to read again, with a bigger buffer */
 	uint64_t size_hint;	/* the biggest block seen so far */
@@ -283,21 +281,6 @@ static void print_record(struct get *get, unsigned long line, const char *hash,
 		get->errors++;
 }
 
-static void bad_line(struct batch *b, const char *hash, const char *relpath,
-		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void bad_line(struct batch *b, const char *hash, const char *relpath,
-		     const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	tool_err("<stdin>:%lu: %s", b->line, msg);
-	print_record(b->get, b->line, hash, relpath, -1, 0, msg);
-}
 
 /*
  * Make s a read request, or answer the line at once (miss, --exists):
@@ -351,29 +334,24 @@ static int next_line(struct batch *b, struct slot *s)
 					    .rank = b->get->rank, .group = b->get->group,
 					    .model_opts = 1, .bare = TOOL_RECORD_BARE_HASH };
 	struct tool_record r;
+	char *text;
 	int ret;
 
-	while (getline(&b->text, &b->text_cap, stdin) >= 0) {
-		b->line++;
-		if (!b->text[strspn(b->text, " \t\r\n")])
-			continue;
-		ret = tool_record_parse(b->text, &o, &r);
+	while ((ret = tool_lines_next(&b->in, &text)) == 1) {
+		ret = tool_record_parse(text, &o, &r);
 		if (ret == 0) {
 			strcpy(s->hash, r.ref.hash);
 			strcpy(s->relpath, r.relpath);
-			s->line = b->line;
+			s->line = b->in.line;
 		} else {
-			bad_line(b, r.record_hash, r.record_path, "%s", r.error);
+			print_record(b->get, b->in.line, r.record_hash, r.record_path, -1, 0,
+				     tool_lines_refuse(&b->in, "%s", r.error));
 		}
 		tool_record_free(&r);
 		if (ret == 0)
 			return 1;
 	}
-	if (ferror(stdin)) {
-		tool_err("cannot read '<stdin>': %s", strerror(errno));
-		return -EIO;
-	}
-	return 0;
+	return ret;
 }
 
 static int batch_next(void *arg, struct kv_tier_req **req)
@@ -483,11 +461,11 @@ static int run_batch(struct get *get)
 	struct slot *s;
 	int ret;
 
-	if (check_out_dir(get) < 0)
+	if (check_out_dir(get) < 0 || tool_lines_open(&b.in, NULL) < 0)
 		return EXIT_RUNTIME;
 	ret = kv_tier_batch_stream(get->store.tier, batch_next, batch_done, &b);
 	if (tool_store_lost(&get->store, ret))
-		tool_err("batch stopped at <stdin>:%lu: lost the daemon", b.line);
+		tool_err("batch stopped at %s:%lu: lost the daemon", b.in.name, b.in.line);
 	else if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
 	while ((s = b.free)) {
@@ -495,7 +473,7 @@ static int run_batch(struct get *get)
 		kv_io_buf_free(s->buf);
 		free(s);
 	}
-	free(b.text);
+	tool_lines_close(&b.in);
 	if (tool_store_lost(&get->store, ret))
 		return tool_store_exit(&get->store, ret);
 	if (ret < 0 || get->errors)

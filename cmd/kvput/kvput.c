@@ -63,11 +63,7 @@ struct slot {
 
 struct batch {
 	struct put *put;
-	FILE *in;
-	const char *in_name;
-	unsigned long line;
-	char *text;
-	size_t text_cap;
+	struct tool_lines in;
 	struct slot *free;
 };
 
@@ -231,21 +227,11 @@ static void print_result(struct put *put, const char *hash, const char *relpath,
 		put->failed++;
 }
 
-/* A line that cannot be stored: said on stderr and as a record. */
+/* A line that cannot be stored, why as tool_lines_refuse said it. */
 static void bad_line(struct batch *b, const char *hash, const char *relpath,
-		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void bad_line(struct batch *b, const char *hash, const char *relpath,
-		     const char *fmt, ...)
+		     const char *why)
 {
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	tool_err("%s:%lu: %s", b->in_name, b->line, msg);
-	print_result(b->put, hash, relpath, b->line, 0, 0, msg);
+	print_result(b->put, hash, relpath, b->in.line, 0, 0, why);
 }
 
 /* Turn one manifest line into a ready request in s; 0 on success. */
@@ -259,7 +245,8 @@ static int load_line(struct batch *b, char *text, struct slot *s)
 
 	ret = manifest_line_parse(text, &o, &m);
 	if (ret < 0) {
-		bad_line(b, m.rec.record_hash, m.rec.record_path, "%s", m.rec.error);
+		bad_line(b, m.rec.record_hash, m.rec.record_path,
+			 tool_lines_refuse(&b->in, "%s", m.rec.error));
 		goto out;
 	}
 	strcpy(s->hash, m.rec.ref.hash);
@@ -267,19 +254,21 @@ static int load_line(struct batch *b, char *text, struct slot *s)
 	if (m.file) {
 		ret = payload_file(&s->payload, m.file);
 		if (ret < 0)
-			bad_line(b, s->hash, s->relpath, "cannot read '%s': %s", m.file,
-				 kv_strerror(ret));
+			bad_line(b, s->hash, s->relpath,
+				 tool_lines_refuse(&b->in, "cannot read '%s': %s", m.file,
+						   kv_strerror(ret)));
 	} else {
 		payload_release(&s->payload);
 		ret = manifest_b64_decode(m.data_b64, &s->payload.buf, &s->payload.cap,
 					  &s->payload.len);
 		s->payload.data = s->payload.buf;
 		if (ret < 0)
-			bad_line(b, s->hash, s->relpath, "invalid \"data_b64\": %s",
-				 ret == -EINVAL ? "not base64" : kv_strerror(ret));
+			bad_line(b, s->hash, s->relpath,
+				 tool_lines_refuse(&b->in, "invalid \"data_b64\": %s",
+						   ret == -EINVAL ? "not base64" : kv_strerror(ret)));
 	}
 	if (ret == 0) {
-		s->line = b->line;
+		s->line = b->in.line;
 		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = s->relpath,
 					       .buf = (void *)s->payload.data,
 					       .len = s->payload.len, .user = s };
@@ -293,20 +282,13 @@ out:
  * -EIO on a read error (said).  Bad lines are reported on the way. */
 static int next_line(struct batch *b, struct slot *s)
 {
-	ssize_t n;
+	char *text;
+	int ret;
 
-	while ((n = getline(&b->text, &b->text_cap, b->in)) >= 0) {
-		b->line++;
-		if (strspn(b->text, " \t\r\n") == (size_t)n)
-			continue;
-		if (load_line(b, b->text, s) == 0)
+	while ((ret = tool_lines_next(&b->in, &text)) == 1)
+		if (load_line(b, text, s) == 0)
 			return 1;
-	}
-	if (ferror(b->in)) {
-		tool_err("cannot read '%s': %s", b->in_name, strerror(errno));
-		return -EIO;
-	}
-	return 0;
+	return ret;
 }
 
 static int batch_next(void *arg, struct kv_tier_req **req)
@@ -350,33 +332,19 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 	b->free = s;
 }
 
-/* Read the manifest from MANIFEST, or stdin when absent or "-". */
-static int batch_open(struct batch *b, struct put *put, const char *manifest)
-{
-	*b = (struct batch){ .put = put, .in_name = "<stdin>", .in = stdin };
-	if (manifest && strcmp(manifest, "-")) {
-		b->in = fopen(manifest, "re");
-		if (!b->in) {
-			tool_err("cannot open '%s': %s", manifest, strerror(errno));
-			return -1;
-		}
-		b->in_name = manifest;
-	}
-	return 0;
-}
-
 /* Losing the daemon stops a batch: its last line is an error record. */
 static int run_batch(struct put *put, const char *manifest)
 {
-	struct batch b;
+	struct batch b = { .put = put };
 	struct slot *s;
 	int ret;
 
-	if (batch_open(&b, put, manifest) < 0)
+	/* The manifest is MANIFEST, or stdin when absent or "-". */
+	if (tool_lines_open(&b.in, manifest) < 0)
 		return EXIT_RUNTIME;
 	ret = kv_tier_batch_stream(put->store.tier, batch_next, batch_done, &b);
 	if (tool_store_lost(&put->store, ret))
-		tool_err("batch stopped at %s:%lu: lost the daemon", b.in_name, b.line);
+		tool_err("batch stopped at %s:%lu: lost the daemon", b.in.name, b.in.line);
 	else if (ret < 0 && ret != -EIO)
 		tool_err("batch stopped: %s", kv_strerror(ret));
 	while ((s = b.free)) {
@@ -384,9 +352,7 @@ static int run_batch(struct put *put, const char *manifest)
 		kv_io_buf_free(s->payload.buf);
 		free(s);
 	}
-	free(b.text);
-	if (b.in != stdin)
-		fclose(b.in);
+	tool_lines_close(&b.in);
 	if (tool_store_lost(&put->store, ret))
 		return tool_store_exit(&put->store, ret);
 	return ret < 0 || put->failed ? EXIT_RUNTIME : 0;

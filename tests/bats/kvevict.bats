@@ -422,7 +422,7 @@ assert_gone_upto() {
 		fail "a refused line deleted its block"
 	[ "$(jq .files_deleted <<<"$output")" -eq 2 ]
 	[ "$(jq .skipped_other <<<"$output")" -eq 3 ]
-	[[ $stderr == *"line 2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
-	[[ $stderr == *"line 3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
-	[[ $stderr == *"line 5: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
+	[[ $stderr == *"<stdin>:5: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
 }
