@@ -84,8 +84,10 @@ static int cmd_put(char **a)
 	FILE *f = fopen(a[5], "rb");
 	int err;
 
-	if (!buf || !f)
+	if (!buf || !f) {
+		free(buf);
 		return fail(a[5], -errno);
+	}
 	len = fread(buf, 1, cap, f);
 	fclose(f);
 	connect_to(a[0], &c);
@@ -110,11 +112,11 @@ static int cmd_get(char **a)
 	err = buf ? kv_offd_get(c, &ref, buf, kv_offd_slot_bytes(c), &len) : -ENOMEM;
 	kv_offd_close(c);
 	if (err)
-		return fail("get", err);
-	if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
-		return fail("stdout", -EIO);
+		err = fail("get", err);
+	else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
+		err = fail("stdout", -EIO);
 	free(buf);
-	return 0;
+	return err;
 }
 
 /* A hostile neighbour: take every slot the daemon hands out, commit none. */
@@ -183,34 +185,38 @@ static int cmd_stress(char **a)
 	struct kv_block_ref ref;
 	struct kv_offd *c;
 	char hash[32];
-	int err;
+	int err, rc = 0;
 
-	if (!want || !got)
-		return fail("malloc", -ENOMEM);
+	if (!want || !got) {
+		rc = fail("malloc", -ENOMEM);
+		goto out;
+	}
 	connect_to(a[0], &c);
-	for (unsigned it = 0; it < iters; it++) {
-		for (unsigned k = 0; k < 2 * keys; k++) {
+	for (unsigned it = 0; !rc && it < iters; it++) {
+		for (unsigned k = 0; !rc && k < 2 * keys; k++) {
 			/* Even k: a key every client shares; odd: this client's. */
 			unsigned owner = k % 2 ? client + 1 : 0;
 
 			key_hash(hash, sizeof(hash), owner, k / 2);
 			make_ref(&ref, a[1], 0, 0, hash);
 			fill(want, bytes, (uint64_t)owner << 32 | (k / 2));
-			err = kv_offd_put(c, &ref, want, bytes);
-			if (err)
-				return fail("put", err);
-			err = kv_offd_get(c, &ref, got, bytes, &len);
-			if (err)
-				return fail("get", err);
-			if (len != bytes || memcmp(want, got, bytes)) {
+			if ((err = kv_offd_put(c, &ref, want, bytes)))
+				rc = fail("put", err);
+			else if ((err = kv_offd_get(c, &ref, got, bytes, &len)))
+				rc = fail("get", err);
+			else if (len != bytes || memcmp(want, got, bytes)) {
 				fprintf(stderr, "offd_client: block %s differs\n", hash);
-				return 3;
+				rc = 3;
 			}
 		}
 	}
 	kv_offd_close(c);
-	printf("ok %u\n", iters * 2 * keys);
-	return 0;
+	if (!rc)
+		printf("ok %u\n", iters * 2 * keys);
+out:
+	free(want);
+	free(got);
+	return rc;
 }
 
 static int cmd_bench(char **a)
@@ -225,8 +231,11 @@ static int cmd_bench(char **a)
 	int64_t t0 = 0, t1;
 	int err;
 
-	if (!src || !dst)
+	if (!src || !dst) {
+		free(src);
+		free(dst);
 		return fail("malloc", -ENOMEM);
+	}
 	for (unsigned b = 0; b < blocks; b++)
 		fill(src + (size_t)b * bytes, bytes, b);
 	memset(dst, 0, bytes);
@@ -239,20 +248,26 @@ static int cmd_bench(char **a)
 			key_hash(hash, sizeof(hash), client + 1, b);
 			make_ref(&ref, a[1], 0, 0, hash);
 			err = kv_offd_put(c, &ref, src + (size_t)b * bytes, bytes);
-			if (err)
-				return fail("put", err);
-			err = kv_offd_get(c, &ref, dst, bytes, &len);
-			if (err)
-				return fail("get", err);
+			if (!err)
+				err = kv_offd_get(c, &ref, dst, bytes, &len);
+			if (err) {
+				kv_offd_close(c);
+				free(src);
+				free(dst);
+				return fail("put or get", err);
+			}
 		}
 	}
 	t1 = now_ns();
 	kv_offd_close(c);
-	if (memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes))
-		return fail("verify", -KV_ECHECKSUM);
-	printf("{\"bytes\":%llu,\"ns\":%lld}\n",
-	       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
-	return 0;
+	err = memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes) ?
+	      fail("verify", -KV_ECHECKSUM) : 0;
+	if (!err)
+		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+	free(src);
+	free(dst);
+	return err;
 }
 
 static int cmd_memcpy(char **a)
@@ -262,9 +277,14 @@ static int cmd_memcpy(char **a)
 	unsigned char *src = malloc((size_t)blocks * bytes);
 	unsigned char *pool = malloc((size_t)blocks * bytes), *dst = malloc(bytes);
 	int64_t t0, t1;
+	int rc;
 
-	if (!src || !pool || !dst)
+	if (!src || !pool || !dst) {
+		free(src);
+		free(pool);
+		free(dst);
 		return fail("malloc", -ENOMEM);
+	}
 	for (unsigned b = 0; b < blocks; b++)
 		fill(src + (size_t)b * bytes, bytes, b);
 	memset(pool, 0, (size_t)blocks * bytes);
@@ -277,11 +297,14 @@ static int cmd_memcpy(char **a)
 			memcpy(dst, pool + (size_t)b * bytes, bytes);
 		}
 	t1 = now_ns();
-	if (memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes))
-		return 3;
-	printf("{\"bytes\":%llu,\"ns\":%lld}\n",
-	       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
-	return 0;
+	rc = memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes) ? 3 : 0;
+	if (!rc)
+		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+	free(src);
+	free(pool);
+	free(dst);
+	return rc;
 }
 
 int main(int argc, char **argv)
