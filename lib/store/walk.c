@@ -507,7 +507,7 @@ static int walk_rank_fd(struct worker *wk, int parentfd, int fd, const char *nam
 		path_push(wk, 0, name);
 		if (path_push(wk, len, d->d_name) < 0)
 			continue;
-		if (type != DT_DIR || !kv_layout_hash_bucket_parse(d->d_name) == 0)
+		if (type != DT_DIR || kv_layout_hash_bucket_parse(d->d_name) < 0)
 			type = classify(wk, fd, d, len + 1, ref, 1, &e, &rc);
 		if (type == DT_DIR && kv_layout_hash_bucket_parse(d->d_name) == 0)
 			queue_push(wk, rd, d->d_name);

@@ -51,6 +51,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ASSERT(kv_layout_hash_normalize(ref.hash, h, sizeof(h)) == 0 &&
 		       !strcmp(h, ref.hash));
 		ASSERT(!kv_layout_is_temp(s));
+		if (ref.layout == KV_LAYOUT_LLMD_V0) {
+			struct kv_layout_v0 v0;
+
+			ASSERT(kv_layout_v0_parse(ref.model_dir, &v0) == 0);
+			ASSERT(v0.model_name[0] && v0.model_name[0] != '/');
+		}
 	} else {
 		ASSERT(ret == -KV_EBADPATH);
 		untouched(&ref);
