@@ -13,7 +13,9 @@ export KV_ROOT=$root
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+# Commands in bold on a terminal; plain text into a pipe or a file.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
+step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; "$@"; }
 
 cat > "$work/config.json" <<'JSON'
 {"model_name": "meta-llama/Llama-3.1-8B", "hash_block_size": 16,
@@ -23,8 +25,9 @@ cat > "$work/config.json" <<'JSON'
 JSON
 
 echo "cache root: $root"
-# Eight 2 MiB blocks with random payloads, the size vLLM writes for
-# 16 GPU blocks of 16 tokens of Llama-3.1-8B (128 KiB per token).
+# Eight 2 MiB blocks with random payloads: one GPU block of 16 tokens of
+# Llama-3.1-8B in bf16 (128 KiB per token); a file holding all 16 GPU
+# blocks of this config would be 32 MiB.
 for i in 1 2 3 4 5 6 7 8; do
 	hash=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	head -c 2M /dev/urandom > "$work/$hash"

@@ -256,9 +256,10 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 }
 
 /* Bandwidth, latency and (absent other geometry) bytes per token from a
- * `kvbench -J` document. */
+ * `kvbench -J` document: its geometry, or else its block size spread over
+ * tpf tokens, as the run itself would have judged it. */
 static void from_run(const char *path, struct verdict *v, int have_bw, int have_lat,
-		     int have_geo)
+		     int have_geo, unsigned tpf)
 {
 	json_error_t jerr;
 	json_t *doc = json_load_file(path, 0, &jerr), *ph, *read = NULL, *lookup = NULL;
@@ -295,9 +296,15 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 				json_object_get(json_object_get(lookup, "latency"), "lookup"),
 				"p50_ns"));
 	}
-	if (!have_geo)
+	if (!have_geo) {
+		uint64_t block = (uint64_t)json_integer_value(
+			json_object_get(json_object_get(doc, "config"), "block_bytes"));
+
 		v->bytes_per_token = (uint64_t)json_integer_value(
 			json_object_get(json_object_get(doc, "geometry"), "bytes_per_token"));
+		if (!v->bytes_per_token)
+			v->bytes_per_token = (block + tpf - 1) / tpf;
+	}
 	json_decref(doc);
 }
 
@@ -497,7 +504,8 @@ int main(int argc, char **argv)
 
 	if (cmd == CMD_VERDICT) {
 		if (from)
-			from_run(from, &v, have_bw, have_lat, have_geo || ga.block);
+			from_run(from, &v, have_bw, have_lat, have_geo || ga.block,
+				 ga.tpf ? ga.tpf : 256);
 		if (!v.bytes_per_token)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))

@@ -40,7 +40,11 @@ static void usage(void)
 	       "      --events PATH|-       append BlockStored/BlockRemoved NDJSON events\n"
 	       "      --stats SOCK          print the daemon at SOCK's statistics as JSON\n"
 	       "  -h, --help                show this help and exit\n"
-	       "  -V, --version             show the version and exit\n");
+	       "  -V, --version             show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 after SIGTERM or SIGINT once the RAM tier is written\n"
+	       "behind, 2 usage error, 3 cannot start (or write metrics at exit);\n"
+	       "--stats: 0, or 4 when no daemon answers at SOCK.\n");
 	exit(0);
 }
 

@@ -473,6 +473,15 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .bytes_per_token <<<"$output")" 1024
 }
 
+@test "verdict --from-run of a run without a model: bytes per token from its block size (README)" {
+	tiny -J > "$BATS_TEST_TMPDIR/run.json"
+	[ "$(jq .geometry "$BATS_TEST_TMPDIR/run.json")" = null ]
+	block=$(jq .config.block_bytes "$BATS_TEST_TMPDIR/run.json")
+	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --params 8B --gpu-tflops 989 -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" $(( (block + 255) / 256 ))
+}
+
 @test "a run with a prefill rate ends with a verdict on its own figures" {
 	run tiny --prefill-tokens-per-s 5000 -J
 	assert_success
