@@ -13,7 +13,7 @@
 static const char usage_text[] =
 	"Usage: kvevict [-r DIR] [--high PCT] [--low PCT] [--max-bytes SIZE]\n"
 	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
-	"               [--hot DUR] [--orphans-after DUR] [--dir-grace DUR]\n"
+	"               [--hot DUR] [--orphans-after DUR [--force]] [--dir-grace DUR]\n"
 	"               [-n] [--once | -w INTERVAL] [--wait] [-t N] [-J | --ndjson]\n"
 	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait] [-J | --ndjson]\n"
 	"\n"
@@ -32,7 +32,9 @@ static const char usage_text[] =
 	"                           per-model budget, freed down to 90%; repeatable\n"
 	"      --hot DUR            never delete blocks read or written within DUR\n"
 	"                           (default 60m; 0 disables)\n"
-	"      --orphans-after DUR  remove temp files older than DUR (default 1h)\n"
+	"      --orphans-after DUR  remove temp files older than DUR (default 1h; under\n"
+	"                           1m, which can catch writers at work, needs --force)\n"
+	"      --force              allow --orphans-after under 1m\n"
 	"      --dir-grace DUR      remove empty bucket dirs older than DUR (default 10m)\n"
 	"  -n, --dry-run            list what would go, change nothing\n"
 	"      --once               one pass, for cron (default)\n"
@@ -52,7 +54,12 @@ static const char usage_text[] =
 enum {
 	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
 	OPT_HOT, OPT_ORPHANS, OPT_DIR_GRACE, OPT_ONCE, OPT_WAIT, OPT_STDIN, OPT_NDJSON,
+	OPT_FORCE,
 };
+
+/* A temp younger than this may belong to a writer still at work on a slow
+ * filesystem: removing it fails that put. */
+#define ORPHANS_FLOOR_NS	(60ull * 1000000000)
 
 static const struct option longopts[] = {
 	{ "root", required_argument, NULL, 'r' },
@@ -64,6 +71,7 @@ static const struct option longopts[] = {
 	{ "hot", required_argument, NULL, OPT_HOT },
 	{ "orphans-after", required_argument, NULL, OPT_ORPHANS },
 	{ "dir-grace", required_argument, NULL, OPT_DIR_GRACE },
+	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "dry-run", no_argument, NULL, 'n' },
 	{ "once", no_argument, NULL, OPT_ONCE },
 	{ "watch", required_argument, NULL, 'w' },
@@ -306,6 +314,7 @@ int main(int argc, char **argv)
 	const char *root_opt = NULL;
 	uint64_t watch_ns = 0;
 	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd = -1, rc;
+	int force = 0;
 
 	tool_init("kvevict");
 	while ((c = getopt_long(argc, argv, "r:nw:t:JhV", longopts, NULL)) != -1) {
@@ -330,6 +339,7 @@ int main(int argc, char **argv)
 		case OPT_DIR_GRACE:
 			o.dir_grace_ns = tool_parse_duration_ns("--dir-grace", optarg);
 			break;
+		case OPT_FORCE: force = 1; break;
 		case 'n': o.dry_run = s.dry_run = 1; break;
 		case OPT_ONCE: once = 1; break;
 		case 'w':
@@ -374,6 +384,9 @@ int main(int argc, char **argv)
 		tool_usage_fail("--once and --watch exclude each other");
 	if (use_stdin && (o.high_pct >= 0 || o.max_bytes || o.nquotas || watch_ns))
 		tool_usage_fail("--stdin takes no thresholds, budgets or --watch");
+	if (o.orphans_after_ns < ORPHANS_FLOOR_NS && !force)
+		tool_usage_fail("--orphans-after under 1m can remove the temp files of writers "
+				"still at work; add --force to mean it");
 	if (!use_stdin && o.high_pct < 0 && !o.max_bytes && !o.nquotas)
 		tool_usage_fail("nothing to do: give --high, --max-bytes, --model-max-bytes or --stdin");
 

@@ -247,7 +247,7 @@ assert_gone_upto() {
 	echo x > "$bucket/zzzzz.bin"
 	echo x > "$KV_ROOT/foreign-at-root.bin"
 	find "$KV_ROOT" "$out" -exec touch -h -a -m -d "@$old" {} +
-	run kvevict --max-bytes 1 --low-bytes 0 --orphans-after 1s
+	run kvevict --max-bytes 1 --low-bytes 0 --orphans-after 1s --force
 	assert_success
 	assert_gone_upto 3 3
 	[ -f "$out/000/01_g0/$h.bin" ] || fail "file behind a symlinked rank dir deleted"
@@ -425,4 +425,16 @@ assert_gone_upto() {
 	[[ $stderr == *"<stdin>:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"<stdin>:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"<stdin>:5: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
+}
+
+@test "--orphans-after under a minute needs --force: live writers' temps are not fair game" {
+	run --separate-stderr kvevict --max-bytes 1G --orphans-after 0
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"--orphans-after under 1m"*"--force"* ]] || fail "stderr: $stderr"
+	run --separate-stderr kvevict --max-bytes 1G --orphans-after 30s
+	[ "$status" -eq 2 ]
+	run kvevict --max-bytes 1G --orphans-after 30s --force
+	assert_success
+	run kvevict --max-bytes 1G --orphans-after 1m
+	assert_success
 }

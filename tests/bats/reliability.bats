@@ -327,7 +327,7 @@ decoy_tree() {
 	[ "$(grep -c '"hash"' <<< "$output")" -eq 40 ] || fail "listed: $output"
 	[[ "$output" != *outside* ]]
 	if command -v kvevict > /dev/null; then
-		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0 --orphans-after 0
+		run kvevict --root "$KV_ROOT" --max-bytes 1 --hot 0 --orphans-after 0 --force
 		[ "$status" -eq 0 ] || fail "kvevict exited $status: $output"
 		[ -z "$(find "$KV_ROOT" -name '*.bin')" ]
 	fi

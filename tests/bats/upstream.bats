@@ -76,7 +76,7 @@ setup() {
 }
 
 @test "upstream trees: kvevict removes every writer's blocks, never a config.json" {
-	run kvevict --max-bytes 1 --low-bytes 0 --hot 0 --orphans-after 0 --dir-grace 0
+	run kvevict --max-bytes 1 --low-bytes 0 --hot 0 --orphans-after 0 --force --dir-grace 0
 	assert_success
 	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 0 ]
 	[ "$(find "$KV_ROOT" -name config.json | wc -l)" -eq 5 ]

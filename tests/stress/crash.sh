@@ -210,14 +210,14 @@ fi
 reclaimed=skipped
 if [ -x "$bin/kvevict" ]; then
 	# Only the orphan rule can apply: no threshold is near.
-	if kvevict --root "$root" --orphans-after 0 --max-bytes 1T > /dev/null; then
+	if kvevict --root "$root" --orphans-after 0 --force --max-bytes 1T > /dev/null; then
 		left=$(find "$root" -name '*.tmp' | wc -l)
-		[ "$left" -eq 0 ] || fail "kvevict --orphans-after 0 left $left temps"
+		[ "$left" -eq 0 ] || fail "kvevict --orphans-after 0 --force left $left temps"
 		reclaimed=$((temps - left))
 		after=$(find "$root" -name '*.bin' | wc -l)
 		[ "$after" -eq "$bins" ] || fail "kvevict removed blocks: $bins before, $after after"
 	else
-		fail "kvevict --orphans-after 0 failed"
+		fail "kvevict --orphans-after 0 --force failed"
 	fi
 fi
 echo "crash: $iterations iterations in ${elapsed_ms} ms (window ${window_us} us):" \
