@@ -4,8 +4,34 @@
  * only the words of a message and the exit status tell the two apart.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include "tool.h"
+
+/* How long the daemon may take: $KV_DAEMON_TIMEOUT (a duration, "0"
+ * for ever), else libkv's default.  Junk there is a usage error. */
+static unsigned daemon_timeout_ms(void)
+{
+	const char *env = getenv("KV_DAEMON_TIMEOUT");
+	uint64_t ns;
+
+	if (!env || !*env)
+		return KV_OFFD_TIMEOUT_MS;
+	ns = tool_parse_duration_ns("$KV_DAEMON_TIMEOUT", env);
+	/* A deadline below a millisecond would round to "for ever". */
+	return ns && ns < 1000000 ? 1 : ns / 1000000 > UINT32_MAX ? UINT32_MAX :
+	       (unsigned)(ns / 1000000);
+}
+
+/* The message for a daemon that failed us: a timeout says which knob. */
+static void daemon_err(const char *daemon, int err)
+{
+	if (err == -ETIMEDOUT)
+		tool_err("no answer from the daemon at '%s' in time ($KV_DAEMON_TIMEOUT)",
+			 daemon);
+	else
+		tool_err("cannot reach daemon at '%s': %s", daemon, kv_strerror(err));
+}
 
 const char *tool_daemon(const char *opt)
 {
@@ -33,14 +59,14 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 		}
 		return;
 	}
-	err = kv_tier_daemon_open(daemon, &s->tier);
+	err = kv_tier_daemon_open(daemon, daemon_timeout_ms(), &s->tier);
 	if (err == 0) {
 		err = kv_tier_stat(s->tier, &st);
 		if (err < 0)
 			kv_tier_close(s->tier);
 	}
 	if (err < 0) {
-		tool_err("cannot reach daemon at '%s': %s", daemon, kv_strerror(err));
+		daemon_err(daemon, err);
 		exit(tool_store_exit(s, err));
 	}
 	s->block_max = st.block_max_bytes;
@@ -54,13 +80,14 @@ void tool_store_close(struct tool_store *s)
 
 int tool_store_lost(const struct tool_store *s, int err)
 {
-	return s->daemon && (err == -ECONNRESET || err == -EPIPE || err == -KV_EPROTO);
+	return s->daemon && (err == -ECONNRESET || err == -EPIPE || err == -KV_EPROTO ||
+			     err == -ETIMEDOUT);
 }
 
 int tool_daemon_exit(int err)
 {
 	return err == -ENOENT || err == -ECONNREFUSED || err == -ECONNRESET ||
-	       err == -EPIPE || err == -EACCES ? EXIT_DAEMON : EXIT_RUNTIME;
+	       err == -EPIPE || err == -EACCES || err == -ETIMEDOUT ? EXIT_DAEMON : EXIT_RUNTIME;
 }
 
 int tool_store_exit(const struct tool_store *s, int err)
@@ -71,10 +98,10 @@ int tool_store_exit(const struct tool_store *s, int err)
 struct kv_offd *tool_daemon_connect(const char *sock)
 {
 	struct kv_offd *c;
-	int err = kv_offd_connect(sock, &c);
+	int err = kv_offd_connect_timeout(sock, daemon_timeout_ms(), &c);
 
 	if (err) {
-		tool_err("cannot reach daemon at '%s': %s", sock, kv_strerror(err));
+		daemon_err(sock, err);
 		exit(tool_daemon_exit(err));
 	}
 	return c;

@@ -116,7 +116,7 @@ int kv_tier_size(struct kv_tier *t, const char *key, uint64_t *size)
 /* The connection behind a tier is gone: nothing more will succeed. */
 static int lost(int r)
 {
-	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO;
+	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO || r == -ETIMEDOUT;
 }
 
 static int run_req(struct kv_tier *t, struct kv_tier_req *req)

@@ -171,7 +171,8 @@ static const struct kv_tier_ops daemon_ops = {
 	.list = daemon_list,
 };
 
-int kv_tier_daemon_open(const char *socket_path, struct kv_tier **out)
+int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,
+			struct kv_tier **out)
 {
 	struct dtier *d;
 	int r;
@@ -184,7 +185,7 @@ int kv_tier_daemon_open(const char *socket_path, struct kv_tier **out)
 	kvi_tier_init(&d->base, &daemon_ops);
 	r = -pthread_mutex_init(&d->lock, NULL);
 	if (r == 0) {
-		r = kv_offd_connect(socket_path, &d->c);
+		r = kv_offd_connect_timeout(socket_path, timeout_ms, &d->c);
 		if (r < 0)
 			pthread_mutex_destroy(&d->lock);
 	}

@@ -275,3 +275,33 @@ same_blocks() {
 	assert_success
 	assert_output --partial "meta-llama/Llama-3.1-8B"
 }
+
+@test "a daemon that never answers: \$KV_DAEMON_TIMEOUT, then exit 4 and a clear message" {
+	requires /usr/bin/python3
+	local sock=$BATS_TEST_TMPDIR/mute.sock
+	# Listens, never accepts: connect succeeds, HELLO never comes.
+	coproc MUTE { /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(16)
+print("listening", flush=True)
+sys.stdin.read()
+' "$sock"; }
+	read -r word <&"${MUTE[0]}"
+	[ "$word" = listening ]
+	random_file "$BATS_TEST_TMPDIR/blk" 4096
+	export KV_DAEMON_TIMEOUT=300ms
+	run --separate-stderr kvput --daemon "$sock" --model-dir m_0123456789ab abcde00001 "$BATS_TEST_TMPDIR/blk"
+	[ "$status" -eq 4 ] || fail "kvput exited $status: $stderr"
+	[[ "$stderr" == *"no answer from the daemon at '$sock' in time"* ]] || fail "stderr: $stderr"
+	run --separate-stderr kvget --daemon "$sock" --model-dir m_0123456789ab abcde00001
+	[ "$status" -eq 4 ] || fail "kvget exited $status"
+	run --separate-stderr kvls --daemon "$sock"
+	[ "$status" -eq 4 ] || fail "kvls exited $status"
+	run --separate-stderr kvoffd --stats "$sock"
+	[ "$status" -eq 4 ] || fail "kvoffd --stats exited $status"
+	KV_DAEMON_TIMEOUT=soon run --separate-stderr kvput --daemon "$sock" --model-dir m_0123456789ab abcde00001 "$BATS_TEST_TMPDIR/blk"
+	[ "$status" -eq 2 ]
+	exec {MUTE[1]}>&-
+	wait "$MUTE_PID"
+}

@@ -97,7 +97,7 @@ typedef void (*kv_tier_done_fn)(void *arg, struct kv_tier_req *req);
 
 /* Run requests as next() gives them: the file tier keeps its io_uring
  * queue depth in flight, other tiers and chains take one at a time.  A
- * request that loses a tier's connection (-ECONNRESET, -EPIPE,
+ * request that loses a tier's connection (-ECONNRESET, -EPIPE, -ETIMEDOUT,
  * -KV_EPROTO) ends the batch with that error after its done().  next()
  * and done() may ask the same tier kv_tier_size and kv_tier_has, not
  * move data through it.  Returns the number that failed, or -errno. */
@@ -163,10 +163,12 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out);
 
 /* The RAM tier of the kvoffd serving socket_path, over one connection
- * (kv_offd_connect's errors); the daemon reads through and writes behind
- * to its own file tier.  Blocks are not deleted through it: del is
- * -EOPNOTSUPP. */
-int kv_tier_daemon_open(const char *socket_path, struct kv_tier **out);
+ * whose connect and requests each wait at most timeout_ms (0: for ever;
+ * see kv_offd_connect_timeout); the daemon reads through and writes
+ * behind to its own file tier.  Blocks are not deleted through it: del
+ * is -EOPNOTSUPP. */
+int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,
+			struct kv_tier **out);
 
 struct kv_tier_gpu_opts {
 	size_t slot_bytes;	/* the largest block */
