@@ -73,7 +73,8 @@ int kv_duration_parse(const char *text, uint64_t *ns)
 	if (!text || !*text)
 		return -EINVAL;
 	while (*p) {
-		uint64_t v = 0, mult = 0;
+		uint64_t v = 0, mult = 0, frac = 0, scale = 1;
+		unsigned __int128 term;
 		int digits = 0;
 		size_t n;
 
@@ -84,6 +85,17 @@ int kv_duration_parse(const char *text, uint64_t *ns)
 		}
 		if (!digits)
 			return -EINVAL;
+		/* "0.2s": up to nine decimals, enough for a nanosecond of any unit. */
+		if (*p == '.') {
+			for (p++, digits = 0; *p >= '0' && *p <= '9'; p++, digits++) {
+				if (digits == 9)
+					return -EINVAL;
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				scale *= 10;
+			}
+			if (!digits)
+				return -EINVAL;
+		}
 		for (n = 0; p[n] >= 'a' && p[n] <= 'z'; n++)
 			;
 		if (n == 0) {
@@ -96,9 +108,10 @@ int kv_duration_parse(const char *text, uint64_t *ns)
 				mult = units[i].ns;
 		if (!mult)
 			return -EINVAL;
-		if (v > (UINT64_MAX - total) / mult)
+		term = (unsigned __int128)v * mult + (unsigned __int128)frac * mult / scale;
+		if (term > UINT64_MAX - total)
 			return -ERANGE;
-		total += v * mult;
+		total += (uint64_t)term;
 		p += n;
 	}
 	*ns = total;

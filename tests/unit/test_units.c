@@ -34,6 +34,14 @@ int main(void)
 	CHECK(kv_duration_parse("5x", &v) == -EINVAL);
 	CHECK(kv_duration_parse("m", &v) == -EINVAL);
 	CHECK(kv_duration_parse("", &v) == -EINVAL);
+	/* Decimals: "--watch 0.2s", "1.5h". */
+	CHECK(kv_duration_parse("0.2s", &v) == 0 && v == 200000000ULL);
+	CHECK(kv_duration_parse("1.5h", &v) == 0 && v == 5400000000000ULL);
+	CHECK(kv_duration_parse("0.000000001s", &v) == 0 && v == 1);
+	CHECK(kv_duration_parse("1.25", &v) == 0 && v == 1250000000ULL);
+	CHECK(kv_duration_parse("1.s", &v) == -EINVAL);
+	CHECK(kv_duration_parse(".5s", &v) == -EINVAL);
+	CHECK(kv_duration_parse("1.0000000001s", &v) == -EINVAL);
 
 	kv_size_format(512, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "512B"));

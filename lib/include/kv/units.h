@@ -19,8 +19,9 @@ int kv_size_parse(const char *text, uint64_t *bytes);
 void kv_size_format(uint64_t bytes, char *buf, size_t len);
 
 /*
- * Parse a duration: a number with unit ns, us, ms, s, m, h, d or w
- * (default s); several terms may follow each other ("1h30m").
+ * Parse a duration: a number, with up to nine decimals, and a unit ns,
+ * us, ms, s, m, h, d or w (default s); several terms may follow each
+ * other ("1h30m", "0.2s", "1.5h").
  */
 int kv_duration_parse(const char *text, uint64_t *ns);
 
