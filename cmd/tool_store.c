@@ -53,6 +53,13 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	s->block_max = 0;
 	if (!daemon) {
 		err = kv_tier_file_open(root, opts, &s->tier);
+		/* A cache root is made once, by whoever mounts it: a missing
+		 * one is more often an unmounted volume than a typo. */
+		if (err == -ENOENT) {
+			tool_err("cache root '%s' does not exist: not mounted, or not made yet?",
+				 root);
+			exit(EXIT_RUNTIME);
+		}
 		if (err < 0) {
 			tool_err("cannot open '%s': %s", root, kv_strerror(err));
 			exit(EXIT_RUNTIME);

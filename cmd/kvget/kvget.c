@@ -441,10 +441,17 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 }
 
 /* -o DIR of a batch must be a directory: 0, or -1 said. */
+/* --batch -o DIR: made if missing (its parent must exist), as
+ * `mkdir DIR` would; an existing non-directory is an error. */
 static int check_out_dir(const struct get *get)
 {
 	struct stat st;
 
+	errno = 0;
+	if (get->out && mkdir(get->out, 0777) < 0 && errno != EEXIST) {
+		tool_err("cannot make the output dir '%s': %s", get->out, strerror(errno));
+		return -1;
+	}
 	errno = 0;
 	if (get->out && (stat(get->out, &st) < 0 || !S_ISDIR(st.st_mode))) {
 		tool_err("cannot use '%s' as the output dir: %s", get->out,
