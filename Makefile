@@ -20,6 +20,8 @@ MANDIR      ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+UNITS       := $(wildcard contrib/systemd/*.service contrib/systemd/*.timer)
 BUILD       ?= build
 
 CC      ?= cc
@@ -181,7 +183,8 @@ lint-man:
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kv \
-		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
+		$(DESTDIR)$(SYSTEMDUNITDIR)
 	install -m 0755 $(BINS) $(DESTDIR)$(BINDIR)/
 	install -m 0644 $(BUILD)/libkv.a $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(BUILD)/libkv.so $(DESTDIR)$(LIBDIR)/libkv.so.$(VERSION)
@@ -193,6 +196,9 @@ install: all
 		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 	install -m 0644 completions/bash/* $(DESTDIR)$(BASHCOMPDIR)/
 	install -m 0644 completions/zsh/_* $(DESTDIR)$(ZSHCOMPDIR)/
+	# The units run the programs from where this install puts them.
+	for u in $(UNITS); do sed 's|/usr/bin/|$(BINDIR)/|g' $$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/} && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
 
 uninstall:
 	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libkv.a \
@@ -202,6 +208,7 @@ uninstall:
 	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 	for c in completions/bash/*; do rm -f $(DESTDIR)$(BASHCOMPDIR)/$${c##*/}; done
 	for c in completions/zsh/_*; do rm -f $(DESTDIR)$(ZSHCOMPDIR)/$${c##*/}; done
+	for u in $(UNITS); do rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
 
 # Debian packages from the committed tree (needs debhelper, dpkg-dev).
 deb:
