@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <limits.h>
 #include <unistd.h>
 #include <wchar.h>
 #include <wctype.h>
@@ -257,9 +258,10 @@ static int model_add_rank(struct model *m, unsigned rank)
  * are, anything else (control characters, invalid bytes) as \xNN so a
  * hostile name can neither break the line-per-record output nor send
  * escape sequences to a terminal.  Returns the cell's width in terminal
- * columns (CJK and emoji are two), whatever the caller's locale.
+ * columns (CJK and emoji are two), whatever the caller's locale; stops
+ * before a character that would take it past limit columns.
  */
-static int table_cell(const char *s, char *out, size_t len)
+static int cell_copy(const char *s, char *out, size_t len, int limit)
 {
 	static locale_t utf8;
 	size_t n = strlen(s), o = 0;
@@ -280,6 +282,8 @@ static int table_cell(const char *s, char *out, size_t len)
 			r = mbrtowc(&wc, s, n, &st);
 			w = r <= n && iswprint((wint_t)wc) ? wcwidth(wc) : -1;
 		}
+		if (width + (w < 0 ? 4 : w) > limit)
+			break;
 		if (w < 0) {
 			o += (size_t)snprintf(out + o, len - o, "\\x%02x", (unsigned char)*s);
 			memset(&st, 0, sizeof(st));
@@ -297,6 +301,25 @@ static int table_cell(const char *s, char *out, size_t len)
 	if (utf8)
 		uselocale(saved);
 	return width;
+}
+
+static int table_cell(const char *s, char *out, size_t len)
+{
+	return cell_copy(s, out, len, INT_MAX);
+}
+
+/* A cell of at most max columns: one that is wider is cut, its last
+ * column an ellipsis, so one long model name cannot push the table off
+ * the terminal. */
+static int table_cell_fit(const char *s, char *out, size_t len, int max)
+{
+	int width = cell_copy(s, out, len, INT_MAX);
+
+	if (width <= max)
+		return width;
+	width = cell_copy(s, out, len - 3, max - 1);
+	strcat(out, "\u2026");
+	return width + 1;
 }
 
 /* Print CELL left-aligned in WIDTH columns, then SEP. */
@@ -364,8 +387,13 @@ static json_t *model_json(const struct model *m)
 			 "newest_atime_ns", m->files ? json_integer(m->newest_ns) : json_null());
 }
 
+/* On a terminal a model name takes at most this many columns; into a
+ * pipe or a file it is whole. */
+#define MODEL_COLUMNS_MAX	48
+
 static void models_table(struct ls *ls)
 {
+	int model_max = isatty(STDOUT_FILENO) ? MODEL_COLUMNS_MAX : INT_MAX;
 	int wmodel = 5, wdtype = 5;
 	char safe[KV_NAME_MAX + 1], cell[4 * KV_NAME_MAX + 8];
 
@@ -376,7 +404,7 @@ static void models_table(struct ls *ls)
 		if (!model_listed(ls, m))
 			continue;
 		safe_model_of(m, safe, sizeof(safe));
-		n = table_cell(m->name ? m->name : safe, cell, sizeof(cell));
+		n = table_cell_fit(m->name ? m->name : safe, cell, sizeof(cell), model_max);
 		wmodel = n > wmodel ? n : wmodel;
 		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));
 		wdtype = n > wdtype ? n : wdtype;
@@ -399,7 +427,7 @@ static void models_table(struct ls *ls)
 		}
 		if (m->tp >= 0)
 			snprintf(tp, sizeof(tp), "%" PRId64, m->tp);
-		n = table_cell(m->name ? m->name : safe, cell, sizeof(cell));
+		n = table_cell_fit(m->name ? m->name : safe, cell, sizeof(cell), model_max);
 		table_pad(cell, n, wmodel, "  ");
 		printf("%-12s  ", m->fingerprint[0] ? m->fingerprint : "-");
 		n = table_cell(m->dtype ? m->dtype : "-", cell, sizeof(cell));

@@ -454,3 +454,18 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	[ "$status" -eq 0 ]
 	[[ "$output" == "kvls (kvtools) "* ]]
 }
+
+@test "on a terminal a long model name is cut with an ellipsis; into a pipe it is whole" {
+	requires script
+	local long="org/$(printf 'very-long-model-name-%.0s' 1 2 3 4 5 6 7 8)"
+	make_config "$long" > "$BATS_TEST_TMPDIR/cfg.json"
+	random_file "$BATS_TEST_TMPDIR/b" 100
+	kvput --config "$BATS_TEST_TMPDIR/cfg.json" abcde0001 "$BATS_TEST_TMPDIR/b"
+	run kvls
+	assert_success
+	[[ "${lines[1]}" == "$long "* ]] || fail "piped: ${lines[1]}"
+	run script -qc "kvls --root '$KV_ROOT'" /dev/null
+	assert_success
+	[[ "$output" == *"org/very-long-model-name-very-long-model-name-v…"* ]] || fail "terminal: $output"
+	[[ "$output" != *"$long"* ]]
+}
