@@ -10,6 +10,8 @@
  *                                                          and never commit: say
  *                                                          "hog N ERROR", wait
  *                                                          for stdin EOF)
+ *   offd_client scribble SOCK MODEL_DIR RANK GROUP HASH   (write into a block
+ *                                                          it did not put)
  *   offd_client stress SOCK MODEL_DIR CLIENT KEYS ITERS BYTES
  *       put and get KEYS shared keys and KEYS keys of this CLIENT, ITERS
  *       rounds, checking every byte read (content is a function of the key)
@@ -117,6 +119,28 @@ static int cmd_get(char **a)
 		err = fail("stdout", -EIO);
 	free(buf);
 	return err;
+}
+
+/* A hostile neighbour: the pool is mapped writable, so write into a
+ * committed block it only looked up. */
+static int cmd_scribble(char **a)
+{
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	const void *p;
+	uint32_t slot;
+	size_t len;
+	int err;
+
+	connect_to(a[0], &c);
+	make_ref(&ref, a[1], (unsigned)atoi(a[2]), (unsigned)atoi(a[3]), a[4]);
+	err = kv_offd_lookup(c, &ref, &slot, &p, &len);
+	if (!err) {
+		memset((void *)p, 0x5a, len < 64 ? len : 64);
+		err = kv_offd_release(c, slot);
+	}
+	kv_offd_close(c);
+	return err ? fail("scribble", err) : 0;
 }
 
 /* A hostile neighbour: take every slot the daemon hands out, commit none. */
@@ -315,7 +339,7 @@ int main(int argc, char **argv)
 		int (*fn)(char **a);
 	} cmds[] = {
 		{ "put", 6, cmd_put }, { "get", 5, cmd_get }, { "hold", 5, cmd_hold },
-		{ "hog", 3, cmd_hog },
+		{ "hog", 3, cmd_hog }, { "scribble", 5, cmd_scribble },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
 		{ "memcpy", 3, cmd_memcpy },
 	};

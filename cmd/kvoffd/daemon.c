@@ -114,6 +114,28 @@ static void try_release(struct offd *d, uint32_t i)
 		free_slot(d, i);
 }
 
+/* Whether a committed block still holds the bytes its COMMIT (or load)
+ * fixed: every client maps the pool writable, so one could have written
+ * into a block it did not allocate. */
+static int intact(const struct offd *d, uint32_t i)
+{
+	return kv_xxh3(d->pool + kv_slots_offset(d->store, i),
+		       kv_slots_len(d->store, i)) == d->slots[i].sum;
+}
+
+/* A block altered after COMMIT: out of the index, never served or written
+ * behind again, freed once unpinned; the file tier's copy, if any, is
+ * read through on the next miss. */
+static void drop_altered(struct offd *d, uint32_t i)
+{
+	d->st.altered++;
+	if (kv_slots_indexed(d->store, i)) {
+		kv_slots_remove(d->store, i);
+		report_event(d, "BlockRemoved", "cpu", i);
+	}
+	tool_err("dropping '%s': altered after it was committed", kv_slots_key(d->store, i));
+}
+
 static void evict(struct offd *d, uint32_t i)
 {
 	report_event(d, "BlockRemoved", "cpu", i);
@@ -124,7 +146,8 @@ static void evict(struct offd *d, uint32_t i)
 static int queue_write(struct offd *d, uint32_t i)
 {
 	struct slot *s = &d->slots[i];
-	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kv_slots_len(d->store, i) };
+	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kv_slots_len(d->store, i),
+			 .sum = s->sum };
 
 	if (d->wb_inflight >= d->wr.wcap)
 		return -EAGAIN;
@@ -357,6 +380,7 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 	}
 	s = &d->slots[i];
 	len = kv_slots_len(d->store, i);
+	s->sum = kv_xxh3(d->pool + kv_slots_offset(d->store, i), len);
 	old = kv_slots_find(d->store, kv_slots_key(d->store, i));
 	if (old != KV_SLOT_NONE) {
 		kv_slots_remove(d->store, old);
@@ -414,6 +438,11 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		return;
 	}
 	i = kv_slots_find(d->store, path);
+	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY && !intact(d, i)) {
+		drop_altered(d, i);
+		try_release(d, i);
+		i = KV_SLOT_NONE;
+	}
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY) {
 		s = &d->slots[i];
 		if (c->npins >= MAX_PINS_PER_CLIENT) {
@@ -862,6 +891,7 @@ static void load_done(struct offd *d, const struct job *j)
 	if (!j->result) {
 		s->state = SLOT_READY;
 		kv_slots_set_len(d->store, j->slot, j->len);
+		s->sum = j->sum;
 		s->on_disk = 1;
 		d->st.readthroughs++;
 		d->st.readthrough_bytes += j->len;
@@ -896,6 +926,8 @@ static void write_done(struct offd *d, const struct job *j)
 		d->st.spill_bytes += j->len;
 		report_transfer(d, DIR_SPILL, j->len, j->ns);
 		report_event(d, "BlockStored", "fs", j->slot);
+	} else if (j->result == -KV_ECHECKSUM) {
+		drop_altered(d, j->slot);
 	} else {
 		d->st.wb_errors++;
 		tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));

@@ -26,6 +26,9 @@ struct slot {
 	int wb_refused;		/* always: the full queue refused it at commit */
 	int drain_tried;	/* SIGTERM drain queued it once already */
 	int64_t start_ns;	/* ALLOC time, for put seconds */
+	uint64_t sum;		/* SLOT_READY: xxh3 of the payload, fixed at
+				   COMMIT or load; checked before it is served
+				   or written behind */
 	struct client *owner;	/* SLOT_ALLOC */
 	struct client *waiters;	/* SLOT_LOADING: LOOKUPs waiting on it */
 	struct kv_block_ref ref;
@@ -61,6 +64,8 @@ struct job {
 	enum job_kind kind;
 	uint32_t slot;
 	uint64_t len;		/* WRITE: bytes; LOAD: bytes read (out) */
+	uint64_t sum;		/* WRITE: the payload's xxh3 at COMMIT;
+				   LOAD: of what was read (out) */
 	int result;
 	int64_t ns;		/* time the I/O took */
 	char path[PATH_BYTES];

@@ -186,6 +186,8 @@ int report_write_metrics(struct offd *d)
 	       "ALLOCs refused over a client's share of slots.", st.alloc_refused);
 	metric(f, "kv_offload_allocs_reclaimed_total", "counter",
 	       "ALLOCs left uncommitted too long, taken back.", st.allocs_reclaimed);
+	metric(f, "kv_offload_altered_total", "counter",
+	       "Blocks written into after COMMIT, dropped unserved.", st.altered);
 	if (fflush(f) != 0 || ferror(f))
 		err = errno ? -errno : -EIO;
 	if (fclose(f) != 0 && !err)

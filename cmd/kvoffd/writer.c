@@ -26,7 +26,10 @@ static void run_job(struct offd *d, struct kv_io *io, struct job *j)
 	size_t got = 0;
 
 	if (j->kind == JOB_WRITE) {
-		j->result = kv_io_put(io, j->path, mem, (size_t)j->len);
+		/* A client that wrote into a committed slot must not get
+		 * its bytes onto disk under a fresh checksum. */
+		j->result = kv_xxh3(mem, (size_t)j->len) != j->sum ? -KV_ECHECKSUM :
+			    kv_io_put(io, j->path, mem, (size_t)j->len);
 	} else {
 		j->result = kv_io_size(io, j->path, &size);
 		if (!j->result && size > cap)
@@ -34,6 +37,7 @@ static void run_job(struct offd *d, struct kv_io *io, struct job *j)
 		if (!j->result)
 			j->result = kv_io_get(io, j->path, mem, (size_t)cap, &got);
 		j->len = j->result ? 0 : got;
+		j->sum = j->result ? 0 : kv_xxh3(mem, got);
 	}
 	j->ns = kv_monotonic_ns() - t0;
 }

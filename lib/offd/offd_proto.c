@@ -72,7 +72,7 @@ static const char *const stats_names[] = {
 	"spill_bytes", "readthroughs", "readthrough_bytes", "evictions",
 	"wb_queue_depth", "wb_queue_capacity", "wb_drops", "wb_errors",
 	"disk_blocks", "disk_bytes", "refused", "protocol_errors", "accept_errors",
-	"alloc_refused", "allocs_reclaimed", "hugepages",
+	"alloc_refused", "allocs_reclaimed", "altered", "hugepages",
 	"uptime_ns", "pid",
 };
 

@@ -570,3 +570,23 @@ assert r == {"group": 0, "hash": "abcdef0001", "model_dir": sys.argv[2], "on_dis
 	run env KV_DAEMON="$SOCK" kvget --model-dir "$MODEL" --exists abcdef0001
 	assert_failure 4
 }
+
+@test "kvoffd: a block another client writes into after COMMIT is never served or written behind" {
+	requires kvoffd
+	start_daemon --cpu-bytes 16M --write-policy on-evict
+	put_block a abcdef0001 65536
+	put_block b abcdef0002 65536
+	client scribble "$SOCK" "$MODEL" 0 0 abcdef0001
+	# Served: a miss (the file tier never had it), never the scribbled bytes.
+	run client get "$SOCK" "$MODEL" 0 0 abcdef0001
+	[ "$status" -eq 1 ] || fail "get of an altered block exited $status"
+	[ "$(stat_of altered)" -eq 1 ]
+	# Written behind: the altered block never reaches disk; an intact one does.
+	client get "$SOCK" "$MODEL" 0 0 abcdef0002 > "$BATS_TEST_TMPDIR/b.got"
+	cmp "$BATS_TEST_TMPDIR/b" "$BATS_TEST_TMPDIR/b.got"
+	client scribble "$SOCK" "$MODEL" 0 0 abcdef0002
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ]
+	[ -z "$(find "$KV_ROOT" -name 'abcdef0002.bin')" ] || fail "an altered block was written behind"
+	[ -z "$(find "$KV_ROOT" -name 'abcdef0001.bin')" ]
+}

@@ -82,6 +82,7 @@ struct kv_offd_stats {
 	uint64_t accept_errors;		/* accepts failed for want of a descriptor */
 	uint64_t alloc_refused;		/* ALLOCs over a client's share of slots */
 	uint64_t allocs_reclaimed;	/* ALLOCs uncommitted too long, taken back */
+	uint64_t altered;		/* blocks written into after COMMIT, dropped */
 	uint64_t hugepages;		/* 1 if the pool is on hugetlbfs pages */
 	uint64_t uptime_ns;
 	uint64_t pid;
