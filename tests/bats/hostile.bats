@@ -140,3 +140,120 @@ sys.stdin.read()
 	[ "$(jq .accept_errors <<< "$output")" -ge 1 ]
 	stop_daemon
 }
+
+# bounded CMD...: CMD in 3 GiB of address space, so a program that grows
+# without bound fails with ENOMEM rather than take the machine.  Not
+# under ASan, whose shadow memory alone reserves terabytes.
+bounded() {
+	if [ -n "${KV_SANITIZED:-}" ]; then
+		"$@"
+	else
+		prlimit --as=$((3 << 30)) "$@"
+	fi
+}
+
+# feed_fifo PATH: a FIFO with a writer waiting to write a byte and close;
+# release_fifo lets that writer go whether or not anything read it.
+feed_fifo() {
+	mkfifo "$1"
+	printf x > "$1" &
+	FEEDER=$!
+}
+
+release_fifo() {
+	local rw
+	exec {rw}<>"$1"
+	wait "$FEEDER" || true
+	exec {rw}>&-
+}
+
+@test "hostile: kvput takes FILE only as a regular file, and stdin only up to the block limit" {
+	requires prlimit
+	run --separate-stderr bounded kvput --config "$CFG" abcde00000000000000000000000000002 /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '/dev/zero': not a regular file" ] || fail "stderr: $stderr"
+	feed_fifo "$BATS_TEST_TMPDIR/fifo"
+	run --separate-stderr kvput --config "$CFG" abcde00000000000000000000000000003 \
+		"$BATS_TEST_TMPDIR/fifo"
+	release_fifo "$BATS_TEST_TMPDIR/fifo"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/fifo': not a regular file" ] || fail "stderr: $stderr"
+	# Stdin may be anything, but is read no further than the limit.
+	run --separate-stderr bounded kvput --config "$CFG" abcde00000000000000000000000000004 - \
+		< /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 1.0G block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	random_file "$BATS_TEST_TMPDIR/64k" 65536
+	random_file "$BATS_TEST_TMPDIR/over" 65537
+	run bash -c 'cat "$1" | kvput --config "$2" --max-block-bytes 64K abcde00000000000000000000000000005' \
+		_ "$BATS_TEST_TMPDIR/64k" "$CFG"
+	assert_success
+	cmp "$BATS_TEST_TMPDIR/64k" "$(dirname "$BLOCK")/abcde00000000000000000000000000005.bin"
+	run --separate-stderr bash -c 'cat "$1" | kvput --config "$2" --max-block-bytes 64K abcde00000000000000000000000000006' \
+		_ "$BATS_TEST_TMPDIR/over" "$CFG"
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 64K block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	run --separate-stderr kvput --config "$CFG" --max-block-bytes 64K \
+		abcde00000000000000000000000000007 "$BATS_TEST_TMPDIR/over"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/over': larger than the 64K block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 2 ]
+	run kvput --config "$CFG" --max-block-bytes 0 abcde00000000000000000000000000008
+	assert_failure 2
+}
+
+@test "hostile: a batch line naming a device, a FIFO or too much is an error record; the rest land" {
+	requires prlimit jq
+	local d=$BATS_TEST_TMPDIR
+	random_file "$d/over" 65537
+	feed_fifo "$d/fifo"
+	{
+		printf '{"hash":"fffff00001","file":"%s"}\n' "$d/blk"
+		printf '{"hash":"fffff00002","file":"/dev/zero"}\n'
+		printf '{"hash":"fffff00003","file":"%s"}\n' "$d/fifo"
+		printf '{"hash":"fffff00004","file":"%s"}\n' "$d/over"
+		printf '{"hash":"fffff00005","data_b64":"%s"}\n' "$(base64 -w0 "$d/over")"
+		printf '{"hash":"fffff00006","file":"%s"}\n' "$d/blk"
+	} > "$d/manifest"
+	run --separate-stderr bounded kvput --config "$CFG" --max-block-bytes 64K --batch "$d/manifest"
+	release_fifo "$d/fifo"
+	assert_failure 3
+	[ "$(jq -s -c '[.[] | select(.status == "ok") | .line] | sort' <<< "$output")" = "[1,6]" ] ||
+		fail "records: $output"
+	[ "$(jq -s -r 'sort_by(.line) | .[] | select(.status == "error") | .error' <<< "$output")" = \
+"'/dev/zero': not a regular file
+'$d/fifo': not a regular file
+'$d/over': larger than the 64K block limit (--max-block-bytes)
+\"data_b64\": larger than the 64K block limit (--max-block-bytes)" ] || fail "records: $output"
+	[[ $stderr == *"manifest:3: '$d/fifo': not a regular file"* ]] || fail "stderr: $stderr"
+	[ "$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)" -eq 2 ]
+}
+
+@test "hostile: kvput --daemon refuses a block over the daemon's slot size before sending it" {
+	requires kvoffd prlimit jq
+	start_daemon --cpu-bytes 2M --slot-bytes 256K || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	random_file "$BATS_TEST_TMPDIR/big" 300000
+	run --separate-stderr kvput --daemon "$SOCK" --model-dir "$MDIR" --max-block-bytes 1G \
+		abcde00000000000000000000000000002 "$BATS_TEST_TMPDIR/big"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/big': larger than the 256K block limit (the daemon's --slot-bytes)" ] ||
+		fail "stderr: $stderr"
+	run --separate-stderr bounded kvput --daemon "$SOCK" --model-dir "$MDIR" \
+		abcde00000000000000000000000000003 - < /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 256K block limit (the daemon's --slot-bytes)" ] ||
+		fail "stderr: $stderr"
+	printf '{"hash":"fffff00001","file":"%s"}\n{"hash":"fffff00002","file":"/dev/zero"}\n{"hash":"fffff00003","file":"%s"}\n' \
+		"$BATS_TEST_TMPDIR/big" "$BATS_TEST_TMPDIR/blk" > "$BATS_TEST_TMPDIR/manifest"
+	run --separate-stderr bounded kvput --daemon "$SOCK" --model-dir "$MDIR" --batch \
+		"$BATS_TEST_TMPDIR/manifest"
+	assert_failure 3
+	[ "$(jq -s -c 'map([.line, .status]) | sort' <<< "$output")" = '[[1,"error"],[2,"error"],[3,"ok"]]' ] ||
+		fail "records: $output"
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .puts <<< "$output")" -eq 1 ] || fail "stats: $output"
+	stop_daemon
+}
