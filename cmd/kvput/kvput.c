@@ -76,6 +76,7 @@ struct batch {
 	struct put *put;
 	struct tool_lines in;
 	struct slot *free;
+	unsigned inflight;	/* handed to the store, not yet done */
 };
 
 static void usage(void)
@@ -293,6 +294,9 @@ static void print_result(struct put *put, const char *hash, const char *relpath,
 	else
 		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
 	tool_json_print(rec);
+	/* Out as soon as its block is stored: a reader of our output,
+	 * or one left after a crash, knows every block we reported. */
+	fflush(stdout);
 	if (error)
 		put->failed++;
 }
@@ -350,13 +354,16 @@ out:
 }
 
 /* The next manifest line that loads into s: 1, else 0 at the end or
- * -EIO on a read error (said).  Bad lines are reported on the way. */
+ * -EIO on a read error (said).  Bad lines are reported on the way.
+ * While blocks are in flight only a line already here is taken (else
+ * -EAGAIN): their results must not wait for input yet to be written. */
 static int next_line(struct batch *b, struct slot *s)
 {
 	char *text;
 	int ret;
 
-	while ((ret = tool_lines_next(&b->in, &text)) == 1)
+	while ((ret = b->inflight ? tool_lines_ready(&b->in, &text) :
+				    tool_lines_next(&b->in, &text)) == 1)
 		if (load_line(b, text, s) == 0)
 			return 1;
 	return ret;
@@ -377,12 +384,15 @@ static int batch_next(void *arg, struct kv_tier_req **req)
 	}
 	ret = next_line(b, s);
 	if (ret == 1) {
+		b->inflight++;
 		*req = &s->req;
 		return 1;
 	}
 	s->next_free = b->free;
 	b->free = s;
-	return ret;
+	/* None for now: the store asks again after each done(), and with
+	 * nothing in flight we wait for input. */
+	return ret == -EAGAIN ? 0 : ret;
 }
 
 static void batch_done(void *arg, struct kv_tier_req *req)
@@ -390,6 +400,7 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 	struct batch *b = arg;
 	struct slot *s = req->user;
 
+	b->inflight--;
 	if (req->result < 0) {
 		tool_store_err(&b->put->store, TOOL_STORE_PUT, s->relpath, req->result);
 		print_result(b->put, s->hash, s->relpath, s->line, 0, 0,

@@ -257,3 +257,115 @@ release_fifo() {
 	[ "$(jq .puts <<< "$output")" -eq 1 ] || fail "stats: $output"
 	stop_daemon
 }
+
+# READ_NR: read(2)'s number in /proc/PID/syscall, where it can be seen.
+requires_syscall_view() {
+	[ -r /proc/self/syscall ] || skip "no /proc/PID/syscall"
+	case $(uname -m) in
+	x86_64) READ_NR=0 ;;
+	aarch64) READ_NR=63 ;;
+	*) skip "read(2)'s number unknown on $(uname -m)" ;;
+	esac
+}
+
+# await_input_wait PID: return once PID sleeps in read(2) on its fd 0.
+# A state, not a time: after a write to its input it is there only once
+# it has taken what was written and done all it does before reading on.
+await_input_wait() {
+	local nr fd rest state
+	for (( ;; )); do
+		read -r _ _ state _ < "/proc/$1/stat" || fail "pid $1 is gone"
+		[ "$state" != Z ] || fail "pid $1 exited"
+		if read -r nr fd rest < "/proc/$1/syscall" 2>/dev/null &&
+			[ "$nr" = "$READ_NR" ] && [ "$fd" = 0x0 ]; then
+			return 0
+		fi
+		sleep 0.01
+	done
+}
+
+# put_fed OUT ARGS...: kvput ARGS in the background, reading a FIFO
+# whose write end is fd $FEED and writing to OUT; its pid is $PUT_PID.
+# Not a coproc: bash closes a coproc's fds once it is reaped.
+put_fed() {
+	local out=$1 fifo=$BATS_TEST_TMPDIR/feed.$RANDOM
+	shift
+	mkfifo "$fifo"
+	kvput "$@" < "$fifo" > "$out" &
+	PUT_PID=$!
+	exec {FEED}> "$fifo"
+}
+
+# streams STORE...: L1, then L2 only once kvput waits for input again;
+# by then L1's block is stored and its record out.
+streams() {
+	local h1=fffff$RANDOM$RANDOM h2=fffff$RANDOM$RANDOM rec results
+	mkfifo "$BATS_TEST_TMPDIR/results"
+	put_fed "$BATS_TEST_TMPDIR/results" "$@" --model-dir "$MDIR" --batch
+	exec {results}< "$BATS_TEST_TMPDIR/results"
+	rm "$BATS_TEST_TMPDIR/results"
+	printf '{"hash":"%s","file":"%s"}\n' "$h1" "$BATS_TEST_TMPDIR/blk" >&$FEED
+	await_input_wait "$PUT_PID"
+	read -r -t 0 <&$results || fail "$*: no record for line 1 before line 2"
+	read -r rec <&$results
+	[ "$(jq -r '[.line, .status, .hash] | join(" ")' <<< "$rec")" = "1 ok $h1" ] ||
+		fail "$*: $rec"
+	kvget "$@" --model-dir "$MDIR" -o "$BATS_TEST_TMPDIR/got" "$h1"
+	cmp "$BATS_TEST_TMPDIR/blk" "$BATS_TEST_TMPDIR/got"
+	printf '{"hash":"%s","file":"%s"}\n' "$h2" "$BATS_TEST_TMPDIR/blk" >&$FEED
+	exec {FEED}>&-
+	read -r rec <&$results
+	[ "$(jq -r '[.line, .status, .hash] | join(" ")' <<< "$rec")" = "2 ok $h2" ] ||
+		fail "$*: $rec"
+	wait "$PUT_PID"
+	exec {results}<&-
+}
+
+@test "hostile: kvput --batch stores and reports each line before the next is written" {
+	requires jq kvoffd
+	requires_syscall_view
+	streams --root "$KV_ROOT"
+	start_daemon --cpu-bytes 8M
+	streams --daemon "$SOCK"
+	stop_daemon
+}
+
+@test "hostile: kvput --batch killed mid-way has reported every block it stored, each whole" {
+	requires jq
+	requires_syscall_view
+	local d=$BATS_TEST_TMPDIR i n stored
+	for i in $(seq 10000 10399); do
+		printf '{"hash":"fffff%s","file":"%s"}\n' "$i" "$d/blk"
+	done > "$d/first"
+	for i in $(seq 20000 23999); do
+		printf '{"hash":"fffff%s","file":"%s"}\n' "$i" "$d/blk"
+	done > "$d/rest"
+	put_fed "$d/out" --config "$CFG" --batch --qd 4
+	cat "$d/first" >&$FEED
+	# Waiting for more input, nothing in flight: all it stored, it said.
+	await_input_wait "$PUT_PID"
+	n=$(jq -s 'map(select(.status == "ok")) | length' < "$d/out") ||
+		fail "a torn record: $(tail -c 300 "$d/out")"
+	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
+	[ "$n" -eq "$stored" ] || fail "$stored blocks stored, $n reported"
+	# Then killed while it works.
+	cat "$d/rest" >&$FEED &
+	until [ "$(wc -l < "$d/out")" -ge $((n + 100)) ]; do
+		kill -0 "$PUT_PID" || fail "kvput exited"
+		sleep 0.01
+	done
+	kill -9 "$PUT_PID"
+	wait "$PUT_PID" || true
+	exec {FEED}>&-
+	wait
+	# Whole records only, and each "ok" one's block in place; at most
+	# the --qd in flight stored and not yet said.
+	jq -s -r '.[] | select(.status == "ok") | .path' < "$d/out" > "$d/paths" ||
+		fail "a torn record: $(tail -c 300 "$d/out")"
+	n=$(wc -l < "$d/paths")
+	while read -r p; do
+		cmp "$d/blk" "$KV_ROOT/$p" || fail "reported, not stored: $p"
+	done < "$d/paths"
+	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
+	[ "$stored" -le $((n + 4)) ] || fail "$stored blocks stored, $n reported"
+}
