@@ -93,11 +93,13 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
  * numbered, blank ones skipped; a refused line is said on stderr as
  * "NAME:LINE: why", and its result record carries the same words. */
 struct tool_lines {
-	FILE *in;
+	int fd;
 	const char *name;	/* the file, or "<stdin>" */
 	unsigned long line;	/* number of the last line read */
-	char *text;
-	size_t cap;
+	char *buf;		/* read ahead; [start, end) not handed out yet */
+	size_t cap, start, end;
+	size_t scanned;		/* [start, scanned) holds no newline */
+	int eof;
 	char why[512];		/* the last refusal */
 };
 
@@ -107,6 +109,9 @@ int tool_lines_open(struct tool_lines *l, const char *path);
 /* The next non-blank line, modifiable until the next call: 1 and *text,
  * 0 at the end, -EIO on a read error (said). */
 int tool_lines_next(struct tool_lines *l, char **text);
+
+/* tool_lines_next without waiting: -EAGAIN when no whole line has come. */
+int tool_lines_ready(struct tool_lines *l, char **text);
 
 /* Say why the current line is refused; the message, for its record. */
 const char *tool_lines_refuse(struct tool_lines *l, const char *fmt, ...)

@@ -27,28 +27,39 @@
 #define READ_CHUNK_BYTES	(1u << 20)
 #define DEFAULT_QD		32
 #define MAX_QD			1024
+/* A model config gives tokens per block but not bytes per token (no head
+ * count or size), so the default cannot come from it: 1 GiB is far above
+ * any block upstream writes and far below what ends a machine. */
+#define DEFAULT_MAX_BLOCK_BYTES	(1ull << 30)
+#define MAX_MAX_BLOCK_BYTES	(1ull << 50)
 
-enum { OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_REPLACE, OPT_QD, OPT_DAEMON };
+enum {
+	OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_REPLACE, OPT_QD, OPT_DAEMON,
+	OPT_MAX_BLOCK_BYTES,
+};
 
 struct put {
 	char model_dir[KV_NAME_MAX + 1];
 	unsigned rank, group;
 	struct tool_store store;
+	size_t max_block_bytes;
+	const char *max_block_from;	/* what set it, for a refusal */
 	int failed;
 };
 
 /*
  * A block's bytes: a file's pages mapped straight from the page cache
- * (no copy; O_DIRECT writes from them), or our own aligned buffer for
- * stdin, pipes and base64.
+ * (no copy; O_DIRECT writes from them), anonymous pages read from stdin
+ * or a pipe, or our own aligned buffer for base64.
  */
 struct payload {
 	void *buf;		/* ours, reused from block to block */
 	size_t cap;
-	void *map;		/* a mapped file, or NULL */
+	void *map;		/* a mapped file or what was read, or NULL */
 	size_t map_len;
 	const void *data;
 	size_t len;
+	char why[PATH_MAX + 128];	/* why it could not be loaded */
 };
 
 /* One manifest line on its way to disk. */
@@ -65,18 +76,21 @@ struct batch {
 	struct put *put;
 	struct tool_lines in;
 	struct slot *free;
+	unsigned inflight;	/* handed to the store, not yet done */
 };
 
 static void usage(void)
 {
 	printf("Usage: kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
-	       "             [--fsync] [--buffered] [--replace] HASH [FILE|-]\n"
+	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
+	       "             HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
-	       "             [--fsync] [--buffered] [--replace] [--qd N] --batch [MANIFEST|-]\n"
+	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
+	       "             [--qd N] --batch [MANIFEST|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
-	       "             [--rank N] [--group N] HASH [FILE|-]\n"
+	       "             [--rank N] [--group N] [--max-block-bytes SIZE] HASH [FILE|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
-	       "             [--rank N] [--group N] --batch [MANIFEST|-]\n"
+	       "             [--rank N] [--group N] [--max-block-bytes SIZE] --batch [MANIFEST|-]\n"
 	       "       kvput -h | -V\n"
 	       "\n"
 	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
@@ -96,6 +110,9 @@ static void usage(void)
 	       "      --fsync            make each block durable before its rename\n"
 	       "      --buffered         never use O_DIRECT\n"
 	       "      --replace          replace a block already there\n"
+	       "      --max-block-bytes SIZE\n"
+	       "                         refuse a block larger than SIZE (default 1G; with\n"
+	       "                         --daemon, at most the daemon's slot size)\n"
 	       "  -b, --batch            read a manifest of blocks\n"
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
 	       "      --daemon SOCK      put the blocks into kvoffd's RAM tier at SOCK, which\n"
@@ -109,49 +126,83 @@ static void usage(void)
 	exit(0);
 }
 
-/* Read all of fd into an O_DIRECT-aligned buffer that grows as needed. */
-static int read_all(int fd, void **buf, size_t *cap, size_t *len)
+/* Read fd to its end into an anonymous mapping, p's map, that grows
+ * without a copy (mremap moves pages), so it costs what was read and no
+ * more; -EFBIG, having read at most max + 1 bytes, past max. */
+static int read_all(struct payload *p, int fd, size_t max)
 {
-	struct stat st;
-	size_t n = 0;
+	size_t n = 0, cap = 0, room = max + 1;
+	char *map = NULL;
+	int ret = 0;
 
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    (size_t)st.st_size + 1 > *cap) {
-		/* One byte spare: reaching EOF needs a read with room. */
-		void *nb = kv_io_buf_alloc(st.st_size + 1);
-
-		if (!nb)
-			return -ENOMEM;
-		kv_io_buf_free(*buf);
-		*buf = nb;
-		*cap = st.st_size + 1;
-	}
 	for (;;) {
 		ssize_t r;
 
-		if (n == *cap) {
-			size_t ncap = *cap ? *cap * 2 : READ_CHUNK_BYTES;
-			void *nb = kv_io_buf_alloc(ncap);
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : READ_CHUNK_BYTES;
+			void *nm;
 
-			if (!nb)
-				return -ENOMEM;
-			if (n)
-				memcpy(nb, *buf, n);
-			kv_io_buf_free(*buf);
-			*buf = nb;
-			*cap = ncap;
+			if (n == room) {
+				ret = -EFBIG;
+				break;
+			}
+			if (ncap > room)
+				ncap = room;
+			nm = map ? mremap(map, cap, ncap, MREMAP_MAYMOVE) :
+				   mmap(NULL, ncap, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (nm == MAP_FAILED) {
+				ret = -ENOMEM;
+				break;
+			}
+			map = nm;
+			cap = ncap;
 		}
-		r = read(fd, (char *)*buf + n, *cap - n);
+		r = read(fd, map + n, cap - n);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r < 0)
-			return -errno;
+		if (r < 0) {
+			ret = -errno;
+			break;
+		}
 		if (r == 0)
 			break;
 		n += r;
 	}
-	*len = n;
+	if (ret < 0) {
+		if (map)
+			munmap(map, cap);
+		return ret;
+	}
+	p->map = map;
+	p->map_len = cap;
+	p->data = map;
+	p->len = n;
 	return 0;
+}
+
+/* "the 1.0G block limit (--max-block-bytes)", for a refusal. */
+static const char *block_limit(const struct put *put, char *buf, size_t len)
+{
+	char size[32];
+
+	kv_size_format(put->max_block_bytes, size, sizeof(size));
+	snprintf(buf, len, "the %s block limit (%s)", size, put->max_block_from);
+	return buf;
+}
+
+static int payload_refuse(struct payload *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* -1, with why said in p->why. */
+static int payload_refuse(struct payload *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->why, sizeof(p->why), fmt, ap);
+	va_end(ap);
+	return -1;
 }
 
 static void payload_release(struct payload *p)
@@ -161,13 +212,21 @@ static void payload_release(struct payload *p)
 	p->map = NULL;
 }
 
-static int payload_fd(struct payload *p, int fd)
+/* The bytes of fd, named name in messages: 0, or -1 and why. */
+static int payload_fd(const struct put *put, struct payload *p, int fd, const char *name)
 {
+	char limit[128];
 	struct stat st;
 	int ret;
 
 	payload_release(p);
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+	if (fstat(fd, &st) < 0)
+		return payload_refuse(p, "cannot read '%s': %s", name, strerror(errno));
+	/* Refused before a byte is read: the size says it all. */
+	if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > put->max_block_bytes)
+		return payload_refuse(p, "'%s': larger than %s", name,
+				      block_limit(put, limit, sizeof(limit)));
+	if (S_ISREG(st.st_mode) && st.st_size > 0) {
 		p->map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (p->map != MAP_FAILED) {
 			p->map_len = p->len = st.st_size;
@@ -176,18 +235,30 @@ static int payload_fd(struct payload *p, int fd)
 		}
 		p->map = NULL;
 	}
-	ret = read_all(fd, &p->buf, &p->cap, &p->len);
-	p->data = p->buf;
-	return ret;
+	ret = read_all(p, fd, put->max_block_bytes);
+	if (ret == -EFBIG)
+		return payload_refuse(p, "'%s': larger than %s", name,
+				      block_limit(put, limit, sizeof(limit)));
+	if (ret < 0)
+		return payload_refuse(p, "cannot read '%s': %s", name, kv_strerror(ret));
+	return 0;
 }
 
-static int payload_file(struct payload *p, const char *path)
+/* A payload file must be a regular one: a FIFO or a device would hang
+ * us or never end.  O_NONBLOCK lets the open of a FIFO return. */
+static int payload_file(const struct put *put, struct payload *p, const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), ret;
+	struct stat st;
 
 	if (fd < 0)
-		return -errno;
-	ret = payload_fd(p, fd);
+		return payload_refuse(p, "cannot read '%s': %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0)
+		ret = payload_refuse(p, "cannot read '%s': %s", path, strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		ret = payload_refuse(p, "'%s': not a regular file", path);
+	else
+		ret = payload_fd(put, p, fd, path);
 	close(fd);
 	return ret;
 }
@@ -223,6 +294,9 @@ static void print_result(struct put *put, const char *hash, const char *relpath,
 	else
 		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
 	tool_json_print(rec);
+	/* Out as soon as its block is stored: a reader of our output,
+	 * or one left after a crash, knows every block we reported. */
+	fflush(stdout);
 	if (error)
 		put->failed++;
 }
@@ -241,6 +315,7 @@ static int load_line(struct batch *b, char *text, struct slot *s)
 					    .rank = b->put->rank, .group = b->put->group,
 					    .model_opts = 1 };
 	struct manifest_line m;
+	char limit[128];
 	int ret;
 
 	ret = manifest_line_parse(text, &o, &m);
@@ -252,22 +327,22 @@ static int load_line(struct batch *b, char *text, struct slot *s)
 	strcpy(s->hash, m.rec.ref.hash);
 	strcpy(s->relpath, m.rec.relpath);
 	if (m.file) {
-		ret = payload_file(&s->payload, m.file);
-		if (ret < 0)
-			bad_line(b, s->hash, s->relpath,
-				 tool_lines_refuse(&b->in, "cannot read '%s': %s", m.file,
-						   kv_strerror(ret)));
+		ret = payload_file(b->put, &s->payload, m.file);
 	} else {
 		payload_release(&s->payload);
 		ret = manifest_b64_decode(m.data_b64, &s->payload.buf, &s->payload.cap,
 					  &s->payload.len);
 		s->payload.data = s->payload.buf;
 		if (ret < 0)
-			bad_line(b, s->hash, s->relpath,
-				 tool_lines_refuse(&b->in, "invalid \"data_b64\": %s",
-						   ret == -EINVAL ? "not base64" : kv_strerror(ret)));
+			ret = payload_refuse(&s->payload, "invalid \"data_b64\": %s",
+					     ret == -EINVAL ? "not base64" : kv_strerror(ret));
+		else if (s->payload.len > b->put->max_block_bytes)
+			ret = payload_refuse(&s->payload, "\"data_b64\": larger than %s",
+					     block_limit(b->put, limit, sizeof(limit)));
 	}
-	if (ret == 0) {
+	if (ret < 0)
+		bad_line(b, s->hash, s->relpath, tool_lines_refuse(&b->in, "%s", s->payload.why));
+	else {
 		s->line = b->in.line;
 		s->req = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = s->relpath,
 					       .buf = (void *)s->payload.data,
@@ -279,13 +354,16 @@ out:
 }
 
 /* The next manifest line that loads into s: 1, else 0 at the end or
- * -EIO on a read error (said).  Bad lines are reported on the way. */
+ * -EIO on a read error (said).  Bad lines are reported on the way.
+ * While blocks are in flight only a line already here is taken (else
+ * -EAGAIN): their results must not wait for input yet to be written. */
 static int next_line(struct batch *b, struct slot *s)
 {
 	char *text;
 	int ret;
 
-	while ((ret = tool_lines_next(&b->in, &text)) == 1)
+	while ((ret = b->inflight ? tool_lines_ready(&b->in, &text) :
+				    tool_lines_next(&b->in, &text)) == 1)
 		if (load_line(b, text, s) == 0)
 			return 1;
 	return ret;
@@ -306,12 +384,15 @@ static int batch_next(void *arg, struct kv_tier_req **req)
 	}
 	ret = next_line(b, s);
 	if (ret == 1) {
+		b->inflight++;
 		*req = &s->req;
 		return 1;
 	}
 	s->next_free = b->free;
 	b->free = s;
-	return ret;
+	/* None for now: the store asks again after each done(), and with
+	 * nothing in flight we wait for input. */
+	return ret == -EAGAIN ? 0 : ret;
 }
 
 static void batch_done(void *arg, struct kv_tier_req *req)
@@ -319,6 +400,7 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 	struct batch *b = arg;
 	struct slot *s = req->user;
 
+	b->inflight--;
 	if (req->result < 0) {
 		tool_store_err(&b->put->store, TOOL_STORE_PUT, s->relpath, req->result);
 		print_result(b->put, s->hash, s->relpath, s->line, 0, 0,
@@ -372,13 +454,13 @@ static int put_one(struct put *put, const char *hash, const char *file)
 		tool_err("cannot compose a block path for '%s': %s", hash, kv_strerror(ret));
 		return EXIT_RUNTIME;
 	}
+	/* Stdin may be a pipe or a device: only its size is bounded. */
 	if (strcmp(file, "-"))
-		ret = payload_file(&payload, file);
+		ret = payload_file(put, &payload, file);
 	else
-		ret = payload_fd(&payload, STDIN_FILENO);
+		ret = payload_fd(put, &payload, STDIN_FILENO, "<stdin>");
 	if (ret < 0) {
-		tool_err("cannot read '%s': %s", strcmp(file, "-") ? file : "<stdin>",
-			 kv_strerror(ret));
+		tool_err("%s", payload.why);
 		ret = EXIT_RUNTIME;
 	} else if ((ret = kv_tier_put(put->store.tier, relpath, payload.data,
 				      payload.len)) < 0) {
@@ -386,7 +468,6 @@ static int put_one(struct put *put, const char *hash, const char *file)
 		ret = tool_store_exit(&put->store, ret);
 	}
 	payload_release(&payload);
-	kv_io_buf_free(payload.buf);
 	return ret;
 }
 
@@ -416,6 +497,7 @@ int main(int argc, char **argv)
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
+		{ "max-block-bytes", required_argument, NULL, OPT_MAX_BLOCK_BYTES },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -423,7 +505,9 @@ int main(int argc, char **argv)
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	const char *daemon_opt = NULL, *daemon, *root;
-	struct put put = { 0 };
+	struct put put = { .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES,
+			   .max_block_from = "--max-block-bytes" };
+	uint64_t max_block;
 	char hash[KV_HASH_MAX_LEN + 1];
 	int c, batch = 0, rootfd, ret;
 
@@ -447,6 +531,13 @@ int main(int argc, char **argv)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
 		case OPT_DAEMON: daemon_opt = optarg; break;
+		case OPT_MAX_BLOCK_BYTES:
+			max_block = tool_parse_size("--max-block-bytes", optarg);
+			if (!max_block || max_block > MAX_MAX_BLOCK_BYTES)
+				tool_usage_fail("invalid --max-block-bytes size '%s' (1 to 1P)",
+						optarg);
+			put.max_block_bytes = max_block;
+			break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -479,6 +570,10 @@ int main(int argc, char **argv)
 		close(rootfd);
 
 	tool_store_open(&put.store, daemon, root, &opts);
+	if (put.store.block_max && put.store.block_max < put.max_block_bytes) {
+		put.max_block_bytes = put.store.block_max;
+		put.max_block_from = "the daemon's --slot-bytes";
+	}
 	ret = batch ? run_batch(&put, argv[optind]) :
 		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
 	tool_store_close(&put.store);

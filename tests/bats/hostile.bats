@@ -140,3 +140,232 @@ sys.stdin.read()
 	[ "$(jq .accept_errors <<< "$output")" -ge 1 ]
 	stop_daemon
 }
+
+# bounded CMD...: CMD in 3 GiB of address space, so a program that grows
+# without bound fails with ENOMEM rather than take the machine.  Not
+# under ASan, whose shadow memory alone reserves terabytes.
+bounded() {
+	if [ -n "${KV_SANITIZED:-}" ]; then
+		"$@"
+	else
+		prlimit --as=$((3 << 30)) "$@"
+	fi
+}
+
+# feed_fifo PATH: a FIFO with a writer waiting to write a byte and close;
+# release_fifo lets that writer go whether or not anything read it.
+feed_fifo() {
+	mkfifo "$1"
+	printf x > "$1" &
+	FEEDER=$!
+}
+
+release_fifo() {
+	local rw
+	exec {rw}<>"$1"
+	wait "$FEEDER" || true
+	exec {rw}>&-
+}
+
+@test "hostile: kvput takes FILE only as a regular file, and stdin only up to the block limit" {
+	requires prlimit
+	run --separate-stderr bounded kvput --config "$CFG" abcde00000000000000000000000000002 /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '/dev/zero': not a regular file" ] || fail "stderr: $stderr"
+	feed_fifo "$BATS_TEST_TMPDIR/fifo"
+	run --separate-stderr kvput --config "$CFG" abcde00000000000000000000000000003 \
+		"$BATS_TEST_TMPDIR/fifo"
+	release_fifo "$BATS_TEST_TMPDIR/fifo"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/fifo': not a regular file" ] || fail "stderr: $stderr"
+	# Stdin may be anything, but is read no further than the limit.
+	run --separate-stderr bounded kvput --config "$CFG" abcde00000000000000000000000000004 - \
+		< /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 1.0G block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	random_file "$BATS_TEST_TMPDIR/64k" 65536
+	random_file "$BATS_TEST_TMPDIR/over" 65537
+	run bash -c 'cat "$1" | kvput --config "$2" --max-block-bytes 64K abcde00000000000000000000000000005' \
+		_ "$BATS_TEST_TMPDIR/64k" "$CFG"
+	assert_success
+	cmp "$BATS_TEST_TMPDIR/64k" "$(dirname "$BLOCK")/abcde00000000000000000000000000005.bin"
+	run --separate-stderr bash -c 'cat "$1" | kvput --config "$2" --max-block-bytes 64K abcde00000000000000000000000000006' \
+		_ "$BATS_TEST_TMPDIR/over" "$CFG"
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 64K block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	run --separate-stderr kvput --config "$CFG" --max-block-bytes 64K \
+		abcde00000000000000000000000000007 "$BATS_TEST_TMPDIR/over"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/over': larger than the 64K block limit (--max-block-bytes)" ] ||
+		fail "stderr: $stderr"
+	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 2 ]
+	run kvput --config "$CFG" --max-block-bytes 0 abcde00000000000000000000000000008
+	assert_failure 2
+}
+
+@test "hostile: a batch line naming a device, a FIFO or too much is an error record; the rest land" {
+	requires prlimit jq
+	local d=$BATS_TEST_TMPDIR
+	random_file "$d/over" 65537
+	feed_fifo "$d/fifo"
+	{
+		printf '{"hash":"fffff00001","file":"%s"}\n' "$d/blk"
+		printf '{"hash":"fffff00002","file":"/dev/zero"}\n'
+		printf '{"hash":"fffff00003","file":"%s"}\n' "$d/fifo"
+		printf '{"hash":"fffff00004","file":"%s"}\n' "$d/over"
+		printf '{"hash":"fffff00005","data_b64":"%s"}\n' "$(base64 -w0 "$d/over")"
+		printf '{"hash":"fffff00006","file":"%s"}\n' "$d/blk"
+	} > "$d/manifest"
+	run --separate-stderr bounded kvput --config "$CFG" --max-block-bytes 64K --batch "$d/manifest"
+	release_fifo "$d/fifo"
+	assert_failure 3
+	[ "$(jq -s -c '[.[] | select(.status == "ok") | .line] | sort' <<< "$output")" = "[1,6]" ] ||
+		fail "records: $output"
+	[ "$(jq -s -r 'sort_by(.line) | .[] | select(.status == "error") | .error' <<< "$output")" = \
+"'/dev/zero': not a regular file
+'$d/fifo': not a regular file
+'$d/over': larger than the 64K block limit (--max-block-bytes)
+\"data_b64\": larger than the 64K block limit (--max-block-bytes)" ] || fail "records: $output"
+	[[ $stderr == *"manifest:3: '$d/fifo': not a regular file"* ]] || fail "stderr: $stderr"
+	[ "$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)" -eq 2 ]
+}
+
+@test "hostile: kvput --daemon refuses a block over the daemon's slot size before sending it" {
+	requires kvoffd prlimit jq
+	start_daemon --cpu-bytes 2M --slot-bytes 256K || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	random_file "$BATS_TEST_TMPDIR/big" 300000
+	run --separate-stderr kvput --daemon "$SOCK" --model-dir "$MDIR" --max-block-bytes 1G \
+		abcde00000000000000000000000000002 "$BATS_TEST_TMPDIR/big"
+	assert_failure 3
+	[ "$stderr" = "kvput: '$BATS_TEST_TMPDIR/big': larger than the 256K block limit (the daemon's --slot-bytes)" ] ||
+		fail "stderr: $stderr"
+	run --separate-stderr bounded kvput --daemon "$SOCK" --model-dir "$MDIR" \
+		abcde00000000000000000000000000003 - < /dev/zero
+	assert_failure 3
+	[ "$stderr" = "kvput: '<stdin>': larger than the 256K block limit (the daemon's --slot-bytes)" ] ||
+		fail "stderr: $stderr"
+	printf '{"hash":"fffff00001","file":"%s"}\n{"hash":"fffff00002","file":"/dev/zero"}\n{"hash":"fffff00003","file":"%s"}\n' \
+		"$BATS_TEST_TMPDIR/big" "$BATS_TEST_TMPDIR/blk" > "$BATS_TEST_TMPDIR/manifest"
+	run --separate-stderr bounded kvput --daemon "$SOCK" --model-dir "$MDIR" --batch \
+		"$BATS_TEST_TMPDIR/manifest"
+	assert_failure 3
+	[ "$(jq -s -c 'map([.line, .status]) | sort' <<< "$output")" = '[[1,"error"],[2,"error"],[3,"ok"]]' ] ||
+		fail "records: $output"
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .puts <<< "$output")" -eq 1 ] || fail "stats: $output"
+	stop_daemon
+}
+
+# READ_NR: read(2)'s number in /proc/PID/syscall, where it can be seen.
+requires_syscall_view() {
+	[ -r /proc/self/syscall ] || skip "no /proc/PID/syscall"
+	case $(uname -m) in
+	x86_64) READ_NR=0 ;;
+	aarch64) READ_NR=63 ;;
+	*) skip "read(2)'s number unknown on $(uname -m)" ;;
+	esac
+}
+
+# await_input_wait PID: return once PID sleeps in read(2) on its fd 0.
+# A state, not a time: after a write to its input it is there only once
+# it has taken what was written and done all it does before reading on.
+await_input_wait() {
+	local nr fd rest state
+	for (( ;; )); do
+		read -r _ _ state _ < "/proc/$1/stat" || fail "pid $1 is gone"
+		[ "$state" != Z ] || fail "pid $1 exited"
+		if read -r nr fd rest < "/proc/$1/syscall" 2>/dev/null &&
+			[ "$nr" = "$READ_NR" ] && [ "$fd" = 0x0 ]; then
+			return 0
+		fi
+		sleep 0.01
+	done
+}
+
+# put_fed OUT ARGS...: kvput ARGS in the background, reading a FIFO
+# whose write end is fd $FEED and writing to OUT; its pid is $PUT_PID.
+# Not a coproc: bash closes a coproc's fds once it is reaped.
+put_fed() {
+	local out=$1 fifo=$BATS_TEST_TMPDIR/feed.$RANDOM
+	shift
+	mkfifo "$fifo"
+	kvput "$@" < "$fifo" > "$out" &
+	PUT_PID=$!
+	exec {FEED}> "$fifo"
+}
+
+# streams STORE...: L1, then L2 only once kvput waits for input again;
+# by then L1's block is stored and its record out.
+streams() {
+	local h1=fffff$RANDOM$RANDOM h2=fffff$RANDOM$RANDOM rec results
+	mkfifo "$BATS_TEST_TMPDIR/results"
+	put_fed "$BATS_TEST_TMPDIR/results" "$@" --model-dir "$MDIR" --batch
+	exec {results}< "$BATS_TEST_TMPDIR/results"
+	rm "$BATS_TEST_TMPDIR/results"
+	printf '{"hash":"%s","file":"%s"}\n' "$h1" "$BATS_TEST_TMPDIR/blk" >&$FEED
+	await_input_wait "$PUT_PID"
+	read -r -t 0 <&$results || fail "$*: no record for line 1 before line 2"
+	read -r rec <&$results
+	[ "$(jq -r '[.line, .status, .hash] | join(" ")' <<< "$rec")" = "1 ok $h1" ] ||
+		fail "$*: $rec"
+	kvget "$@" --model-dir "$MDIR" -o "$BATS_TEST_TMPDIR/got" "$h1"
+	cmp "$BATS_TEST_TMPDIR/blk" "$BATS_TEST_TMPDIR/got"
+	printf '{"hash":"%s","file":"%s"}\n' "$h2" "$BATS_TEST_TMPDIR/blk" >&$FEED
+	exec {FEED}>&-
+	read -r rec <&$results
+	[ "$(jq -r '[.line, .status, .hash] | join(" ")' <<< "$rec")" = "2 ok $h2" ] ||
+		fail "$*: $rec"
+	wait "$PUT_PID"
+	exec {results}<&-
+}
+
+@test "hostile: kvput --batch stores and reports each line before the next is written" {
+	requires jq kvoffd
+	requires_syscall_view
+	streams --root "$KV_ROOT"
+	start_daemon --cpu-bytes 8M
+	streams --daemon "$SOCK"
+	stop_daemon
+}
+
+@test "hostile: kvput --batch killed mid-way has reported every block it stored, each whole" {
+	requires jq
+	requires_syscall_view
+	local d=$BATS_TEST_TMPDIR i n stored
+	for i in $(seq 10000 10399); do
+		printf '{"hash":"fffff%s","file":"%s"}\n' "$i" "$d/blk"
+	done > "$d/first"
+	for i in $(seq 20000 23999); do
+		printf '{"hash":"fffff%s","file":"%s"}\n' "$i" "$d/blk"
+	done > "$d/rest"
+	put_fed "$d/out" --config "$CFG" --batch --qd 4
+	cat "$d/first" >&$FEED
+	# Waiting for more input, nothing in flight: all it stored, it said.
+	await_input_wait "$PUT_PID"
+	n=$(jq -s 'map(select(.status == "ok")) | length' < "$d/out") ||
+		fail "a torn record: $(tail -c 300 "$d/out")"
+	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
+	[ "$n" -eq "$stored" ] || fail "$stored blocks stored, $n reported"
+	# Then killed while it works.
+	cat "$d/rest" >&$FEED &
+	until [ "$(wc -l < "$d/out")" -ge $((n + 100)) ]; do
+		kill -0 "$PUT_PID" || fail "kvput exited"
+		sleep 0.01
+	done
+	kill -9 "$PUT_PID"
+	wait "$PUT_PID" || true
+	exec {FEED}>&-
+	wait
+	# Whole records only, and each "ok" one's block in place; at most
+	# the --qd in flight stored and not yet said.
+	jq -s -r '.[] | select(.status == "ok") | .path' < "$d/out" > "$d/paths" ||
+		fail "a torn record: $(tail -c 300 "$d/out")"
+	n=$(wc -l < "$d/paths")
+	while read -r p; do
+		cmp "$d/blk" "$KV_ROOT/$p" || fail "reported, not stored: $p"
+	done < "$d/paths"
+	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
+	[ "$stored" -le $((n + 4)) ] || fail "$stored blocks stored, $n reported"
+}

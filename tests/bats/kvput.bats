@@ -321,7 +321,7 @@ assert_no_temps() {
 	random_file "$BATS_TEST_TMPDIR/new" $((4 * 1024 * 1024))
 	kvput --root "$KV_ROOT" --config "$CFG" 9999900001 "$BATS_TEST_TMPDIR/old"
 	mkfifo "$BATS_TEST_TMPDIR/fifo"
-	kvput --root "$KV_ROOT" --config "$CFG" --replace 9999900001 "$BATS_TEST_TMPDIR/fifo" &
+	kvput --root "$KV_ROOT" --config "$CFG" --replace 9999900001 - < "$BATS_TEST_TMPDIR/fifo" &
 	pid=$!
 	kvput --root "$KV_ROOT" --config "$CFG" 9999900002 - < "$BATS_TEST_TMPDIR/fifo" &
 	pid2=$!
