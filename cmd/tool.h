@@ -43,9 +43,14 @@ uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max);
 
 /* The model dir named by --model-dir (checked: exit 2 if malformed) or
  * hashed from --config's file (exit 3 if unreadable); with rootfd >= 0
- * it and its config.json are created there when missing. */
+ * it and its config.json are created there when missing.  Nothing is
+ * created unless the rank dir for rank fits in a name. */
 void tool_model_dir(const char *model_dir, const char *config, int rootfd,
-		    char *out, size_t len);
+		    unsigned rank, char *out, size_t len);
+
+/* Open the cache root as a directory, or say why not and exit 3: a
+ * missing one is most often a volume not mounted. */
+int tool_root_open(const char *root);
 
 /* kvoffd for --daemon: the option, else $KV_DAEMON, else NULL. */
 const char *tool_daemon(const char *opt);

@@ -1,12 +1,22 @@
 /* The model dir a program works in, from --model-dir or --config. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tool.h"
 
+/* Whether the rank dir of model dir name for rank is a name at all:
+ * a model name of 240-odd bytes fits a model dir but not "<dir>_r<rank>". */
+static int rank_dir_fits(const char *name, unsigned rank)
+{
+	char probe[PATH_MAX];
+
+	return kv_layout_block_path(name, rank, 0, "00000", probe, sizeof(probe)) != -ENAMETOOLONG;
+}
+
 void tool_model_dir(const char *model_dir, const char *config, int rootfd,
-		    char *out, size_t len)
+		    unsigned rank, char *out, size_t len)
 {
 	struct kv_block_ref ref;
 	struct kv_config *cfg;
@@ -16,6 +26,9 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		if (kv_layout_model_dir_parse(model_dir, &ref) < 0 || strlen(model_dir) >= len)
 			tool_usage_fail("invalid --model-dir '%s' (want <model>_<12 hex digits>)",
 					model_dir);
+		if (!rank_dir_fits(model_dir, rank))
+			tool_usage_fail("--model-dir '%s' is too long for its rank dir '_r%u' "
+					"(%d bytes at most)", model_dir, rank, KV_NAME_MAX);
 		strcpy(out, model_dir);
 		return;
 	}
@@ -28,13 +41,32 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		tool_err("cannot open '%s': %s", config, kv_strerror(ret));
 		exit(EXIT_RUNTIME);
 	}
-	if (rootfd >= 0)
+	ret = kv_config_model_dir(cfg, out, len);
+	if (ret == 0 && !rank_dir_fits(out, rank)) {
+		tool_err("the model name in '%s' is too long: its rank dir '%s_r%u' would pass "
+			 "the %d-byte name limit; nothing was created", config, out, rank,
+			 KV_NAME_MAX);
+		kv_config_free(cfg);
+		exit(EXIT_RUNTIME);
+	}
+	if (ret == 0 && rootfd >= 0)
 		ret = kv_config_ensure_model_dir(rootfd, cfg, out, len);
-	else
-		ret = kv_config_model_dir(cfg, out, len);
 	kv_config_free(cfg);
 	if (ret < 0) {
 		tool_err("cannot create the model dir for '%s': %s", config, kv_strerror(ret));
 		exit(EXIT_RUNTIME);
 	}
+}
+
+int tool_root_open(const char *root)
+{
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0)
+		return fd;
+	if (errno == ENOENT)
+		tool_err("cache root '%s' does not exist: not mounted, or not made yet?", root);
+	else
+		tool_err("cannot open '%s': %s", root, strerror(errno));
+	exit(EXIT_RUNTIME);
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "tool.h"
 
 /* How long the daemon may take: $KV_DAEMON_TIMEOUT (a duration, "0"
@@ -53,13 +54,9 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	s->block_max = 0;
 	if (!daemon) {
 		err = kv_tier_file_open(root, opts, &s->tier);
-		/* A cache root is made once, by whoever mounts it: a missing
-		 * one is more often an unmounted volume than a typo. */
-		if (err == -ENOENT) {
-			tool_err("cache root '%s' does not exist: not mounted, or not made yet?",
-				 root);
-			exit(EXIT_RUNTIME);
-		}
+		/* A missing root: tool_root_open says it in its words. */
+		if (err == -ENOENT)
+			close(tool_root_open(root));
 		if (err < 0) {
 			tool_err("cannot open '%s': %s", root, kv_strerror(err));
 			exit(EXIT_RUNTIME);

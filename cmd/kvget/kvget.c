@@ -565,7 +565,7 @@ int main(int argc, char **argv)
 	if (!batch && kv_layout_hash_normalize(argv[optind], hash, sizeof(hash)) < 0)
 		tool_usage_fail("invalid hash '%s' (want 5 to 128 hex digits)", argv[optind]);
 	if (model_dir || config)
-		tool_model_dir(model_dir, config, -1, get.model_dir, sizeof(get.model_dir));
+		tool_model_dir(model_dir, config, -1, get.rank, get.model_dir, sizeof(get.model_dir));
 	if (!batch && kv_layout_block_path(get.model_dir, get.rank, get.group, hash, relpath,
 					   sizeof(relpath)) < 0) {
 		tool_err("cannot compose a block path for '%s'", hash);

@@ -557,15 +557,17 @@ int main(int argc, char **argv)
 	root = daemon ? root_if_any(root_opt) : tool_root(root_opt);
 	/* --config's model dir and config.json go to the root, daemon or
 	 * not: the daemon writes blocks behind into that layout. */
-	rootfd = -1;
-	if (config && root) {
-		rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (rootfd < 0) {
-			tool_err("cannot open '%s': %s", root, strerror(errno));
-			return EXIT_RUNTIME;
-		}
+	rootfd = root ? tool_root_open(root) : -1;
+	tool_model_dir(model_dir, config, config ? rootfd : -1, put.rank, put.model_dir,
+		       sizeof(put.model_dir));
+	/* A rank dir beside no model dir is an orphan that no reader can
+	 * name a config for: --model-dir must name one that is there. */
+	if (model_dir && rootfd >= 0 && !daemon &&
+	    faccessat(rootfd, model_dir, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		tool_err("model dir '%s' does not exist under '%s': give --config to create it",
+			 model_dir, root);
+		return EXIT_RUNTIME;
 	}
-	tool_model_dir(model_dir, config, rootfd, put.model_dir, sizeof(put.model_dir));
 	if (rootfd >= 0)
 		close(rootfd);
 

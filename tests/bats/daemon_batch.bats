@@ -231,7 +231,7 @@ same_blocks() {
 	run kvput --daemon "$SOCK" --root "$BATS_TEST_TMPDIR/nowhere" --config "$CFG" \
 		cafe00005 "$BATS_TEST_TMPDIR/p1"
 	assert_failure 3
-	assert_output --partial "cannot open '$BATS_TEST_TMPDIR/nowhere'"
+	assert_output --partial "cache root '$BATS_TEST_TMPDIR/nowhere' does not exist"
 }
 
 @test "daemon batch: SIGTERM writes the batch behind into a layout kvls and kvget accept" {

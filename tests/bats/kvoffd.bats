@@ -485,6 +485,7 @@ PY
 
 @test "kvoffd: kvget --daemon reads through a block kvput wrote to the file tier" {
 	random_file "$BATS_TEST_TMPDIR/a" 300000
+	mkdir "$KV_ROOT/$MODEL"
 	kvput --model-dir "$MODEL" abcdef0003 "$BATS_TEST_TMPDIR/a"
 	start_daemon --cpu-bytes 8M
 	kvget --daemon "$SOCK" --model-dir "$MODEL" abcdef0003 >"$BATS_TEST_TMPDIR/got"

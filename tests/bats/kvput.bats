@@ -126,6 +126,8 @@ assert_no_temps() {
 		echo "{\"hash\":\"aaaaa00003\",\"file\":\"$BATS_TEST_TMPDIR/p3\"}"
 		echo "{\"hash\":\"aaaaa00004\",\"file\":\"$BATS_TEST_TMPDIR/p4\"}"
 	} > "$BATS_TEST_TMPDIR/manifest"
+	# --model-dir names a model dir that must be there.
+	mkdir "$KV_ROOT/$md"
 	run --separate-stderr kvput --root "$KV_ROOT" --model-dir "$md" --batch --qd 2 \
 		< "$BATS_TEST_TMPDIR/manifest"
 	[ "$status" -eq 3 ]
@@ -253,7 +255,7 @@ assert_no_temps() {
 	random_file "$BATS_TEST_TMPDIR/p" 10
 	run --separate-stderr kvput --root "$BATS_TEST_TMPDIR/nope" --config "$CFG" abcde "$BATS_TEST_TMPDIR/p"
 	[ "$status" -eq 3 ]
-	[ "$stderr" = "kvput: cannot open '$BATS_TEST_TMPDIR/nope': No such file or directory" ]
+	[ "$stderr" = "kvput: cache root '$BATS_TEST_TMPDIR/nope' does not exist: not mounted, or not made yet?" ]
 	run --separate-stderr kvput --root "$KV_ROOT" --config "$CFG" abcde "$BATS_TEST_TMPDIR/nope"
 	[ "$status" -eq 3 ]
 	[ "$stderr" = "kvput: cannot read '$BATS_TEST_TMPDIR/nope': No such file or directory" ]
@@ -360,6 +362,7 @@ assert_no_temps() {
 		echo "{\"path\":\"${md}_r1/aaa/aa_g0/aaaaa00005.bin\",\"rank\":0,\"file\":\"$BATS_TEST_TMPDIR/p2\"}"
 		echo "{\"path\":\"${md}_r2/aaa/aa_g1/aaaaa00006.bin\",\"file\":\"$BATS_TEST_TMPDIR/p2\"}"
 	} > "$BATS_TEST_TMPDIR/manifest"
+	mkdir "$KV_ROOT/$md"
 	run --separate-stderr kvput --root "$KV_ROOT" --model-dir "$md" --batch \
 		"$BATS_TEST_TMPDIR/manifest"
 	assert_failure 3
@@ -373,4 +376,28 @@ assert_no_temps() {
 	[[ $stderr == *"manifest:2: \"path\" and \"hash\" disagree"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"manifest:3: invalid JSON: duplicate object key"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"manifest:4: \"path\" and \"rank\" disagree"* ]] || fail "stderr: $stderr"
+}
+
+@test "--model-dir must name a model dir that is there; --config makes one" {
+	random_file "$BATS_TEST_TMPDIR/b" 4096
+	run --separate-stderr kvput --model-dir meta-llama_Llama-3.1-8B_0123456789ab --rank 1 \
+		abcde00001 "$BATS_TEST_TMPDIR/b"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == *"model dir 'meta-llama_Llama-3.1-8B_0123456789ab' does not exist"*"--config"* ]] ||
+		fail "stderr: $stderr"
+	[ -z "$(ls -A "$KV_ROOT")" ] || fail "left behind: $(ls -A "$KV_ROOT")"
+	kvput --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/b"
+	run kvput --model-dir "$(model_dir)" --rank 1 abcde00002 "$BATS_TEST_TMPDIR/b"
+	assert_success
+}
+
+@test "a model name too long for its rank dir is refused before anything is made" {
+	requires python3
+	# 240 bytes: the model dir (253) fits a name, its rank dir (256) does not.
+	make_config "$(printf 'm%.0s' $(seq 240))" > "$BATS_TEST_TMPDIR/long.json"
+	random_file "$BATS_TEST_TMPDIR/b" 4096
+	run --separate-stderr kvput --config "$BATS_TEST_TMPDIR/long.json" abcde00001 "$BATS_TEST_TMPDIR/b"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == *"too long"*"nothing was created"* ]] || fail "stderr: $stderr"
+	[ -z "$(ls -A "$KV_ROOT")" ] || fail "left behind: $(ls -A "$KV_ROOT")"
 }
