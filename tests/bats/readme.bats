@@ -1,0 +1,122 @@
+#!/usr/bin/env bats
+# The README's examples, run as written in a scratch root: only the
+# placeholders it names (HASH, D, M, and the paths of a real deployment:
+# /var/cache/kv, /run/kvoffd, /mnt/shared, /tmp/kvdemo) are filled in, and
+# kvoffd's 64G pool is 64M here.
+
+load test_helper
+
+top=$BATS_TEST_DIRNAME/../..
+
+# The indented command lines of README section $1, comments dropped.
+examples() {
+	awk -v sec="## $1" '
+		/^## / { on = ($0 == sec) }
+		on && /^    [a-zA-Z]/ { sub(/^    /, ""); print }' "$top/README.md" |
+		sed -E 's/[[:space:]]+#[^"'"'"']*$//'
+}
+
+setup() {
+	common_setup
+	requires python3 jq
+	W=$BATS_TEST_TMPDIR/w
+	mkdir -p "$W/Llama-3.1-8B"
+	cd "$W"
+	# The README's own sample config.json, and the HF config kvbench reads.
+	awk '/^A model.s `config.json`/ { on = 1; next }
+	     on && /^    [{ ]/ { sub(/^    /, ""); print; next }
+	     on && /^    kvput/ { exit }' "$top/README.md" > config.json
+	jq -e .model_name config.json >/dev/null || fail "no sample config.json in README"
+	cp "$top/tests/fixtures/hf/llama-3.1-8b.json" Llama-3.1-8B/config.json
+	HASH=3fa9c04e51d2b7a8
+	head -c 2M /dev/urandom > block.bin
+	for i in 1 2 3; do
+		head -c 1M /dev/urandom > "p$i"
+		printf '{"hash":"abcde0000%d","file":"%s/p%d"}\n' "$i" "$W" "$i"
+	done > manifest.ndjson
+	SOCK=$W/kvoffd.sock
+}
+
+teardown() {
+	kill_daemon
+	common_teardown
+}
+
+# run_example LINE: the line with its placeholders filled, in bash.
+run_example() {
+	local line=$1 D M
+	D=$(kvls -J | jq -r '.models[0].model_dir // empty')
+	M=$(kvls -J | jq -r '.models[0].model // empty')
+	line=${line//HASH/$HASH}
+	line=$(sed -E -e "s#(^| )D( |\$)#\\1$D\\2#g" -e "s#(^| )M( |\$)#\\1$M\\2#g" \
+		-e "s#/var/cache/kv#$KV_ROOT#g" -e "s#/run/kvoffd/kvoffd.sock#$SOCK#g" \
+		-e "s#/mnt/shared/kvbench#$W/bench#g" -e "s#/tmp/kvdemo#$W/kvdemo#g" <<<"$line")
+	run bash -c "$line"
+}
+
+@test "README: the kvput, kvget, kvls and composition examples run as written" {
+	local line
+	for sec in kvput kvget kvls Composition; do
+		while IFS= read -r line; do
+			run_example "$line"
+			# kvls answers 1 when a filter leaves nothing to list.
+			if [[ $line == *--older-than* ]]; then
+				[ "$status" -le 1 ] || fail "$sec: '$line' exited $status: $output"
+			else
+				[ "$status" -eq 0 ] || fail "$sec: '$line' exited $status: $output"
+			fi
+		done < <(examples "$sec")
+	done
+	cmp block.bin <(kvget --model-dir "$(kvls -J | jq -r '.models[0].model_dir')" "$HASH")
+	[ "$(stat -c %s tail.bin)" -eq $((4 * 131072)) ]
+}
+
+@test "README: the kvevict examples run as written (but --watch, which stays up)" {
+	local line
+	kvput --config config.json --batch < manifest.ndjson > /dev/null
+	while IFS= read -r line; do
+		[[ $line == *--watch* ]] && continue
+		run_example "$line"
+		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
+	done < <(examples kvevict)
+}
+
+@test "README: the kvbench examples run as written (but dma, which needs a GPU)" {
+	local line
+	mkdir -p "$W/bench"
+	while IFS= read -r line; do
+		[[ $line == "kvbench dma"* ]] && continue
+		run_example "$line"
+		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
+	done < <(examples kvbench)
+}
+
+@test "README: the kvoffd examples run as written" {
+	requires kvoffd
+	local line first=1
+	kvput --config config.json "$HASH" block.bin
+	while IFS= read -r line; do
+		if ((first)); then
+			# The daemon itself, in the background until its socket is up.
+			first=0
+			line=$(sed -E -e "s#/var/cache/kv#$KV_ROOT#g" \
+				-e "s#/run/kvoffd/kvoffd.sock#$SOCK#g" -e 's#64G#64M#' <<<"$line")
+			bash -c "$line" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+			DPID=$!
+			until [ -S "$SOCK" ]; do
+				kill -0 "$DPID" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+				sleep 0.1
+			done
+			continue
+		fi
+		run_example "$line"
+		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
+	done < <(examples kvoffd)
+	[ "$(ls blocks | wc -l)" -ge 1 ]
+}
+
+@test "README: scripts/demo.sh runs as the set-up says" {
+	run "$top/scripts/demo.sh" "$W/kvdemo"
+	assert_success
+	assert_output --partial "came back byte-identical"
+}
