@@ -48,10 +48,6 @@ uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max);
 void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		    unsigned rank, char *out, size_t len);
 
-/* Open the cache root as a directory, or say why not and exit 3: a
- * missing one is most often a volume not mounted. */
-int tool_root_open(const char *root);
-
 /* kvoffd for --daemon: the option, else $KV_DAEMON, else NULL. */
 const char *tool_daemon(const char *opt);
 
@@ -75,6 +71,10 @@ struct tool_store {
 void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 		     const struct kv_io_opts *opts);
 void tool_store_close(struct tool_store *s);
+
+/* Open the cache root as a directory, or say why not and exit 3: a
+ * missing one is most often a volume not mounted. */
+int tool_root_open(const char *root);
 
 /* The exit status for a failed store call: 4 when the daemon cannot be
  * reached or went away, else 3. */

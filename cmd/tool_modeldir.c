@@ -57,16 +57,3 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		exit(EXIT_RUNTIME);
 	}
 }
-
-int tool_root_open(const char *root)
-{
-	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (fd >= 0)
-		return fd;
-	if (errno == ENOENT)
-		tool_err("cache root '%s' does not exist: not mounted, or not made yet?", root);
-	else
-		tool_err("cannot open '%s': %s", root, strerror(errno));
-	exit(EXIT_RUNTIME);
-}

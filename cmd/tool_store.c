@@ -4,8 +4,10 @@
  * only the words of a message and the exit status tell the two apart.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "tool.h"
 
@@ -152,4 +154,17 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 	else
 		tool_err("cannot %s '%s/%s': %s", file_verbs[verb], s->root, relpath,
 			 kv_strerror(err));
+}
+
+int tool_root_open(const char *root)
+{
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0)
+		return fd;
+	if (errno == ENOENT)
+		tool_err("cache root '%s' does not exist: not mounted, or not made yet?", root);
+	else
+		tool_err("cannot open '%s': %s", root, strerror(errno));
+	exit(EXIT_RUNTIME);
 }
