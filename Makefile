@@ -28,7 +28,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -fPIC -pthread \
 	-D_GNU_SOURCE -DKV_VERSION_STRING='"$(VERSION)"' -Ilib/include -Ilib -MMD -MP
-LDLIBS  := -luring -lhwloc -lzstd -lxxhash -lisal -ljansson -lcrypto -lpthread -lm
+LDLIBS  := -luring -lhwloc -lzstd -lxxhash -lisal -ljansson -lcrypto -lzmq -lmsgpackc -lpthread -lm
 
 ifeq ($(V),1)
 Q :=

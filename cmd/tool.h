@@ -124,6 +124,17 @@ const char *tool_lines_refuse(struct tool_lines *l, const char *fmt, ...)
 
 void tool_lines_close(struct tool_lines *l);
 
+/* KV events (cmd/tool_events.c).  The endpoint from --events (opt) or
+ * $KV_EVENTS, checked (exit 2 when malformed); NULL when neither is set. */
+const char *tool_events_endpoint(const char *opt);
+
+/* A publisher on endpoint (NULL: none), or exit 2/3 saying why. */
+struct kv_events *tool_events_open(const char *endpoint, const char *pod);
+
+/* Close with the bounded linger; say on stderr what was not delivered.
+ * 1 when something was not, 0 otherwise. */
+int tool_events_close(struct kv_events *ev);
+
 /* One JSON value on its own line, keys sorted; steals a reference. */
 void tool_json_print(json_t *value);
 

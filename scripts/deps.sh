@@ -3,7 +3,8 @@
 # skipping what is already there.  Run as root (or with sudo available).
 set -eu
 pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
-libxxhash-dev libisal-dev libjansson-dev libssl-dev bats bats-support bats-assert
+libxxhash-dev libisal-dev libjansson-dev libssl-dev libzmq3-dev libmsgpack-dev
+python3-zmq python3-msgpack bats bats-support bats-assert
 mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio"
 missing=
 for p in $pkgs; do

@@ -15,7 +15,9 @@ static const char usage_text[] =
 	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
 	"               [--hot DUR] [--orphans-after DUR [--force]] [--dir-grace DUR]\n"
 	"               [-n] [--once | -w INTERVAL] [--wait] [-t N] [-J | --ndjson]\n"
+	"               [--events ENDPOINT]\n"
 	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait] [-J | --ndjson]\n"
+	"               [--events ENDPOINT]\n"
 	"\n"
 	"Delete least-recently-used KV-cache blocks (oldest atime first) until\n"
 	"filesystem use, the cache's bytes and each model quota are back under\n"
@@ -45,6 +47,10 @@ static const char usage_text[] =
 	"                           at most 8)\n"
 	"  -J, --json               one JSON report\n"
 	"      --ndjson             one BlockRemoved event per deleted block\n"
+	"      --events ENDPOINT    publish BlockRemoved KV events for llm-d's indexer\n"
+	"                           on a ZMQ endpoint: tcp://HOST:PORT (connect),\n"
+	"                           tcp://*:PORT or ipc://PATH (bind); default\n"
+	"                           $KV_EVENTS\n"
 	"  -h, --help               show this help\n"
 	"  -V, --version            show the version\n"
 	"\n"
@@ -54,7 +60,7 @@ static const char usage_text[] =
 enum {
 	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
 	OPT_HOT, OPT_ORPHANS, OPT_DIR_GRACE, OPT_ONCE, OPT_WAIT, OPT_STDIN, OPT_NDJSON,
-	OPT_FORCE,
+	OPT_FORCE, OPT_EVENTS,
 };
 
 /* A temp younger than this may belong to a writer still at work on a slow
@@ -80,6 +86,7 @@ static const struct option longopts[] = {
 	{ "threads", required_argument, NULL, 't' },
 	{ "json", no_argument, NULL, 'J' },
 	{ "ndjson", no_argument, NULL, OPT_NDJSON },
+	{ "events", required_argument, NULL, OPT_EVENTS },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
@@ -92,6 +99,8 @@ struct state {
 	enum output out;
 	int dry_run;
 	const char *pause_fifo;
+	struct kv_events *events;	/* --events: BlockRemoved after each unlink */
+	int rootfd;			/* for the events' model names */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -153,6 +162,10 @@ static void pause_before_unlink(void *arg)
 static void on_removed(const struct kv_evict_block *b, void *arg)
 {
 	struct state *s = arg;
+
+	if (s->events && !s->dry_run)
+		kv_events_publish_block(s->events, KV_EVENT_BLOCK_REMOVED,
+					KV_EVENTS_SHARED_STORAGE, s->rootfd, b->ref);
 
 	if (s->out == OUT_NDJSON) {
 		tool_json_print(json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s, s:b}",
@@ -289,6 +302,8 @@ static int run_watch(struct state *s, const struct kv_evict_opts *o, uint64_t in
 				return EXIT_RUNTIME;
 			}
 			last_walk = kv_monotonic_ns();
+			if (s->events)
+				kv_events_flush(s->events);
 			if (first || r.files_deleted || r.orphans_removed || r.dirs_removed ||
 			    r.skipped_hot)
 				report(s, &r);
@@ -311,7 +326,7 @@ int main(int argc, char **argv)
 		.dir_grace_ns = 10ull * 60 * 1000000000,
 	};
 	struct kv_evict_report r;
-	const char *root_opt = NULL;
+	const char *root_opt = NULL, *events_opt = NULL, *endpoint;
 	uint64_t watch_ns = 0;
 	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd = -1, rc;
 	int force = 0;
@@ -352,6 +367,7 @@ int main(int argc, char **argv)
 		case 't': o.threads = (unsigned)tool_parse_uint("--threads", optarg, 64); break;
 		case 'J': s.out = OUT_JSON; break;
 		case OPT_NDJSON: s.out = OUT_NDJSON; break;
+		case OPT_EVENTS: events_opt = optarg; break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'V': tool_version();
 		default: tool_usage_fail("unknown option");
@@ -360,9 +376,10 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
 	s.root = tool_root(root_opt);
+	endpoint = tool_events_endpoint(events_opt);
 	o.quotas = quotas;
 	/* Without a listener the library skips re-parsing each victim's path. */
-	if (s.out == OUT_NDJSON || (s.out == OUT_TEXT && o.dry_run))
+	if (s.out == OUT_NDJSON || (s.out == OUT_TEXT && o.dry_run) || (endpoint && !o.dry_run))
 		o.removed = on_removed;
 	o.before_first_unlink = pause_before_unlink;
 	o.arg = &s;
@@ -402,21 +419,30 @@ int main(int argc, char **argv)
 			return EXIT_RUNTIME;
 		}
 	}
-	if (use_stdin)
-		return run_stdin(&s, &o);
-	if (watch_ns) {
+	/* A dry run deletes nothing, so it has nothing to announce. */
+	if (endpoint && !o.dry_run) {
+		s.rootfd = tool_root_open(s.root);
+		s.events = tool_events_open(endpoint, NULL);
+	}
+	if (use_stdin) {
+		rc = run_stdin(&s, &o);
+	} else if (watch_ns) {
 		struct sigaction sa = { .sa_handler = on_signal };
 
 		sigemptyset(&sa.sa_mask);
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
-		return run_watch(&s, &o, watch_ns);
+		rc = run_watch(&s, &o, watch_ns);
+	} else {
+		rc = kv_evict_run(s.root, &o, &r);
+		if (rc < 0) {
+			tool_err("cannot walk '%s': %s", s.root, kv_strerror(rc));
+			rc = EXIT_RUNTIME;
+		} else {
+			report(&s, &r);
+		}
 	}
-	rc = kv_evict_run(s.root, &o, &r);
-	if (rc < 0) {
-		tool_err("cannot walk '%s': %s", s.root, kv_strerror(rc));
-		return EXIT_RUNTIME;
-	}
-	report(&s, &r);
-	return 0;
+	/* Lingers, within $KV_EVENTS_LINGER, until the subscriber has them. */
+	tool_events_close(s.events);
+	return rc;
 }

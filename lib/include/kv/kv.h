@@ -36,6 +36,7 @@ const char *kv_error_detail(void);
 #include <kv/config.h>
 #include <kv/walk.h>
 #include <kv/evict.h>
+#include <kv/events.h>
 #include <kv/integrity.h>
 #include <kv/io.h>
 #include <kv/offd.h>

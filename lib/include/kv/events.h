@@ -1,0 +1,111 @@
+#ifndef KV_EVENTS_H
+#define KV_EVENTS_H
+
+/*
+ * KV events on the wire llm-d's KV-cache indexer reads (and vLLM's engine
+ * writes): a ZMQ PUB socket, each message three frames
+ *
+ *	topic "kv@<medium-or-pod>@<model_name>", 8-byte big-endian sequence
+ *	number (per topic, from 0), msgpack [timestamp, [events...]]
+ *
+ * with positional events ["BlockStored", [hashes], parent, token_ids,
+ * block_size, lora_id, medium], ["BlockRemoved", [hashes], medium] and
+ * ["AllBlocksCleared"]; hashes are the low 64 bits of the block hash.
+ *
+ * The publisher never blocks its caller: events are batched per topic into
+ * messages, messages wait in a bounded queue that a thread of the
+ * publisher hands to ZMQ, and what does not fit is dropped and counted (a
+ * gap in the sequence numbers tells the subscriber).  Messages are held
+ * until a subscriber has subscribed (ZMQ drops what PUB sends before), and
+ * kv_events_close() lingers, within a bound, until the queue is flushed.
+ * See kv(7).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <kv/layout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_EVENTS_SHARED_STORAGE "SHARED_STORAGE"	/* the file tiers */
+#define KV_EVENTS_CPU		 "CPU"			/* kvoffd's RAM tier */
+
+enum kv_event_kind {
+	KV_EVENT_BLOCK_STORED,
+	KV_EVENT_BLOCK_REMOVED,
+	KV_EVENT_ALL_CLEARED,
+};
+
+struct kv_events_opts {
+	unsigned queue_max;	/* messages waiting to be sent; 0: 1024 */
+	unsigned batch_max;	/* block hashes per message; 0: 1024 */
+	uint64_t flush_ns;	/* a partial batch goes after this; 0: 20 ms */
+	/* How long kv_events_close() may wait to flush; 0: 2 s.  Within
+	 * it, a publisher that never saw a subscriber waits at most
+	 * min(linger, 500 ms) from its open, and a connect that the peer
+	 * refused gives up at once. */
+	uint64_t linger_ns;
+	/* Topic middle for media other than SHARED_STORAGE (the pod or node
+	 * whose tier it is); NULL: the medium. */
+	const char *pod;
+};
+
+struct kv_events_stats {
+	uint64_t messages_sent, hashes_sent;
+	uint64_t messages_dropped, hashes_dropped;	/* queue full, or unsent at close */
+	uint64_t unnamed;	/* blocks whose model dir names no model */
+	uint64_t subscriptions;	/* seen so far */
+};
+
+struct kv_events;
+
+/* Whether text names a ZMQ endpoint rather than a file: it starts with
+ * "tcp://", "ipc://", "bind:" or "connect:". */
+int kv_events_is_endpoint(const char *text);
+
+/* Check an endpoint: [bind:|connect:]tcp://HOST:PORT or
+ * [bind:|connect:]ipc://PATH.  Without a prefix, a tcp host of "*" (or a
+ * bracketed "::") and every ipc path bind, other tcp hosts connect (vLLM's
+ * rule).  *bind (may be NULL) says which.  -EINVAL, with detail, when
+ * malformed. */
+int kv_events_endpoint_check(const char *text, int *bind);
+
+/* Open a publisher on endpoint (checked as above).  -EINVAL malformed,
+ * -EADDRINUSE and others from ZMQ. */
+int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
+		   struct kv_events **out);
+
+/* Queue an event about hash (the low 64 bits of a block hash) of
+ * model_name in medium.  block_size (tokens; 0 unknown) is for
+ * BlockStored; hash is unused for AllBlocksCleared.  Never blocks. */
+int kv_events_publish(struct kv_events *ev, enum kv_event_kind kind,
+		      const char *model_name, const char *medium, uint64_t hash,
+		      unsigned block_size);
+
+/* The same for the block ref names under the root open at rootfd: the
+ * model name (and block size) come from its model dir's config.json, or
+ * an llmd-v0 dir's name, read once per dir.  A dir that names no model
+ * is counted in unnamed and skipped (1 returned). */
+int kv_events_publish_block(struct kv_events *ev, enum kv_event_kind kind,
+			    const char *medium, int rootfd,
+			    const struct kv_block_ref *ref);
+
+/* Send every partial batch now (still without blocking). */
+void kv_events_flush(struct kv_events *ev);
+
+void kv_events_stats(struct kv_events *ev, struct kv_events_stats *out);
+
+/* Flush, linger within opts->linger_ns, close; stats (may be NULL) get
+ * the final counts.  ev may be NULL. */
+void kv_events_close(struct kv_events *ev, struct kv_events_stats *stats);
+
+/* The low 64 bits of a hex block hash: its last 16 digits, big-endian. */
+uint64_t kv_events_hash64(const char *hex);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
