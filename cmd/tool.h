@@ -130,6 +130,7 @@ const char *tool_events_endpoint(const char *opt);
 
 /* A publisher on endpoint (NULL: none), or exit 2/3 saying why. */
 struct kv_events *tool_events_open(const char *endpoint, const char *pod);
+struct kv_events *tool_events_open_opts(const char *endpoint, const struct kv_events_opts *opts);
 
 /* Close with the bounded linger; say on stderr what was not delivered.
  * 1 when something was not, 0 otherwise. */

@@ -25,6 +25,13 @@ const char *tool_events_endpoint(const char *opt)
 struct kv_events *tool_events_open(const char *endpoint, const char *pod)
 {
 	struct kv_events_opts o = { .pod = pod };
+
+	return tool_events_open_opts(endpoint, &o);
+}
+
+struct kv_events *tool_events_open_opts(const char *endpoint, const struct kv_events_opts *opts)
+{
+	struct kv_events_opts o = *opts;
 	const char *linger = getenv("KV_EVENTS_LINGER");
 	struct kv_events *ev;
 	int rc;

@@ -76,6 +76,9 @@ struct ls {
 	int progress_shown;
 
 	int write_errno;
+
+	struct kv_events *events;	/* --announce */
+	int rootfd;
 };
 
 static void usage(void)
@@ -86,6 +89,8 @@ static void usage(void)
 	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--orphans-after DUR] [--threads N]\n"
 	       "       kvls --daemon SOCK [-J | --ndjson] [--model MODEL] [--rank N]\n"
+	       "       kvls --announce [--events ENDPOINT] [-J | --ndjson] [--root DIR]\n"
+	       "            [--model MODEL] [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "       kvls -h | -V\n"
 	       "\n"
 	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
@@ -106,6 +111,14 @@ static void usage(void)
 	       "      --orphans-after DUR temp files older than DUR are orphans (default 1h)\n"
 	       "  -t, --threads N         walk with N threads (default: CPUs, at most 8)\n"
 	       "      --daemon SOCK       list the blocks in kvoffd's RAM tier at SOCK instead\n"
+	       "      --announce          publish a BlockStored KV event for every block that\n"
+	       "                          matches, so that llm-d's indexer learns a volume\n"
+	       "                          it did not watch being filled; prints a summary\n"
+	       "                          (with -J / --ndjson, the blocks announced); exit 3\n"
+	       "                          if some could not be delivered\n"
+	       "      --events ENDPOINT   where --announce publishes: tcp://HOST:PORT\n"
+	       "                          (connect), tcp://*:PORT or ipc://PATH (bind);\n"
+	       "                          default $KV_EVENTS\n"
 	       "  -h, --help              show this help and exit\n"
 	       "  -V, --version           show the version and exit\n"
 	       "\n"
@@ -795,7 +808,38 @@ static int on_listed(const struct kv_tier_entry *e, void *arg)
 	if (!block_matches(ls, e->atime_ns))
 		return 0;
 	ls->blocks++;
+	if (ls->events) {
+		kv_events_publish_block(ls->events, KV_EVENT_BLOCK_STORED,
+					KV_EVENTS_SHARED_STORAGE, ls->rootfd, &e->ref);
+		if (ls->out == OUT_TABLE)
+			return 0;
+	}
 	return block_record(ls, e);
+}
+
+/* --announce: flush what is queued, then say what reached the subscriber. */
+static int announce_done(struct ls *ls)
+{
+	struct kv_events_stats st;
+	int undelivered;
+
+	kv_events_close(ls->events, &st);
+	ls->events = NULL;
+	close(ls->rootfd);
+	undelivered = st.hashes_dropped || st.messages_dropped || st.unnamed;
+	if (st.unnamed)
+		tool_err("%llu blocks in model dirs whose config.json names no model were "
+			 "not announced", (unsigned long long)st.unnamed);
+	if (st.hashes_dropped)
+		tool_err("%llu of %llu blocks were not delivered (no subscriber, or one "
+			 "too slow)", (unsigned long long)st.hashes_dropped,
+			 (unsigned long long)ls->blocks);
+	if (ls->out == OUT_TABLE)
+		printf("kvls: announced %llu blocks in %llu messages\n",
+		       (unsigned long long)st.hashes_sent, (unsigned long long)st.messages_sent);
+	if (undelivered)
+		return EXIT_RUNTIME;
+	return ls->blocks ? 0 : EXIT_ANSWER_NO;
 }
 
 /* --blocks: the blocks of the file tier, or of kvoffd's RAM tier. */
@@ -823,6 +867,8 @@ static int list_blocks(struct ls *ls, const char *daemon, const char *root,
 	tool_store_close(&st);
 	if (rc < 0)
 		return tool_store_exit(&st, rc);
+	if (ls->events)
+		return announce_done(ls);
 	return ls->records ? 0 : EXIT_ANSWER_NO;
 }
 
@@ -830,7 +876,7 @@ int main(int argc, char **argv)
 {
 	enum {
 		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
-		OPT_ORPHANS, OPT_DAEMON,
+		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS,
 	};
 	static const struct option longopts[] = {
 		{ "blocks", no_argument, NULL, 'b' },
@@ -846,14 +892,16 @@ int main(int argc, char **argv)
 		{ "orphans-after", required_argument, NULL, OPT_ORPHANS },
 		{ "threads", required_argument, NULL, 't' },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
+		{ "announce", no_argument, NULL, OPT_ANNOUNCE },
+		{ "events", required_argument, NULL, OPT_EVENTS },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_walk_opts wopts = { .rank = -1 };
 	struct ls ls = { .mode = MODE_MODELS, .orphans_after_ns = ORPHANS_AFTER_NS };
-	const char *root_opt = NULL, *root, *daemon = NULL;
-	int blocks = 0, check = 0, c, rc;
+	const char *root_opt = NULL, *root, *daemon = NULL, *events_opt = NULL, *endpoint;
+	int blocks = 0, check = 0, announce = 0, c, rc;
 	uint64_t older = 0, newer = 0;
 
 	tool_init("kvls");
@@ -889,6 +937,8 @@ int main(int argc, char **argv)
 			wopts.threads = (unsigned)tool_parse_uint("--threads", optarg, 64);
 			break;
 		case OPT_DAEMON: daemon = optarg; break;
+		case OPT_ANNOUNCE: announce = 1; break;
+		case OPT_EVENTS: events_opt = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -903,11 +953,25 @@ int main(int argc, char **argv)
 	if (daemon && (check || ls.verify || ls.has_older || ls.has_newer))
 		tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
 				"--older-than or --newer-than");
+	if (events_opt && !announce)
+		tool_usage_fail("--events is where --announce publishes: add --announce");
+	if (announce && (check || ls.verify || daemon))
+		tool_usage_fail("--announce publishes the file tier's blocks: no --check, "
+				"--verify or --daemon");
+	endpoint = announce ? tool_events_endpoint(events_opt) : NULL;
+	if (announce && !endpoint)
+		tool_usage_fail("--announce needs --events ENDPOINT or $KV_EVENTS");
 	root = daemon ? NULL : tool_root(root_opt);
 	if (check || ls.verify)
 		ls.mode = MODE_CHECK;
-	else if (blocks || daemon)
+	else if (blocks || daemon || announce)
 		ls.mode = MODE_BLOCKS;
+	if (announce) {
+		struct kv_events_opts eo = { .backpressure = 1 };
+
+		ls.rootfd = tool_root_open(root);
+		ls.events = tool_events_open_opts(endpoint, &eo);
+	}
 
 	ls.now_ns = kv_now_ns();
 	ls.older_cut_ns = ls.now_ns - (int64_t)(older > (uint64_t)INT64_MAX ? INT64_MAX : older);

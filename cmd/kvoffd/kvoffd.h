@@ -134,6 +134,9 @@ struct offd {
 
 	/* reporting */
 	FILE *events;
+	const char *events_endpoint;	/* --events tcp://|ipc://, or $KV_EVENTS */
+	struct kv_events *publisher;	/* KV events for llm-d's indexer */
+	int rootfd;			/* the publisher's model names */
 	struct kv_offd_stats st;
 	double seconds[DIR_COUNT];
 	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
@@ -152,6 +155,8 @@ void writer_stop(struct offd *d);
 /* report.c */
 int report_open_events(struct offd *d);
 void report_event(struct offd *d, const char *event, const char *tier, uint32_t i);
+/* AllBlocksCleared for each model the RAM tier held, as it goes away. */
+void report_ram_cleared(struct offd *d);
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);
 void report_fill_stats(struct offd *d, struct kv_offd_stats *out);
 int report_write_metrics(struct offd *d);

@@ -21,6 +21,7 @@ static void usage(void)
 	printf("Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE [--slot-bytes SIZE]\n"
 	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
+	       "              [--events ENDPOINT]\n"
 	       "       kvoffd --stats SOCK\n"
 	       "\n"
 	       "Serve a shared CPU tier of KV-cache blocks over a Unix socket, writing\n"
@@ -38,6 +39,10 @@ static void usage(void)
 	       "      --ready-fd N          write a newline on fd N once serving\n"
 	       "      --metrics-file PATH   Prometheus text, rewritten every 5 s and on exit\n"
 	       "      --events PATH|-       append BlockStored/BlockRemoved NDJSON events\n"
+	       "      --events ENDPOINT     publish them as KV events for llm-d's indexer on a\n"
+	       "                            ZMQ endpoint: tcp://HOST:PORT (connect),\n"
+	       "                            tcp://*:PORT or ipc://PATH (bind); default\n"
+	       "                            $KV_EVENTS.  Both forms may be given\n"
 	       "      --stats SOCK          print the daemon at SOCK's statistics as JSON\n"
 	       "  -h, --help                show this help and exit\n"
 	       "  -V, --version             show the version and exit\n"
@@ -46,6 +51,20 @@ static void usage(void)
 	       "behind, 2 usage error, 3 cannot start (or write metrics at exit);\n"
 	       "--stats: 0, or 4 when no daemon answers at SOCK.\n");
 	exit(0);
+}
+
+/* The topic of the RAM tier's events names this node: $KV_EVENTS_POD (a
+ * pod's name, from the downward API), else the host name. */
+static const char *events_pod(char *buf, size_t len)
+{
+	const char *pod = getenv("KV_EVENTS_POD");
+
+	if (pod && *pod)
+		return pod;
+	if (gethostname(buf, len - 1) < 0)
+		return NULL;
+	buf[len - 1] = '\0';
+	return buf;
 }
 
 static int print_stats(const char *sock)
@@ -172,6 +191,7 @@ int main(int argc, char **argv)
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
 	int ready_fd = -1, opt, err;
 	sigset_t mask;
+	char pod[256];
 
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
@@ -213,7 +233,17 @@ int main(int argc, char **argv)
 			d.metrics_path = optarg;
 			break;
 		case OPT_EVENTS:
-			d.events_path = optarg;
+			/* a ZMQ scheme selects the publisher, anything else
+			 * names the NDJSON file */
+			if (kv_events_is_endpoint(optarg)) {
+				if (d.events_endpoint)
+					tool_usage_fail("--events ENDPOINT given twice");
+				d.events_endpoint = optarg;
+			} else {
+				if (d.events_path)
+					tool_usage_fail("--events PATH given twice");
+				d.events_path = optarg;
+			}
 			break;
 		case OPT_STATS:
 			stats_sock = optarg;
@@ -234,6 +264,7 @@ int main(int argc, char **argv)
 		return print_stats(stats_sock);
 
 	d.root = tool_root(root_opt);
+	d.events_endpoint = tool_events_endpoint(d.events_endpoint);
 	if (!d.socket_path || !*d.socket_path)
 		tool_usage_fail("no socket: give --socket or set KV_DAEMON");
 	if (!cpu_bytes)
@@ -286,6 +317,10 @@ int main(int argc, char **argv)
 		tool_err("cannot open '%s': %s", d.events_path, kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
+	if (d.events_endpoint) {
+		d.rootfd = tool_root_open(d.root);
+		d.publisher = tool_events_open(d.events_endpoint, events_pod(pod, sizeof(pod)));
+	}
 	err = listen_on(d.socket_path, &d.lfd);
 	if (err) {
 		tool_err("cannot listen on '%s': %s", d.socket_path,
@@ -301,6 +336,8 @@ int main(int argc, char **argv)
 	if (d.lfd >= 0)
 		unlink(d.socket_path);
 	writer_stop(&d);
+	report_ram_cleared(&d);
+	tool_events_close(d.publisher);
 	if (err) {
 		tool_err("event loop failed: %s", kv_strerror(err));
 		return EXIT_RUNTIME;

@@ -39,6 +39,14 @@ void report_event(struct offd *d, const char *event, const char *tier, uint32_t 
 	const struct slot *s = &d->slots[i];
 	json_t *o;
 
+	/* The RAM tier is the node's (KV_EVENTS_CPU, its topic naming the
+	 * node); the file tier is shared storage. */
+	if (d->publisher)
+		kv_events_publish_block(d->publisher,
+					strcmp(event, "BlockStored") ? KV_EVENT_BLOCK_REMOVED
+								     : KV_EVENT_BLOCK_STORED,
+					strcmp(tier, "cpu") ? KV_EVENTS_SHARED_STORAGE : KV_EVENTS_CPU,
+					d->rootfd, &s->ref);
 	if (!d->events)
 		return;
 	o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I}",
@@ -55,6 +63,16 @@ void report_event(struct offd *d, const char *event, const char *tier, uint32_t 
 	json_decref(o);
 	fputc('\n', d->events);
 	fflush(d->events);
+}
+
+void report_ram_cleared(struct offd *d)
+{
+	if (!d->publisher)
+		return;
+	for (uint32_t i = 0; i < d->nslots; i++)
+		if (kv_slots_indexed(d->store, i))
+			kv_events_publish_block(d->publisher, KV_EVENT_ALL_CLEARED,
+						KV_EVENTS_CPU, d->rootfd, &d->slots[i].ref);
 }
 
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns)

@@ -35,7 +35,7 @@
 
 enum {
 	OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_REPLACE, OPT_QD, OPT_DAEMON,
-	OPT_MAX_BLOCK_BYTES,
+	OPT_MAX_BLOCK_BYTES, OPT_EVENTS,
 };
 
 struct put {
@@ -45,6 +45,8 @@ struct put {
 	size_t max_block_bytes;
 	const char *max_block_from;	/* what set it, for a refusal */
 	int failed;
+	struct kv_events *events;	/* --events: BlockStored after each rename */
+	int rootfd;			/* for the events' model names */
 };
 
 /*
@@ -83,10 +85,10 @@ static void usage(void)
 {
 	printf("Usage: kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
-	       "             HASH [FILE|-]\n"
+	       "             [--events ENDPOINT] HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
-	       "             [--qd N] --batch [MANIFEST|-]\n"
+	       "             [--qd N] [--events ENDPOINT] --batch [MANIFEST|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
 	       "             [--rank N] [--group N] [--max-block-bytes SIZE] HASH [FILE|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
@@ -117,6 +119,11 @@ static void usage(void)
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
 	       "      --daemon SOCK      put the blocks into kvoffd's RAM tier at SOCK, which\n"
 	       "                         writes them behind (default $KV_DAEMON)\n"
+	       "      --events ENDPOINT  publish a BlockStored KV event for each block stored\n"
+	       "                         (not for one kept) on a ZMQ endpoint for llm-d's\n"
+	       "                         indexer: tcp://HOST:PORT (connect), tcp://*:PORT or\n"
+	       "                         ipc://PATH (bind); default $KV_EVENTS.  With\n"
+	       "                         --daemon, kvoffd --events announces instead\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
@@ -274,6 +281,16 @@ static void on_sigbus(int sig)
 	_exit(EXIT_RUNTIME);
 }
 
+/* A block that was renamed into place is news for llm-d's indexer. */
+static void announce(struct put *put, const char *relpath)
+{
+	struct kv_block_ref ref;
+
+	if (put->events && kv_layout_block_parse(relpath, &ref) == 0)
+		kv_events_publish_block(put->events, KV_EVENT_BLOCK_STORED,
+					KV_EVENTS_SHARED_STORAGE, put->rootfd, &ref);
+}
+
 /* --- batch ------------------------------------------------------------ */
 
 static void print_result(struct put *put, const char *hash, const char *relpath,
@@ -408,6 +425,8 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 	} else {
 		print_result(b->put, s->hash, s->relpath, s->line, req->done,
 			     req->existed, NULL);
+		if (!req->existed)
+			announce(b->put, s->relpath);
 	}
 	payload_release(&s->payload);
 	s->next_free = b->free;
@@ -442,10 +461,33 @@ static int run_batch(struct put *put, const char *manifest)
 
 /* --- one block -------------------------------------------------------- */
 
+struct one {
+	struct kv_tier_req req;
+	int given;
+};
+
+static int one_next(void *arg, struct kv_tier_req **req)
+{
+	struct one *o = arg;
+
+	if (o->given)
+		return 0;
+	o->given = 1;
+	*req = &o->req;
+	return 1;
+}
+
+static void one_done(void *arg, struct kv_tier_req *req)
+{
+	(void)arg;
+	(void)req;
+}
+
 static int put_one(struct put *put, const char *hash, const char *file)
 {
 	struct payload payload = { 0 };
 	char relpath[PATH_MAX];
+	struct one one = { 0 };
 	int ret;
 
 	ret = kv_layout_block_path(put->model_dir, put->rank, put->group, hash, relpath,
@@ -462,10 +504,19 @@ static int put_one(struct put *put, const char *hash, const char *file)
 	if (ret < 0) {
 		tool_err("%s", payload.why);
 		ret = EXIT_RUNTIME;
-	} else if ((ret = kv_tier_put(put->store.tier, relpath, payload.data,
-				      payload.len)) < 0) {
-		tool_store_err(&put->store, TOOL_STORE_PUT, relpath, ret);
-		ret = tool_store_exit(&put->store, ret);
+	} else {
+		/* as a batch of one, to learn whether the block was kept */
+		one.req = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = relpath,
+						.buf = (void *)payload.data, .len = payload.len };
+		ret = kv_tier_batch_stream(put->store.tier, one_next, one_done, &one);
+		if (ret == 0)
+			ret = one.req.result;
+		if (ret < 0) {
+			tool_store_err(&put->store, TOOL_STORE_PUT, relpath, ret);
+			ret = tool_store_exit(&put->store, ret);
+		} else if (!one.req.existed) {
+			announce(put, relpath);
+		}
 	}
 	payload_release(&payload);
 	return ret;
@@ -498,13 +549,14 @@ int main(int argc, char **argv)
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "max-block-bytes", required_argument, NULL, OPT_MAX_BLOCK_BYTES },
+		{ "events", required_argument, NULL, OPT_EVENTS },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
-	const char *daemon_opt = NULL, *daemon, *root;
+	const char *daemon_opt = NULL, *daemon, *root, *events_opt = NULL, *endpoint;
 	struct put put = { .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES,
 			   .max_block_from = "--max-block-bytes" };
 	uint64_t max_block;
@@ -531,6 +583,7 @@ int main(int argc, char **argv)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
 		case OPT_DAEMON: daemon_opt = optarg; break;
+		case OPT_EVENTS: events_opt = optarg; break;
 		case OPT_MAX_BLOCK_BYTES:
 			max_block = tool_parse_size("--max-block-bytes", optarg);
 			if (!max_block || max_block > MAX_MAX_BLOCK_BYTES)
@@ -555,6 +608,10 @@ int main(int argc, char **argv)
 	/* $KV_DAEMON routes every put, a batch too, as --daemon does. */
 	daemon = tool_daemon(daemon_opt);
 	root = daemon ? root_if_any(root_opt) : tool_root(root_opt);
+	/* Through the daemon, the daemon announces what it writes behind. */
+	if (daemon && events_opt)
+		tool_usage_fail("--events with --daemon: kvoffd --events announces its blocks");
+	endpoint = daemon ? NULL : tool_events_endpoint(events_opt);
 	/* --config's model dir and config.json go to the root, daemon or
 	 * not: the daemon writes blocks behind into that layout. */
 	rootfd = root ? tool_root_open(root) : -1;
@@ -568,16 +625,18 @@ int main(int argc, char **argv)
 			 model_dir, root);
 		return EXIT_RUNTIME;
 	}
-	if (rootfd >= 0)
-		close(rootfd);
-
 	tool_store_open(&put.store, daemon, root, &opts);
 	if (put.store.block_max && put.store.block_max < put.max_block_bytes) {
 		put.max_block_bytes = put.store.block_max;
 		put.max_block_from = "the daemon's --slot-bytes";
 	}
+	put.rootfd = rootfd;
+	put.events = tool_events_open(endpoint, NULL);
 	ret = batch ? run_batch(&put, argv[optind]) :
 		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
 	tool_store_close(&put.store);
+	tool_events_close(put.events);
+	if (rootfd >= 0)
+		close(rootfd);
 	return ret;
 }

@@ -80,6 +80,10 @@ struct kv_events {
 	int64_t open_ns;
 
 	pthread_mutex_t lock;		/* everything below */
+	pthread_cond_t room;		/* the sender took a message */
+	int hopeless;			/* no subscriber, and none coming */
+	int stalled;			/* a wait for room timed out; none
+					   since has been sent */
 	struct topic *topics;
 	size_t ntopics, topcap;
 	size_t npending;		/* topics with a batch */
@@ -93,7 +97,8 @@ struct kv_events {
 
 	/* thread-only */
 	long subs;			/* active subscriptions */
-	int peer_seen, refused;
+	int peers;			/* connections up */
+	int refused;			/* a connect failed before any succeeded */
 };
 
 /* ---- endpoints ---- */
@@ -284,6 +289,8 @@ static struct message *encode(struct topic *t)
 	return m;
 }
 
+static void wake(struct kv_events *ev);
+
 /* Move t's batch to the queue (lock held); 1 when the thread should wake. */
 static int enqueue(struct kv_events *ev, struct topic *t)
 {
@@ -292,6 +299,21 @@ static int enqueue(struct kv_events *ev, struct topic *t)
 
 	if (!t->nev)
 		return 0;
+	if (ev->o.backpressure && ev->qlen == ev->o.queue_max && !ev->hopeless &&
+	    !ev->stalled && !ev->stopping) {
+		/* within the linger bound: a peer that never reads is not
+		 * waited for forever */
+		int64_t until = kv_now_ns() + (int64_t)ev->o.linger_ns;
+		struct timespec ts = { until / 1000000000, until % 1000000000 };
+
+		while (ev->qlen == ev->o.queue_max && !ev->hopeless && !ev->stopping) {
+			wake(ev);
+			if (pthread_cond_timedwait(&ev->room, &ev->lock, &ts) == ETIMEDOUT) {
+				ev->stalled = 1;
+				break;
+			}
+		}
+	}
 	ev->npending--;
 	m = encode(t);
 	if (!m || ev->qlen == ev->o.queue_max) {
@@ -359,9 +381,11 @@ static void read_monitor(struct kv_events *ev)
 		if (n >= 2) {
 			memcpy(&id, buf, sizeof(id));
 			if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
-				ev->peer_seen = 1;
+				ev->peers++;
 				ev->refused = 0;
-			} else if (id == ZMQ_EVENT_CONNECT_RETRIED && !ev->peer_seen) {
+			} else if (id == ZMQ_EVENT_DISCONNECTED && ev->peers > 0) {
+				ev->peers--;
+			} else if (id == ZMQ_EVENT_CONNECT_RETRIED && !ev->peers) {
 				ev->refused = 1;
 			}
 		}
@@ -394,6 +418,8 @@ static int send_queue(struct kv_events *ev)
 		pthread_mutex_lock(&ev->lock);
 		ev->qhead = (ev->qhead + 1) % ev->o.queue_max;
 		ev->qlen--;
+		ev->stalled = 0;
+		pthread_cond_broadcast(&ev->room);
 		ev->st.messages_sent++;
 		ev->st.hashes_sent += m->nhashes;
 		pthread_mutex_unlock(&ev->lock);
@@ -401,20 +427,23 @@ static int send_queue(struct kv_events *ev)
 	}
 }
 
-/* At close: whether waiting longer could still deliver something. */
-static int worth_waiting(struct kv_events *ev, int64_t now)
+/* No subscriber, and none on the way: the peer refused us, or the join
+ * window since open passed without one. */
+static int no_subscriber_coming(struct kv_events *ev, int64_t now)
 {
 	uint64_t join = ev->o.linger_ns < JOIN_MAX_NS ? ev->o.linger_ns : JOIN_MAX_NS;
 
+	if (ev->subs > 0 || ev->peers > 0)	/* a subscription is on the way */
+		return 0;
+	return ev->refused || now >= ev->open_ns + (int64_t)join;
+}
+
+/* At close: whether waiting longer could still deliver something. */
+static int worth_waiting(struct kv_events *ev, int64_t now)
+{
 	if (now >= ev->close_ns + (int64_t)ev->o.linger_ns)
 		return 0;
-	if (ev->subs > 0)
-		return 1;
-	if (ev->peer_seen)	/* its subscription is on the way */
-		return 1;
-	if (ev->refused)
-		return 0;
-	return now < ev->open_ns + (int64_t)join;
+	return !no_subscriber_coming(ev, now);
 }
 
 static void *sender(void *arg)
@@ -440,6 +469,10 @@ static void *sender(void *arg)
 		blocked = send_queue(ev);
 
 		pthread_mutex_lock(&ev->lock);
+		if (ev->hopeless != no_subscriber_coming(ev, now)) {
+			ev->hopeless = !ev->hopeless;
+			pthread_cond_broadcast(&ev->room);
+		}
 		stopping = ev->stopping;
 		queued = ev->qlen > 0;
 		pending = ev->npending > 0;
@@ -577,10 +610,18 @@ static struct topic *topic_for(struct kv_events *ev, const char *model, const ch
 	return t;
 }
 
+/* 1 when the batch is the first pending one: the sender must start its
+ * flush_ns clock. */
 static int add_event(struct kv_events *ev, struct topic *t, enum kv_event_kind kind,
 		     const char *medium, uint64_t hash, unsigned block_size)
 {
+	int first = 0;
+
 	struct pending_event *e = t->nev ? &t->ev[t->nev - 1] : NULL;
+
+	/* one AllBlocksCleared says it all until something new is stored */
+	if (e && kind == KV_EVENT_ALL_CLEARED && e->kind == kind)
+		return 0;
 
 	if (!e || e->kind != kind || kind == KV_EVENT_ALL_CLEARED ||
 	    strcmp(e->medium, medium) || e->block_size != block_size) {
@@ -600,11 +641,11 @@ static int add_event(struct kv_events *ev, struct topic *t, enum kv_event_kind k
 		e->block_size = block_size;
 		if (t->nev == 1) {
 			t->first_ns = kv_monotonic_ns();
-			ev->npending++;
+			first = ev->npending++ == 0;
 		}
 	}
 	if (kind == KV_EVENT_ALL_CLEARED)
-		return 0;
+		return first;
 	if (e->n == e->cap) {
 		size_t cap = e->cap ? e->cap * 2 : 16;
 		uint64_t *p = realloc(e->hashes, cap * sizeof(*p));
@@ -616,7 +657,7 @@ static int add_event(struct kv_events *ev, struct topic *t, enum kv_event_kind k
 	}
 	e->hashes[e->n++] = hash;
 	t->nhashes++;
-	return 0;
+	return first;
 }
 
 static int publish_locked(struct kv_events *ev, enum kv_event_kind kind, const char *model,
@@ -628,9 +669,12 @@ static int publish_locked(struct kv_events *ev, enum kv_event_kind kind, const c
 	if (!t)
 		return -ENOMEM;
 	rc = add_event(ev, t, kind, medium, hash, block_size);
-	if (rc == 0 && (t->nhashes >= ev->o.batch_max || t->nev >= EVENTS_PER_MSG))
-		*woke = enqueue(ev, t);
-	return rc;
+	if (rc < 0)
+		return rc;
+	*woke = rc;
+	if (t->nhashes >= ev->o.batch_max || t->nev >= EVENTS_PER_MSG)
+		*woke |= enqueue(ev, t);
+	return 0;
 }
 
 int kv_events_publish(struct kv_events *ev, enum kv_event_kind kind, const char *model_name,
@@ -718,6 +762,7 @@ static void destroy(struct kv_events *ev)
 		free(ev->names[i].model_name);
 	}
 	free(ev->names);
+	pthread_cond_destroy(&ev->room);
 	pthread_mutex_destroy(&ev->lock);
 	free(ev);
 }
@@ -744,6 +789,7 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 	if (!ev)
 		return -ENOMEM;
 	pthread_mutex_init(&ev->lock, NULL);
+	pthread_cond_init(&ev->room, NULL);
 	ev->wakefd = -1;
 	if (opts)
 		ev->o = *opts;
@@ -773,7 +819,7 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 	zmq_setsockopt(ev->pub, ZMQ_LINGER, &zero, sizeof(zero));
 	if (zmq_socket_monitor(ev->pub, MONITOR_ADDR,
 			       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED |
-			       ZMQ_EVENT_CONNECT_RETRIED) < 0 ||
+			       ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) < 0 ||
 	    !(ev->mon = zmq_socket(ev->zctx, ZMQ_PAIR)) ||
 	    zmq_connect(ev->mon, MONITOR_ADDR) < 0) {
 		rc = zmq_err("cannot monitor the publisher for", endpoint);

@@ -50,6 +50,9 @@ struct kv_events_opts {
 	/* Topic middle for media other than SHARED_STORAGE (the pod or node
 	 * whose tier it is); NULL: the medium. */
 	const char *pod;
+	/* When the queue is full, wait for room while a subscriber is there
+	 * to make it (a bulk announce) instead of dropping. */
+	int backpressure;
 };
 
 struct kv_events_stats {
