@@ -74,6 +74,7 @@ struct dir_name {
 struct kv_events {
 	struct kv_events_opts o;
 	int bind;
+	char *ipc_path;			/* a socket file we bound: unlinked at close */
 	void *zctx, *pub, *mon;
 	int wakefd;
 	pthread_t thread;
@@ -745,6 +746,9 @@ static void destroy(struct kv_events *ev)
 		zmq_close(ev->pub);
 	if (ev->zctx)
 		zmq_ctx_term(ev->zctx);
+	if (ev->ipc_path)
+		unlink(ev->ipc_path);
+	free(ev->ipc_path);
 	if (ev->wakefd >= 0)
 		close(ev->wakefd);
 	for (size_t i = 0; i < ev->ntopics; i++) {
@@ -829,6 +833,8 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 		rc = zmq_err(bind ? "cannot bind" : "cannot connect to", endpoint);
 		goto fail;
 	}
+	if (bind && !strncmp(addr, "ipc://", 6) && addr[6] != '@')
+		ev->ipc_path = strdup(addr + 6);
 	ev->open_ns = kv_monotonic_ns();
 	rc = -pthread_create(&ev->thread, NULL, sender, ev);
 	if (rc < 0)
