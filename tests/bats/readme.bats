@@ -38,6 +38,7 @@ setup() {
 }
 
 teardown() {
+	[ -z "${SPID:-}" ] || kill -KILL "$SPID" 2>/dev/null || true
 	kill_daemon
 	common_teardown
 }
@@ -113,6 +114,29 @@ run_example() {
 		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
 	done < <(examples kvoffd)
 	[ "$(ls blocks | wc -l)" -ge 1 ]
+}
+
+@test "README: the KV events examples run as written, against a subscriber at the indexer's place" {
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null ||
+		skip "needs python3-zmq and python3-msgpack for /usr/bin/python3"
+	local line n=0
+	kvput --config config.json --batch < manifest.ndjson > /dev/null
+	kvput --config config.json "$HASH" block.bin
+	/usr/bin/python3 "$top/tests/fixtures/kvsub.py" --bind "ipc://$W/indexer.sock" \
+		--ready "$W/sub.ready" > "$W/sub.out" &
+	SPID=$!
+	until [ -e "$W/sub.ready" ]; do kill -0 "$SPID"; sleep 0.05; done
+	while IFS= read -r line; do
+		n=$((n + 1))
+		line=${line//tcp:\/\/kv-indexer:5557/connect:ipc:\/\/$W\/indexer.sock}
+		run_example "$line"
+		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
+	done < <(examples "KV events")
+	kill -TERM "$SPID"
+	wait "$SPID"
+	[ "$n" -eq 3 ]
+	grep -q '"type": "BlockStored"' "$W/sub.out"
+	grep -q '"type": "BlockRemoved"' "$W/sub.out" || [ "$(kvls --blocks --ndjson | wc -l)" -eq 4 ]
 }
 
 @test "README: scripts/demo.sh runs as the set-up says" {
