@@ -52,44 +52,7 @@ trap 'umount "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 make_tree() {
 	umount "$mnt" 2>/dev/null || true
 	mount -t tmpfs -o size=850m tmpfs "$mnt"
-	python3 - "$mnt" "$FILES" "$SPREAD_S" "$BUCKETS" > "$work/manifest" <<'PY'
-import os, random, sys
-root, n, spread, buckets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = random.Random(20261122)
-models = ["meta-llama_Llama-3.1-8B_0123456789ab", "Qwen_Qwen3-8B_ba9876543210"]
-for m in models:
-    os.mkdir(os.path.join(root, m))
-    with open(os.path.join(root, m, "config.json"), "w") as f:
-        f.write("{}\n")
-now = 1_790_000_000 * 10**9
-base = now - 30 * 86400 * 10**9
-step = spread * 10**9 // n
-ages = list(range(n))
-rng.shuffle(ages)
-payload = bytes(8192)
-out = []
-for i in range(n):
-    h = "%016x" % rng.getrandbits(64)
-    if buckets:
-        h = "%05x" % (rng.randrange(buckets) * ((1 << 20) // buckets)) + h[5:]
-    rank = i % 4
-    d = os.path.join(root, "%s_r%d" % (models[rank // 2], rank % 2), h[:3], h[3:5] + "_g0")
-    os.makedirs(d, exist_ok=True)
-    p = os.path.join(d, h + ".bin")
-    with open(p, "wb") as f:
-        f.write(payload)
-    t = base + ages[i] * step + rng.randrange(step)
-    os.utime(p, ns=(t, t))
-    out.append("%d %s" % (t, os.path.relpath(p, root)))
-sv = os.statvfs(root)
-total = (sv.f_blocks - sv.f_bfree + sv.f_bavail) * sv.f_frsize
-used = (sv.f_blocks - sv.f_bfree) * sv.f_frsize
-fill = int(total * 0.92) - used
-if fill > 0:
-    with open(os.path.join(root, "filler"), "wb") as f:
-        os.posix_fallocate(f.fileno(), 0, fill)
-sys.stdout.write("\n".join(out) + "\n")
-PY
+	python3 bench/evict_tree.py "$mnt" "$FILES" "$SPREAD_S" "$BUCKETS" 0.92 > "$work/manifest"
 }
 
 use_pct() { df --output=pcent "$mnt" | tail -1 | tr -dc 0-9; }
