@@ -88,9 +88,9 @@ int kv_archive_reader_open(int fd, const struct kv_archive_read_opts *opts,
  * until the next call): 1, its data next; 0 at the end.  A damaged or
  * out-of-bounds record is -KV_EPROTO or -EFBIG and the reader has moved
  * on to the next record that checks (call again); the end record's count
- * disagreeing with the entries read is -KV_EPROTO once, then 0.  A cut
- * stream (-KV_ESHORT) and a read error (-errno) are the end.  The detail
- * names the entry and its offset.
+ * disagreeing with the entries found (read or refused) is -KV_EPROTO
+ * once, then 0.  A cut stream (-KV_ESHORT) and a read error (-errno) are
+ * the end.  The detail names the entry and its offset.
  */
 int kv_archive_next(struct kv_archive_reader *r, struct kv_archive_entry *e);
 
