@@ -303,7 +303,6 @@ static void print_record_with(struct get *get, unsigned long line, const char *h
 		json_object_set_new(rec, "stored_bytes",
 				    json_integer((json_int_t)archived->stored_bytes));
 	}
-
 	if (hash)
 		json_object_set_new(rec, "hash", json_string(hash));
 	if (relpath)
@@ -330,7 +329,6 @@ static void print_record(struct get *get, unsigned long line, const char *hash,
 {
 	print_record_with(get, line, hash, relpath, hit, size, error, NULL);
 }
-
 
 /*
  * Make s a read request, or answer the line at once (miss, --exists):
