@@ -5,14 +5,14 @@
 # the same bf16-like data.
 #
 # Usage: bench/archive.sh [SCRATCH_DIR]     (default: a new dir under /tmp)
-#   N=128 BS=2M RUNS=3 LEVEL=3 BUILD=build to change the set-up.
+#   N=128 BS=2M RUNS=3 LEVEL=1 BUILD=build to change the set-up.
 #
 # What keeps it fair:
 # - The same N block files of bf16-like data (normal values: sign and
 #   exponent bytes repeat, mantissa bytes are random, every block
 #   different), in the vLLM layout, for both sides.
-# - The same zstd level (LEVEL, zstd's own default 3) and one compressing
-#   thread on both sides (zstd -T1).
+# - The same zstd level on both sides (LEVEL, default 1: kvget's default)
+#   and one compressing thread (zstd -T1).
 # - Both read a warm page cache and write to the same file system
 #   without fsync; both restore into a fresh empty root each run.  The kv
 #   side also lists the root (kvls), reads through libkv with checksums
@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 N=${N:-128}
 BS=${BS:-2M}
 RUNS=${RUNS:-3}
-LEVEL=${LEVEL:-3}
+LEVEL=${LEVEL:-1}
 BUILD=${BUILD:-build}
 BIN=$PWD/$BUILD/bin
 for p in kvls kvget kvput kvbench; do

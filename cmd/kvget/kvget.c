@@ -120,7 +120,7 @@ static void usage(void)
 	       "      --archive FILE     with --batch, write the blocks into one zstd archive\n"
 	       "                         (- for stdout, then no records), each with its\n"
 	       "                         model's config.json, for kvput --archive\n"
-	       "      --archive-level N  zstd level of the archive (default 3)\n"
+	       "      --archive-level N  zstd level of the archive (default 1)\n"
 	       "      --daemon SOCK      get the blocks through kvoffd at SOCK: its RAM tier,\n"
 	       "                         else its file tier (default $KV_DAEMON)\n"
 	       "  -h, --help             show this help and exit\n"

@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <zstd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <kv/archive.h>
 #include <kv/config.h>
 #include <kv/errors.h>
@@ -44,11 +47,59 @@
 #define ENTRY_GROUP_DIR		(1u << 1)	/* llmd-v0: bucket <hh>_g<G> */
 #define ENTRY_FLAGS_KNOWN	(ENTRY_LLMD_V0 | ENTRY_GROUP_DIR)
 #define SHUFFLE_MAX		16
-#define DEFAULT_LEVEL		3
+#define DEFAULT_LEVEL		1	/* KV data: level 1 in planes beats 3 (kvbench probe) */
 #define DEFAULT_MAX_BLOCK	(1ull << 30)
 #define READ_CHUNK_BYTES	(128u * 1024)
 
 /* --- byte planes ------------------------------------------------------ */
+
+/* bf16 and fp16, by far the common case, 32 bytes at a time: the low
+ * and high bytes of 16-bit lanes, packed apart and interleaved back.
+ * Both return how many bytes they did; the rest go the plain way. */
+#ifdef __SSE2__
+static size_t planes2_sse2(unsigned char *d, const unsigned char *s, size_t n)
+{
+	const __m128i low = _mm_set1_epi16(0x00ff);
+	size_t i;
+
+	for (i = 0; i + 16 <= n; i += 16) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(s + 2 * i));
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 2 * i + 16));
+
+		_mm_storeu_si128((__m128i *)(d + i),
+				 _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low)));
+		_mm_storeu_si128((__m128i *)(d + n + i),
+				 _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+	}
+	return i;
+}
+
+static size_t unplanes2_sse2(unsigned char *d, const unsigned char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i + 16 <= n; i += 16) {
+		__m128i lo = _mm_loadu_si128((const __m128i *)(s + i));
+		__m128i hi = _mm_loadu_si128((const __m128i *)(s + n + i));
+
+		_mm_storeu_si128((__m128i *)(d + 2 * i), _mm_unpacklo_epi8(lo, hi));
+		_mm_storeu_si128((__m128i *)(d + 2 * i + 16), _mm_unpackhi_epi8(lo, hi));
+	}
+	return i;
+}
+#else
+static size_t planes2_sse2(unsigned char *d, const unsigned char *s, size_t n)
+{
+	(void)d, (void)s, (void)n;
+	return 0;
+}
+
+static size_t unplanes2_sse2(unsigned char *d, const unsigned char *s, size_t n)
+{
+	(void)d, (void)s, (void)n;
+	return 0;
+}
+#endif
 
 void kv_archive_shuffle(void *dst, const void *src, size_t len, unsigned width)
 {
@@ -57,7 +108,7 @@ void kv_archive_shuffle(void *dst, const void *src, size_t len, unsigned width)
 	size_t n = width > 1 ? len / width : 0;
 
 	if (width == 2) {
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = planes2_sse2(d, s, n); i < n; i++) {
 			d[i] = s[2 * i];
 			d[n + i] = s[2 * i + 1];
 		}
@@ -76,7 +127,7 @@ void kv_archive_unshuffle(void *dst, const void *src, size_t len, unsigned width
 	size_t n = width > 1 ? len / width : 0;
 
 	if (width == 2) {
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = unplanes2_sse2(d, s, n); i < n; i++) {
 			d[2 * i] = s[i];
 			d[2 * i + 1] = s[n + i];
 		}
