@@ -13,6 +13,8 @@ setup() {
 	ROOT2=$BATS_TEST_TMPDIR/root2
 	mkdir -p "$ROOT2"
 	A=$BATS_TEST_TMPDIR/hot.kva
+	# Scratch files of a test stay in its own dir, never in the tree.
+	cd "$BATS_TEST_TMPDIR"
 }
 
 # upstream_tree: $KV_ROOT as every upstream writer fills it; $MANIFEST.
