@@ -14,13 +14,17 @@
 #include "../tool.h"
 #include "dma.h"
 #include "kvbench.h"
+#include "probe.h"
 #include "verdict.h"
 
 #define MAX_FILES	(4 << 20)
 
-enum cmd { CMD_RUN = 1, CMD_GEOMETRY = 2, CMD_VERDICT = 4 };
+#define DEFAULT_PROBE_SAMPLES	8
+#define DEFAULT_PROBE_LEVELS	"1,3,9"
+
+enum cmd { CMD_RUN = 1, CMD_GEOMETRY = 2, CMD_VERDICT = 4, CMD_PROBE = 8 };
 static const char *const cmd_names[] = { [CMD_RUN] = "run", [CMD_GEOMETRY] = "geometry",
-					 [CMD_VERDICT] = "verdict" };
+					 [CMD_VERDICT] = "verdict", [CMD_PROBE] = "probe" };
 
 enum {
 	OPT_HF = 256, OPT_TP, OPT_TPF, OPT_GBT, OPT_DTYPE, OPT_BLOCK, OPT_DIR,
@@ -28,7 +32,7 @@ enum {
 	OPT_DIRECT, OPT_BUFFERED, OPT_ATOMIC, OPT_INPLACE, OPT_FSYNC, OPT_MIX,
 	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
-	OPT_READBW, OPT_LATENCY, OPT_FROMRUN,
+	OPT_READBW, OPT_LATENCY, OPT_FROMRUN, OPT_ROOT, OPT_SAMPLES, OPT_LEVELS,
 };
 
 static const struct option longopts[] = {
@@ -66,6 +70,9 @@ static const struct option longopts[] = {
 	{ "read-bandwidth", required_argument, NULL, OPT_READBW },
 	{ "latency", required_argument, NULL, OPT_LATENCY },
 	{ "from-run", required_argument, NULL, OPT_FROMRUN },
+	{ "root", required_argument, NULL, OPT_ROOT },
+	{ "samples", required_argument, NULL, OPT_SAMPLES },
+	{ "levels", required_argument, NULL, OPT_LEVELS },
 	{ "json", no_argument, NULL, 'J' },
 	{ "ndjson", no_argument, NULL, OPT_NDJSON },
 	{ "help", no_argument, NULL, 'h' },
@@ -77,13 +84,20 @@ static const struct option longopts[] = {
 static unsigned applies(int opt)
 {
 	switch (opt) {
-	case OPT_HF: case OPT_TP: case OPT_TPF: case OPT_GBT: case OPT_DTYPE:
-	case OPT_BLOCK: case 'J':
+	case OPT_DTYPE: case OPT_BLOCK: case 'J':
+		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT | CMD_PROBE;
+	case OPT_HF: case OPT_TP: case OPT_TPF: case OPT_GBT:
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT;
 	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU:
 		return CMD_RUN | CMD_VERDICT;
-	case OPT_READBW: case OPT_LATENCY: case OPT_FROMRUN:
+	case OPT_READBW: case OPT_FROMRUN:
+		return CMD_VERDICT | CMD_PROBE;
+	case OPT_LATENCY:
 		return CMD_VERDICT;
+	case OPT_ROOT: case OPT_SAMPLES: case OPT_LEVELS:
+		return CMD_PROBE;
+	case OPT_SEED:
+		return CMD_RUN | CMD_PROBE;
 	default:
 		return CMD_RUN;
 	}
@@ -94,11 +108,13 @@ static void usage(void)
 	printf("Usage: kvbench [run] --dir DIR [OPTIONS]\n"
 	       "       kvbench geometry (--hf-config FILE | --block-size SIZE) [OPTIONS]\n"
 	       "       kvbench verdict [OPTIONS]\n"
+	       "       kvbench probe (--root DIR | FILE...) [OPTIONS]\n"
 	       "       kvbench dma [OPTIONS]\n"
 	       "\n"
 	       "Qualify storage for KV-cache offload: block files in the vLLM/llm-d\n"
 	       "layout, sized from a model, timed per phase; and whether loading a\n"
-	       "prefix beats recomputing it.  'kvbench dma --help' covers dma.\n"
+	       "prefix beats recomputing it; whether compressing blocks would pay.\n"
+	       "'kvbench dma --help' covers dma.\n"
 	       "\n"
 	       "Geometry (run, geometry, verdict):\n"
 	       "      --hf-config FILE      Hugging Face config.json of the model\n"
@@ -139,6 +155,12 @@ static void usage(void)
 	       "      --read-bandwidth SIZE storage read bytes/s per GPU, e.g. 2G\n"
 	       "      --latency DUR         fixed cost per request (default 0)\n"
 	       "      --from-run FILE       take bandwidth, latency, geometry from a -J run\n"
+	       "Probe (zstd ratios and speeds of real blocks, with and without byte\n"
+	       "planes; with --read-bandwidth or --from-run, whether it pays):\n"
+	       "      --root DIR            sample blocks of a cache root (else FILEs of\n"
+	       "                            raw blocks of --dtype, cut at --block-size)\n"
+	       "      --samples N           blocks per dtype from a root (default %d)\n"
+	       "      --levels LIST         zstd levels, e.g. 1,3,9 (default %s)\n"
 	       "Dma (details in 'kvbench dma --help'):\n"
 	       "  -d, --device N            CUDA device index (default 0)\n"
 	       "  -l, --layers N            layers of the per-layer fragment layout\n"
@@ -154,7 +176,7 @@ static void usage(void)
 	       "\n"
 	       "Exit status: 0 ok, 1 dma without a GPU, 2 usage or unusable\n"
 	       "options, 3 runtime failure (including an unreadable or invalid\n"
-	       "--hf-config).\n");
+	       "--hf-config).\n", DEFAULT_PROBE_SAMPLES, DEFAULT_PROBE_LEVELS);
 	exit(0);
 }
 
@@ -212,6 +234,26 @@ static unsigned parse_phases(const char *text)
 	if (!mask)
 		tool_usage_fail("invalid --phases value '%s'", text);
 	return mask;
+}
+
+/* --levels: zstd levels, comma-separated, each 1..22 (or negative,
+ * zstd's fast levels). */
+static void parse_levels(const char *text, struct probe_opts *po)
+{
+	char buf[256], *tok, *save, *end;
+
+	snprintf(buf, sizeof(buf), "%s", text);
+	po->nlevels = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		long l = strtol(tok, &end, 10);
+
+		if (*end || end == tok || l < -7 || l > 22 || !l || po->nlevels == PROBE_MAX_LEVELS)
+			tool_usage_fail("invalid --levels value '%s' (up to %d zstd levels, -7..22, "
+					"not 0)", text, PROBE_MAX_LEVELS);
+		po->levels[po->nlevels++] = (int)l;
+	}
+	if (!po->nlevels)
+		tool_usage_fail("invalid --levels value '%s'", text);
 }
 
 struct geo_args {
@@ -326,6 +368,9 @@ int main(int argc, char **argv)
 	struct geo_args ga = { 0 };
 	struct bench b = { 0 };
 	struct verdict v = { 0 };
+	struct probe_opts po = { .samples = DEFAULT_PROBE_SAMPLES, .block_bytes = 2ull << 20,
+				 .seed = 1 };
+	const char *levels = DEFAULT_PROBE_LEVELS;
 	enum cmd cmd = CMD_RUN;
 	const char *from = NULL;
 	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
@@ -335,11 +380,12 @@ int main(int argc, char **argv)
 	if (argc > 1 && argv[1][0] != '-') {
 		if (!strcmp(argv[1], "dma"))
 			return kvbench_dma_main(argc - 1, argv + 1);
-		for (c = CMD_RUN; c <= CMD_VERDICT; c <<= 1)
+		for (c = CMD_RUN; c <= CMD_PROBE; c <<= 1)
 			if (!strcmp(argv[1], cmd_names[c]))
 				break;
-		if (c > CMD_VERDICT)
-			tool_usage_fail("unknown command '%s' (run, geometry, verdict, dma)", argv[1]);
+		if (c > CMD_PROBE)
+			tool_usage_fail("unknown command '%s' (run, geometry, verdict, probe, dma)",
+					argv[1]);
 		cmd = (enum cmd)c;
 		argv[1] = argv[0];
 		argc--;
@@ -439,7 +485,33 @@ int main(int argc, char **argv)
 			have_lat = 1;
 			break;
 		case OPT_FROMRUN: from = optarg; break;
+		case OPT_ROOT: po.root = optarg; break;
+		case OPT_SAMPLES: po.samples = parse_count("--samples", optarg, 1 << 16); break;
+		case OPT_LEVELS: levels = optarg; break;
 		}
+	}
+	if (cmd == CMD_PROBE) {
+		parse_levels(levels, &po);
+		po.seed = b.o.seed;
+		po.dtype = ga.dtype;
+		po.block_bytes = ga.block ? ga.block : po.block_bytes;
+		po.json = b.o.json;
+		po.files = argv + optind;
+		po.nfiles = argc - optind;
+		if (!po.root == !po.nfiles)
+			tool_usage_fail("probe samples --root DIR or FILEs of blocks, one of the two");
+		if (po.root && (ga.dtype || ga.block))
+			tool_usage_fail("--dtype and --block-size describe FILEs; a root's blocks "
+					"have their model's dtype");
+		if (have_bw) {
+			po.link_Bps = v.read_Bps;
+			po.link_from = "--read-bandwidth";
+		} else if (from) {
+			from_run(from, &v, 0, 1, 1, 256);
+			po.link_Bps = v.read_Bps;
+			po.link_from = from;
+		}
+		return probe_main(&po);
 	}
 	if (optind < argc)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);

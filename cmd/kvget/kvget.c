@@ -26,7 +26,28 @@
 #define GET_TRIES	3	/* reads of a block that turned out bigger */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
-       OPT_BUFFERED, OPT_QD, OPT_DAEMON };
+       OPT_BUFFERED, OPT_QD, OPT_DAEMON, OPT_ARCHIVE, OPT_ARCHIVE_LEVEL };
+
+/* A model dir's config.json as read once for the archive, or why not. */
+struct config_text {
+	struct config_text *next;
+	char model_dir[KV_NAME_MAX + 1];
+	char *text;
+	size_t len;
+	int err;
+};
+
+/* --archive: the blocks of a batch go into one archive, FILE or stdout. */
+struct archive {
+	const char *path;		/* NULL: none; "-": stdout */
+	char tmp[PATH_MAX];		/* FILE is written here, renamed at the end */
+	int fd;
+	int rootfd;			/* for the models' config.json */
+	int level;
+	int err;			/* a failed write: the batch stops */
+	struct kv_archive_writer *w;
+	struct config_text *configs;
+};
 
 struct get {
 	char model_dir[KV_NAME_MAX + 1];	/* "" when none was given */
@@ -35,6 +56,7 @@ struct get {
 	int exists;
 	const char *out;
 	struct tool_store store;
+	struct archive archive;
 	int misses, errors;
 };
 
@@ -51,6 +73,7 @@ struct slot {
 
 struct batch {
 	struct get *get;
+	struct kv_archive_entry archived;	/* the last block archived */
 	struct tool_lines in;
 	struct slot *free;
 	struct slot *retry;	/* blocks to read again, with a bigger buffer */
@@ -66,6 +89,9 @@ static void usage(void)
 	       "       kvget [--root DIR] [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
 	       "             [--blocks N --block-bytes SIZE] [--no-touch] [--buffered] [--exists]\n"
 	       "             [--qd N] [-o DIR] --batch\n"
+	       "       kvget [--root DIR] [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
+	       "             [--no-touch] [--buffered] [--qd N] [--archive-level N]\n"
+	       "             --batch --archive FILE|-\n"
 	       "       kvget --daemon SOCK (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--blocks N --block-bytes SIZE] [--exists] [-o FILE] HASH\n"
 	       "       kvget --daemon SOCK [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
@@ -91,6 +117,10 @@ static void usage(void)
 	       "                         --batch, a directory that gets <hash>.bin files\n"
 	       "  -b, --batch            read many blocks named on stdin\n"
 	       "      --qd N             reads in flight in a batch (default %d)\n"
+	       "      --archive FILE     with --batch, write the blocks into one zstd archive\n"
+	       "                         (- for stdout, then no records), each with its\n"
+	       "                         model's config.json, for kvput --archive\n"
+	       "      --archive-level N  zstd level of the archive (default 1)\n"
 	       "      --daemon SOCK      get the blocks through kvoffd at SOCK: its RAM tier,\n"
 	       "                         else its file tier (default $KV_DAEMON)\n"
 	       "  -h, --help             show this help and exit\n"
@@ -260,12 +290,19 @@ static int get_one(struct get *get, const char *relpath)
 
 /* --- batch ------------------------------------------------------------ */
 
-/* hit: 1, miss: 0, error: -1 (error gives the message). */
-static void print_record(struct get *get, unsigned long line, const char *hash,
-			 const char *relpath, int hit, uint64_t size, const char *error)
+/* hit: 1, miss: 0, error: -1 (error gives the message).  With the
+ * archive on stdout there are no records; a miss is said on stderr. */
+static void print_record_with(struct get *get, unsigned long line, const char *hash,
+			      const char *relpath, int hit, uint64_t size, const char *error,
+			      const struct kv_archive_entry *archived)
 {
 	json_t *rec = json_pack("{s:I, s:b}", "line", (json_int_t)line, "hit", hit > 0);
 
+	if (archived) {
+		json_object_set_new(rec, "shuffle_bytes", json_integer(archived->shuffle_bytes));
+		json_object_set_new(rec, "stored_bytes",
+				    json_integer((json_int_t)archived->stored_bytes));
+	}
 	if (hash)
 		json_object_set_new(rec, "hash", json_string(hash));
 	if (relpath)
@@ -274,13 +311,24 @@ static void print_record(struct get *get, unsigned long line, const char *hash,
 		json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
 	if (error)
 		json_object_set_new(rec, "error", json_string(error));
-	tool_json_print(rec);
+	if (get->archive.path && !strcmp(get->archive.path, "-")) {
+		json_decref(rec);
+		if (hit == 0)
+			tool_store_err(&get->store, TOOL_STORE_MISS, relpath, -ENOENT);
+	} else {
+		tool_json_print(rec);
+	}
 	if (hit == 0)
 		get->misses++;
 	if (hit < 0)
 		get->errors++;
 }
 
+static void print_record(struct get *get, unsigned long line, const char *hash,
+			 const char *relpath, int hit, uint64_t size, const char *error)
+{
+	print_record_with(get, line, hash, relpath, hit, size, error, NULL);
+}
 
 /*
  * Make s a read request, or answer the line at once (miss, --exists):
@@ -360,6 +408,8 @@ static int batch_next(void *arg, struct kv_tier_req **req)
 	struct slot *s;
 	int ret;
 
+	if (b->get->archive.err)
+		return b->get->archive.err;
 	while ((s = b->retry)) {
 		b->retry = s->next_free;
 		if (prepare(b, s)) {
@@ -387,6 +437,136 @@ static int batch_next(void *arg, struct kv_tier_req **req)
 	s->next_free = b->free;
 	b->free = s;
 	return ret;
+}
+
+/* --- archive ---------------------------------------------------------- */
+
+/* The archive's fd: stdout, or a temp beside FILE.  0, or -1 said. */
+static int archive_open(struct get *get)
+{
+	struct archive *a = &get->archive;
+	struct kv_archive_write_opts o = { .level = a->level };
+	mode_t mask;
+	int ret;
+
+	a->fd = STDOUT_FILENO;
+	if (strcmp(a->path, "-")) {
+		if (snprintf(a->tmp, sizeof(a->tmp), "%s.XXXXXX", a->path) >= (int)sizeof(a->tmp)) {
+			tool_err("cannot write '%s': %s", a->path, strerror(ENAMETOOLONG));
+			return -1;
+		}
+		a->fd = mkostemp(a->tmp, O_CLOEXEC);
+		if (a->fd < 0) {
+			tool_err("cannot write '%s': %s", a->path, strerror(errno));
+			a->tmp[0] = '\0';
+			return -1;
+		}
+		/* mkostemp makes it 0600; the archive gets what a new file would. */
+		mask = umask(0);
+		umask(mask);
+		fchmod(a->fd, 0666 & ~mask);
+	}
+	ret = kv_archive_writer_open(a->fd, &o, &a->w);
+	if (ret < 0) {
+		tool_err("cannot write the archive: %s", *kv_error_detail() ?
+			 kv_error_detail() : kv_strerror(ret));
+		return -1;
+	}
+	return 0;
+}
+
+/* model_dir's config.json, read once; NULL with *err when it cannot be. */
+static const struct config_text *archive_config(struct archive *a, const char *model_dir,
+						int *err)
+{
+	struct config_text *c;
+
+	for (c = a->configs; c; c = c->next)
+		if (!strcmp(c->model_dir, model_dir))
+			break;
+	if (!c) {
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			*err = -ENOMEM;
+			return NULL;
+		}
+		strcpy(c->model_dir, model_dir);
+		c->err = kv_config_read(a->rootfd, model_dir, &c->text, &c->len);
+		c->next = a->configs;
+		a->configs = c;
+	}
+	*err = c->err;
+	return c->err ? NULL : c;
+}
+
+/* A hit's data into the archive; a failure is said and recorded, and
+ * one of the archive's own writes stops the batch. */
+static int archive_hit(struct get *get, const struct slot *s, const void *buf, size_t len,
+		       struct kv_archive_entry *e)
+{
+	struct archive *a = &get->archive;
+	const struct config_text *c = NULL;
+	char why[2 * PATH_MAX];
+	int ret = 0;
+
+	memset(e, 0, sizeof(*e));
+	if (kv_layout_block_parse(s->relpath, &e->ref) < 0)
+		ret = -KV_EBADPATH;
+	if (ret == 0 && e->ref.layout == KV_LAYOUT_V1 &&
+	    !(c = archive_config(a, e->ref.model_dir, &ret)))
+		snprintf(why, sizeof(why), "cannot archive '%s/%s': its model dir's config.json: %s",
+			 get->store.root, s->relpath, kv_strerror(ret));
+	if (ret == 0) {
+		e->config = c ? c->text : NULL;
+		e->config_len = c ? c->len : 0;
+		ret = kv_archive_write(a->w, e, buf, len);
+		if (ret < 0)
+			snprintf(why, sizeof(why), "cannot archive '%s/%s': %s", get->store.root,
+				 s->relpath, *kv_error_detail() ? kv_error_detail() :
+				 kv_strerror(ret));
+		/* Only the write to the archive itself fails with an errno. */
+		if (ret < 0 && ret > -KV_EBADHASH && ret != -ENOMEM)
+			a->err = ret;
+	}
+	if (ret < 0) {
+		tool_err("%s", why);
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, why);
+	}
+	return ret;
+}
+
+/* End the archive: complete and in place, or (failed) nothing left. */
+static int archive_close(struct get *get, int ok)
+{
+	struct archive *a = &get->archive;
+	int ret = 0;
+
+	if (ok && a->w && (ret = kv_archive_writer_finish(a->w)) < 0)
+		tool_err("cannot write the archive: %s", kv_strerror(ret));
+	kv_archive_writer_close(a->w);
+	a->w = NULL;
+	if (a->tmp[0]) {
+		if (close(a->fd) < 0 && ok && ret == 0) {
+			ret = -errno;
+			tool_err("cannot write '%s': %s", a->path, strerror(errno));
+		}
+		if (ok && ret == 0 && rename(a->tmp, a->path) < 0) {
+			ret = -errno;
+			tool_err("cannot write '%s': %s", a->path, strerror(errno));
+		}
+		if (!ok || ret < 0)
+			unlink(a->tmp);
+	}
+	while (a->configs) {
+		struct config_text *c = a->configs;
+
+		a->configs = c->next;
+		free(c->text);
+		free(c);
+	}
+	if (a->rootfd >= 0)
+		close(a->rootfd);
+	return ok && ret == 0 ? 0 : -1;
 }
 
 /* A hit's data to <-o DIR>/<hash>.bin; a failure is said and recorded. */
@@ -424,6 +604,11 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 			     req->done == SIZE_MAX ? KV_TIER_SIZE_UNKNOWN : req->done, NULL);
 	} else if (ret == 0 && get->out) {
 		ret = write_hit(get, s, s->buf, req->done);
+	} else if (ret == 0 && get->archive.path) {
+		ret = archive_hit(get, s, s->buf, req->done, &b->archived);
+		if (ret >= 0)
+			print_record_with(get, s->line, s->hash, s->relpath, 1, req->done, NULL,
+					  &b->archived);
 	} else if (is_miss(ret)) {
 		print_record(get, s->line, s->hash, s->relpath, 0, 0, NULL);
 	} else if (ret < 0) {
@@ -434,7 +619,8 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 	if (ret == 0 && req->op != KV_TIER_OP_HAS) {
 		if (req->done > b->size_hint)
 			b->size_hint = req->done;
-		print_record(get, s->line, s->hash, s->relpath, 1, req->done, NULL);
+		if (!get->archive.path)
+			print_record(get, s->line, s->hash, s->relpath, 1, req->done, NULL);
 	}
 	s->next_free = b->free;
 	b->free = s;
@@ -470,10 +656,20 @@ static int run_batch(struct get *get)
 
 	if (check_out_dir(get) < 0 || tool_lines_open(&b.in, NULL) < 0)
 		return EXIT_RUNTIME;
+	if (get->archive.path && archive_open(get) < 0) {
+		archive_close(get, 0);
+		tool_lines_close(&b.in);
+		return EXIT_RUNTIME;
+	}
 	ret = kv_tier_batch_stream(get->store.tier, batch_next, batch_done, &b);
+	if (get->archive.err)
+		tool_err("cannot write the archive: %s", kv_strerror(get->archive.err));
+	if (get->archive.path && archive_close(get, ret >= 0 && !get->archive.err) < 0 &&
+	    ret >= 0)
+		ret = -EIO;
 	if (tool_store_lost(&get->store, ret))
 		tool_err("batch stopped at %s:%lu: lost the daemon", b.in.name, b.in.line);
-	else if (ret < 0 && ret != -EIO)
+	else if (ret < 0 && ret != -EIO && !get->archive.err)
 		tool_err("batch stopped: %s", kv_strerror(ret));
 	while ((s = b.free)) {
 		b.free = s->next_free;
@@ -507,6 +703,8 @@ int main(int argc, char **argv)
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
+		{ "archive", required_argument, NULL, OPT_ARCHIVE },
+		{ "archive-level", required_argument, NULL, OPT_ARCHIVE_LEVEL },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -515,7 +713,8 @@ int main(int argc, char **argv)
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	const char *daemon_opt = NULL, *daemon;
 	uint64_t blocks = 0, block_bytes = 0;
-	struct get get = { 0 };
+	struct get get = { .archive = { .rootfd = -1, .fd = -1 } };
+	int archive_level = 0;
 	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
 	int c, batch = 0, ret;
 
@@ -541,6 +740,12 @@ int main(int argc, char **argv)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
 		case OPT_DAEMON: daemon_opt = optarg; break;
+		case OPT_ARCHIVE: get.archive.path = optarg; break;
+		case OPT_ARCHIVE_LEVEL:
+			archive_level = (int)tool_parse_uint("--archive-level", optarg, 22);
+			if (!archive_level)
+				tool_usage_fail("invalid --archive-level value '0' (1..22)");
+			break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -559,6 +764,14 @@ int main(int argc, char **argv)
 	get.tail_bytes = blocks * block_bytes;
 	if (get.exists && (get.tail_bytes || (get.out && !batch)))
 		tool_usage_fail("--exists reads no data: drop --blocks and -o");
+	if (get.archive.path && (!batch || get.exists || get.tail_bytes || get.out))
+		tool_usage_fail("--archive goes with --batch, and not with --exists, --blocks or -o");
+	if (archive_level && !get.archive.path)
+		tool_usage_fail("--archive-level needs --archive");
+	get.archive.level = archive_level;
+	if (get.archive.path && !strcmp(get.archive.path, "-") && isatty(STDOUT_FILENO))
+		tool_usage_fail("refusing to write an archive to a terminal; use --archive FILE "
+				"or a redirection");
 	if (batch ? optind != argc : optind + 1 != argc)
 		tool_usage_fail(batch ? "--batch reads its blocks from stdin, not arguments" :
 				"give one HASH");
@@ -573,7 +786,11 @@ int main(int argc, char **argv)
 	}
 	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
 	daemon = tool_daemon(daemon_opt);
+	if (get.archive.path && daemon)
+		tool_usage_fail("--archive reads the file tier: drop --daemon (and $KV_DAEMON)");
 	tool_store_open(&get.store, daemon, daemon ? NULL : tool_root(root_opt), &opts);
+	if (get.archive.path)
+		get.archive.rootfd = tool_root_open(get.store.root);
 	ret = batch ? run_batch(&get) : get_one(&get, relpath);
 	tool_store_close(&get.store);
 	return ret;

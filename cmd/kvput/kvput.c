@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "../tool.h"
+#include "kvput.h"
 #include "manifest.h"
 
 #define READ_CHUNK_BYTES	(1u << 20)
@@ -35,18 +36,7 @@
 
 enum {
 	OPT_RANK = 256, OPT_GROUP, OPT_FSYNC, OPT_BUFFERED, OPT_REPLACE, OPT_QD, OPT_DAEMON,
-	OPT_MAX_BLOCK_BYTES, OPT_EVENTS,
-};
-
-struct put {
-	char model_dir[KV_NAME_MAX + 1];
-	unsigned rank, group;
-	struct tool_store store;
-	size_t max_block_bytes;
-	const char *max_block_from;	/* what set it, for a refusal */
-	int failed;
-	struct kv_events *events;	/* --events: BlockStored after each rename */
-	int rootfd;			/* for the events' model names */
+	OPT_MAX_BLOCK_BYTES, OPT_EVENTS, OPT_ARCHIVE,
 };
 
 /*
@@ -93,6 +83,9 @@ static void usage(void)
 	       "             [--rank N] [--group N] [--max-block-bytes SIZE] HASH [FILE|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
 	       "             [--rank N] [--group N] [--max-block-bytes SIZE] --batch [MANIFEST|-]\n"
+	       "       kvput [--root DIR] [--fsync] [--buffered] [--replace]\n"
+	       "             [--max-block-bytes SIZE] [--qd N]\n"
+	       "             [--events ENDPOINT] --archive FILE|-\n"
 	       "       kvput -h | -V\n"
 	       "\n"
 	       "Store a KV-cache block (FILE, or stdin) under HASH, atomically, at the\n"
@@ -101,6 +94,9 @@ static void usage(void)
 	       "batch result), unless --replace.  With --batch, read NDJSON lines\n"
 	       "{\"hash\":H,\"file\":F} or {\"hash\":H,\"data_b64\":B} (optional \"rank\",\n"
 	       "\"group\") from MANIFEST or stdin and print one NDJSON result per line.\n"
+	       "With --archive, restore the blocks of a kvget --archive stream, each\n"
+	       "checked, with their model dirs and config.json, and print one result\n"
+	       "per entry.\n"
 	       "\n"
 	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
 	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
@@ -116,6 +112,8 @@ static void usage(void)
 	       "                         refuse a block larger than SIZE (default 1G; with\n"
 	       "                         --daemon, at most the daemon's slot size)\n"
 	       "  -b, --batch            read a manifest of blocks\n"
+	       "      --archive FILE     restore the blocks of an archive (- for stdin); a\n"
+	       "                         damaged entry is refused, the rest restored\n"
 	       "      --qd N             blocks in flight in a batch (default %d)\n"
 	       "      --daemon SOCK      put the blocks into kvoffd's RAM tier at SOCK, which\n"
 	       "                         writes them behind (default $KV_DAEMON)\n"
@@ -281,8 +279,7 @@ static void on_sigbus(int sig)
 	_exit(EXIT_RUNTIME);
 }
 
-/* A block that was renamed into place is news for llm-d's indexer. */
-static void announce(struct put *put, const char *relpath)
+void announce(struct put *put, const char *relpath)
 {
 	struct kv_block_ref ref;
 
@@ -293,10 +290,10 @@ static void announce(struct put *put, const char *relpath)
 
 /* --- batch ------------------------------------------------------------ */
 
-static void print_result(struct put *put, const char *hash, const char *relpath,
-			 unsigned long line, size_t size, int existed, const char *error)
+void print_result(struct put *put, const char *hash, const char *relpath,
+		  unsigned long line, size_t size, int existed, const char *error)
 {
-	json_t *rec = json_pack("{s:I, s:s}", "line", (json_int_t)line,
+	json_t *rec = json_pack("{s:I, s:s}", put->seq_key, (json_int_t)line,
 				"status", error ? "error" : "ok");
 
 	/* As upstream's writers: a block already there is kept, a hit. */
@@ -550,6 +547,7 @@ int main(int argc, char **argv)
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "max-block-bytes", required_argument, NULL, OPT_MAX_BLOCK_BYTES },
 		{ "events", required_argument, NULL, OPT_EVENTS },
+		{ "archive", required_argument, NULL, OPT_ARCHIVE },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -558,7 +556,8 @@ int main(int argc, char **argv)
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	const char *daemon_opt = NULL, *daemon, *root, *events_opt = NULL, *endpoint;
 	struct put put = { .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES,
-			   .max_block_from = "--max-block-bytes" };
+			   .max_block_from = "--max-block-bytes", .seq_key = "line" };
+	const char *archive = NULL;
 	uint64_t max_block;
 	char hash[KV_HASH_MAX_LEN + 1];
 	int c, batch = 0, rootfd, ret;
@@ -591,12 +590,35 @@ int main(int argc, char **argv)
 						optarg);
 			put.max_block_bytes = max_block;
 			break;
+		case OPT_ARCHIVE: archive = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
 			tool_usage_fail("invalid option or missing argument: '%s'",
 					argv[optind - 1]);
 		}
+	}
+	if (archive) {
+		/* Each entry names its own model dir, rank and group. */
+		if (model_dir || config || put.rank || put.group || batch || optind != argc)
+			tool_usage_fail("--archive takes no --model-dir, --config, --rank, --group, "
+					"--batch or HASH: each entry names its block");
+		if (tool_daemon(daemon_opt))
+			tool_usage_fail("--archive restores into the file tier: drop --daemon "
+					"(and $KV_DAEMON)");
+		if (!strcmp(archive, "-") && isatty(STDIN_FILENO))
+			tool_usage_fail("refusing to read an archive from a terminal");
+		root = tool_root(root_opt);
+		endpoint = tool_events_endpoint(events_opt);
+		if (endpoint) {
+			put.rootfd = tool_root_open(root);
+			put.events = tool_events_open(endpoint, NULL);
+		}
+		ret = restore_archive(&put, root, archive, &opts);
+		tool_events_close(put.events);
+		if (put.events)
+			close(put.rootfd);
+		return ret;
 	}
 	if (!model_dir == !config)
 		tool_usage_fail("give one of --model-dir and --config");

@@ -24,6 +24,7 @@
 #include <kv/errors.h>
 #include <kv/layout.h>
 #include "util/error.h"
+#include "beneath.h"
 
 #define CONFIG_MAX_BYTES	(1 << 20)	/* far above any real config */
 
@@ -542,13 +543,57 @@ int kv_config_parse(const char *text, size_t len, struct kv_config **out)
 	return 0;
 }
 
+/* The text of the open fd, to EOF rather than st_size so a pipe works
+ * too, at most CONFIG_MAX_BYTES: 0 and a malloc'd *out, or -errno. */
+static int read_text(int fd, char **out, size_t *outlen)
+{
+	size_t len = 0, cap = 4096;
+	char *text = malloc(cap);
+
+	if (!text)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t r;
+
+		if (len == cap) {
+			char *p;
+
+			if (cap >= CONFIG_MAX_BYTES) {
+				free(text);
+				return kvi_fail(-KV_EBADCONFIG, "larger than %d bytes",
+						CONFIG_MAX_BYTES);
+			}
+			p = realloc(text, cap * 2);
+			if (!p) {
+				free(text);
+				return -ENOMEM;
+			}
+			text = p;
+			cap *= 2;
+		}
+		r = read(fd, text + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			free(text);
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	*out = text;
+	*outlen = len;
+	return 0;
+}
+
 /* Load with extra open flags.  A FIFO is opened without blocking (no
  * writer: it reads as empty), so a hostile tree cannot hang a reader. */
 static int load_at(int dirfd, const char *path, int oflags,
 		   struct kv_config **out)
 {
-	size_t len = 0, cap = 4096;
 	struct stat st;
+	size_t len;
 	char *text;
 	int fd, ret;
 
@@ -566,45 +611,35 @@ static int load_at(int dirfd, const char *path, int oflags,
 		close(fd);
 		return kvi_fail(-KV_EBADCONFIG, "not a regular file");
 	}
-	text = malloc(cap);
-	if (!text) {
-		close(fd);
-		return -ENOMEM;
-	}
-	/* Read to EOF rather than trusting st_size, so a pipe works too. */
-	for (;;) {
-		ssize_t r;
-
-		if (len == cap) {
-			char *p;
-
-			if (cap >= CONFIG_MAX_BYTES) {
-				ret = kvi_fail(-KV_EBADCONFIG, "larger than %d bytes",
-					   CONFIG_MAX_BYTES);
-				goto out;
-			}
-			p = realloc(text, cap * 2);
-			if (!p) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			text = p;
-			cap *= 2;
-		}
-		r = read(fd, text + len, cap - len);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			ret = -errno;
-			goto out;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
+	ret = read_text(fd, &text, &len);
+	close(fd);
+	if (ret < 0)
+		return ret;
 	ret = kv_config_parse(text, len, out);
-out:
 	free(text);
+	return ret;
+}
+
+int kv_config_read(int rootfd, const char *model_dir, char **text, size_t *len)
+{
+	char path[KV_NAME_MAX + sizeof("/" KV_CONFIG_NAME)];
+	struct kv_block_ref ref;
+	struct stat st;
+	int fd, ret;
+
+	kvi_error_clear();
+	if (kv_layout_model_dir_parse(model_dir, &ref) < 0)
+		return -KV_EBADPATH;
+	snprintf(path, sizeof(path), "%s/%s", model_dir, KV_CONFIG_NAME);
+	fd = kvi_open_beneath(rootfd, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, 0);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0)
+		ret = -errno;
+	else if (!S_ISREG(st.st_mode))
+		ret = kvi_fail(-KV_EBADCONFIG, "not a regular file");
+	else
+		ret = read_text(fd, text, len);
 	close(fd);
 	return ret;
 }

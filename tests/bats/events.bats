@@ -295,3 +295,25 @@ for k, v in sorted(seen.items()): print(k + (sorted(v),))' "$BATS_TEST_TMPDIR/su
 	# the NDJSON file still gets its events
 	[ "$(grep -c BlockStored "$BATS_TEST_TMPDIR/events.ndjson")" -eq 4 ]
 }
+
+@test "kvput --archive --events: every block restored is announced, none that was there" {
+	mkblocks 5 notouch
+	kvls --blocks --ndjson | kvget --batch --archive "$BATS_TEST_TMPDIR/a.kva" > /dev/null
+	mkdir "$BATS_TEST_TMPDIR/other"
+	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
+	KV_ROOT=$BATS_TEST_TMPDIR/other run kvput --archive "$BATS_TEST_TMPDIR/a.kva" \
+		--events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock"
+	assert_success
+	stop_sub
+	diff <(hashes BlockStored | sort) <(kvls --blocks --ndjson | $PY -c '
+import json, sys
+for l in sys.stdin: print(json.loads(l)["hash"])' | low64 "$MODEL")
+	# again: every block is there, kept, and nothing is announced
+	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
+	KV_ROOT=$BATS_TEST_TMPDIR/other run kvput --archive "$BATS_TEST_TMPDIR/a.kva" \
+		--events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock"
+	assert_success
+	[ "$(grep -c '"existed":true' <<<"$output")" -eq 5 ]
+	stop_sub
+	[ ! -s "$BATS_TEST_TMPDIR/sub.out" ]
+}

@@ -51,7 +51,8 @@ run_example() {
 	line=${line//HASH/$HASH}
 	line=$(sed -E -e "s#(^| )D( |\$)#\\1$D\\2#g" -e "s#(^| )M( |\$)#\\1$M\\2#g" \
 		-e "s#/var/cache/kv#$KV_ROOT#g" -e "s#/run/kvoffd/kvoffd.sock#$SOCK#g" \
-		-e "s#/mnt/shared/kvbench#$W/bench#g" -e "s#/tmp/kvdemo#$W/kvdemo#g" <<<"$line")
+		-e "s#/mnt/shared/kvbench#$W/bench#g" -e "s#/tmp/kvdemo#$W/kvdemo#g" \
+		-e "s#/mnt/new-root#$W/new-root#g" <<<"$line")
 	run bash -c "$line"
 }
 
@@ -90,6 +91,18 @@ run_example() {
 		run_example "$line"
 		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
 	done < <(examples kvbench)
+}
+
+@test "README: the archive examples run as written, and the blocks arrive" {
+	local line
+	kvput --config config.json --batch < manifest.ndjson > /dev/null
+	mkdir -p "$W/new-root"
+	while IFS= read -r line; do
+		run_example "$line"
+		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
+	done < <(examples Archives)
+	diff -r "$KV_ROOT" "$W/new-root"
+	[ -s hot.kva ]
 }
 
 @test "README: the kvoffd examples run as written" {

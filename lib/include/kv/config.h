@@ -41,6 +41,12 @@ int kv_config_parse(const char *text, size_t len, struct kv_config **out);
 /* Read and parse a file (dirfd-relative, AT_FDCWD allowed). */
 int kv_config_load(int dirfd, const char *path, struct kv_config **out);
 
+/* The config.json bytes of model_dir under the root, as they are (not
+ * parsed), opened beneath the root without following a symlink; *text
+ * is malloc'd.  -ENOENT when there is none, -KV_EBADCONFIG past 1 MiB
+ * or for what is not a regular file. */
+int kv_config_read(int rootfd, const char *model_dir, char **text, size_t *len);
+
 void kv_config_free(struct kv_config *cfg);
 
 /* The canonical JSON of the whole object, byte-identical to Python's

@@ -47,5 +47,6 @@ const char *kv_error_detail(void);
 #include <kv/slots.h>
 #include <kv/tier.h>
 #include <kv/gds.h>
+#include <kv/archive.h>
 
 #endif
