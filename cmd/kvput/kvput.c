@@ -505,8 +505,9 @@ static int put_one(struct put *put, const char *hash, const char *file)
 		/* as a batch of one, to learn whether the block was kept */
 		one.req = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = relpath,
 						.buf = (void *)payload.data, .len = payload.len };
+		/* >= 0: how many failed, the one's own result says why */
 		ret = kv_tier_batch_stream(put->store.tier, one_next, one_done, &one);
-		if (ret == 0)
+		if (ret >= 0)
 			ret = one.req.result;
 		if (ret < 0) {
 			tool_store_err(&put->store, TOOL_STORE_PUT, relpath, ret);
