@@ -67,6 +67,6 @@ int tool_events_close(struct kv_events *ev)
 			 (unsigned long long)st.messages_dropped);
 	if (st.unnamed)
 		tool_err("events: %llu blocks in model dirs whose config.json names no model "
-			 "were not announced", (unsigned long long)st.unnamed);
+			 "a topic can carry were not announced", (unsigned long long)st.unnamed);
 	return st.hashes_dropped || st.messages_dropped || st.unnamed;
 }

@@ -828,8 +828,8 @@ static int announce_done(struct ls *ls)
 	close(ls->rootfd);
 	undelivered = st.hashes_dropped || st.messages_dropped || st.unnamed;
 	if (st.unnamed)
-		tool_err("%llu blocks in model dirs whose config.json names no model were "
-			 "not announced", (unsigned long long)st.unnamed);
+		tool_err("%llu blocks in model dirs whose config.json names no model a "
+			 "topic can carry were not announced", (unsigned long long)st.unnamed);
 	if (st.hashes_dropped)
 		tool_err("%llu of %llu blocks were not delivered (no subscriber, or one "
 			 "too slow)", (unsigned long long)st.hashes_dropped,

@@ -497,6 +497,20 @@ static void *sender(void *arg)
 
 /* ---- model names ---- */
 
+/* Whether name can be a topic's part: the subscriber splits the topic on
+ * '@' and wants exactly three parts. */
+static int topic_part_ok(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!len || len > KV_NAME_MAX || strchr(name, '@'))
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return 0;
+	return 1;
+}
+
 /* The model name and block size config.json in model_dir states. */
 static int read_model_name(int rootfd, const char *model_dir, char **name,
 			   unsigned *block_size)
@@ -515,6 +529,8 @@ static int read_model_name(int rootfd, const char *model_dir, char **name,
 	*block_size = 0;
 	if (kv_layout_model_dir_parse(model_dir, &ref) < 0) {
 		if (kv_layout_v0_parse(model_dir, &v0) < 0)
+			return -KV_EBADPATH;
+		if (!topic_part_ok(v0.model_name))
 			return -KV_EBADPATH;
 		*name = strdup(v0.model_name);
 		*block_size = v0.block_size;
@@ -535,7 +551,7 @@ static int read_model_name(int rootfd, const char *model_dir, char **name,
 	if (rc < 0)
 		goto out;
 	mn = kv_config_string(cfg, "model_name");
-	if (!mn || !*mn) {
+	if (!mn || !topic_part_ok(mn)) {
 		rc = -KV_EBADCONFIG;
 		goto out;
 	}
@@ -683,7 +699,8 @@ int kv_events_publish(struct kv_events *ev, enum kv_event_kind kind, const char 
 {
 	int rc, woke = 0;
 
-	if (!model_name || !*model_name || !medium || strlen(medium) >= MEDIUM_MAX)
+	if (!model_name || !topic_part_ok(model_name) || !medium || !topic_part_ok(medium) ||
+	    strlen(medium) >= MEDIUM_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&ev->lock);
 	rc = publish_locked(ev, kind, model_name, medium, hash, block_size, &woke);
@@ -699,7 +716,7 @@ int kv_events_publish_block(struct kv_events *ev, enum kv_event_kind kind,
 	struct dir_name *d;
 	int rc, woke = 0;
 
-	if (!medium || strlen(medium) >= MEDIUM_MAX)
+	if (!medium || !topic_part_ok(medium) || strlen(medium) >= MEDIUM_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&ev->lock);
 	d = name_for(ev, rootfd, ref->model_dir);

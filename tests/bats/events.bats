@@ -317,3 +317,22 @@ for l in sys.stdin: print(json.loads(l)["hash"])' | low64 "$MODEL")
 	stop_sub
 	[ ! -s "$BATS_TEST_TMPDIR/sub.out" ]
 }
+
+@test "hostile model dirs: a name a topic cannot carry, a config.json symlink: not announced, counted, the rest are" {
+	mkblocks 3 notouch
+	for d in evil_at_0123456789ab link_0123456789ab; do
+		mkdir -p "$KV_ROOT/${d}_r0/abc/de_g0"
+		head -c 4096 /dev/urandom > "$KV_ROOT/${d}_r0/abc/de_g0/abcde00000000001.bin"
+	done
+	mkdir "$KV_ROOT/evil_at_0123456789ab" "$KV_ROOT/link_0123456789ab"
+	make_config 'org@evil' > "$KV_ROOT/evil_at_0123456789ab/config.json"
+	ln -s "$CFG" "$KV_ROOT/link_0123456789ab/config.json"
+	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
+	run kvls --announce --events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock"
+	assert_failure 3
+	assert_output --partial "2 blocks in model dirs whose config.json names no model a topic can carry"
+	stop_sub
+	[ "$(hashes BlockStored | wc -l)" -eq 3 ]
+	run hashes BlockStored
+	refute_output --partial evil
+}

@@ -163,8 +163,16 @@ static void drops(const char *dir)
 	kv_events_close(ev, &st);
 	CHECK(st.hashes_dropped == 1 && st.messages_dropped == 1);
 
-	/* bad arguments */
+	/* bad arguments: a topic part the subscriber would split wrongly */
 	CHECK(kv_events_open("nonsense", NULL, &ev) == -EINVAL && ev == NULL);
+	snprintf(ep, sizeof(ep), "connect:ipc://%s/nobody.sock", dir);
+	CHECK(kv_events_open(ep, NULL, &ev) == 0);
+	CHECK(kv_events_publish(ev, KV_EVENT_BLOCK_STORED, "org@model", "CPU", 1, 0) == -EINVAL);
+	CHECK(kv_events_publish(ev, KV_EVENT_BLOCK_STORED, "org/model", "C@PU", 1, 0) == -EINVAL);
+	CHECK(kv_events_publish(ev, KV_EVENT_BLOCK_STORED, "org\nmodel", "CPU", 1, 0) == -EINVAL);
+	CHECK(kv_events_publish(ev, KV_EVENT_BLOCK_STORED, "", "CPU", 1, 0) == -EINVAL);
+	kv_events_close(ev, &st);
+	CHECK(st.hashes_dropped == 0 && st.messages_sent == 0);
 }
 
 int main(void)

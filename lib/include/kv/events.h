@@ -58,7 +58,8 @@ struct kv_events_opts {
 struct kv_events_stats {
 	uint64_t messages_sent, hashes_sent;
 	uint64_t messages_dropped, hashes_dropped;	/* queue full, or unsent at close */
-	uint64_t unnamed;	/* blocks whose model dir names no model */
+	uint64_t unnamed;	/* blocks whose model dir names no model a
+				   topic can carry */
 	uint64_t subscriptions;	/* seen so far */
 };
 
@@ -82,15 +83,17 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 
 /* Queue an event about hash (the low 64 bits of a block hash) of
  * model_name in medium.  block_size (tokens; 0 unknown) is for
- * BlockStored; hash is unused for AllBlocksCleared.  Never blocks. */
+ * BlockStored; hash is unused for AllBlocksCleared.  Never blocks.
+ * -EINVAL for a model name or medium that cannot be part of a topic
+ * (empty, over KV_NAME_MAX bytes, an '@' or a control character). */
 int kv_events_publish(struct kv_events *ev, enum kv_event_kind kind,
 		      const char *model_name, const char *medium, uint64_t hash,
 		      unsigned block_size);
 
 /* The same for the block ref names under the root open at rootfd: the
  * model name (and block size) come from its model dir's config.json, or
- * an llmd-v0 dir's name, read once per dir.  A dir that names no model
- * is counted in unnamed and skipped (1 returned). */
+ * an llmd-v0 dir's name, read once per dir.  A dir that names no model a
+ * topic can carry is counted in unnamed and skipped (1 returned). */
 int kv_events_publish_block(struct kv_events *ev, enum kv_event_kind kind,
 			    const char *medium, int rootfd,
 			    const struct kv_block_ref *ref);
