@@ -120,6 +120,19 @@ $(BUILD)/bench/offd_client: $(BUILD)/bench/offd_client.o $(BUILD)/libkv.a
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 all: $(BUILD)/bench/offd_client
 
+# latfs (tests/latfs/): a FUSE passthrough that delays every operation,
+# the tests' and benchmarks' high-latency filesystem; built where
+# libfuse3 is, outside tests/ so tests/run.sh does not take it for a
+# unit test, and without sanitizers (FUSE forks and daemonizes).
+ifneq ($(shell pkg-config --exists fuse3 2>/dev/null && echo yes),)
+$(BUILD)/latfs/latfs: tests/latfs/latfs.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) $$(pkg-config --cflags fuse3) -o $@ $< \
+		$$(pkg-config --libs fuse3)
+all: $(BUILD)/latfs/latfs
+endif
+
 # The reliability suite's LD_PRELOAD fault injector (tests/fault/): built
 # without sanitizers so it preloads into sanitized programs too, and not
 # executable so tests/run.sh does not take it for a unit test.

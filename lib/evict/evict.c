@@ -738,7 +738,7 @@ static int remove_held(struct ctx *c, struct kv_evict_report *r, const struct st
  * neighbours (in path order) at a time. */
 #define DRAIN_PARALLEL_MIN	256u
 #define DRAIN_CHUNK		64u
-#define DRAIN_MAX_THREADS	8u
+#define DRAIN_MAX_THREADS	64u
 
 struct drain_job {
 	struct ctx *c;
@@ -776,19 +776,16 @@ static void *drain_worker(void *arg)
 
 /* Remove v[0, end) on several threads: the set is exact, so the order
  * within it does not matter, and path order lets neighbours share dirs.
- * The default is one thread per CPU: more only add lock contention on a
- * local filesystem (measured on tmpfs); shared ones may want -t. */
+ * The default is the walk's: one thread per CPU on a local filesystem
+ * (more only add lock contention, measured on tmpfs), many on a network
+ * one, where each unlink waits on a round trip. */
 static void drain_parallel(struct ctx *c, struct stash_item *v, unsigned end)
 {
 	struct drain_job j = { .c = c, .v = v, .end = end };
 	pthread_t tid[DRAIN_MAX_THREADS];
 	unsigned n = c->o->threads, started = 0, i;
-	long cpus;
-
-	if (!n) {
-		cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		n = cpus > 0 ? (unsigned)cpus : 1;
-	}
+	if (!n)
+		n = kv_walk_default_threads(c->rootfd);
 	if (n > DRAIN_MAX_THREADS)
 		n = DRAIN_MAX_THREADS;
 	if (end < DRAIN_PARALLEL_MIN)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include <kv/walk.h>
@@ -28,7 +29,8 @@
 #define STATX_ATTR_MOUNT_ROOT	0x00002000
 #endif
 
-#define WALK_MAX_THREADS	8
+#define WALK_MAX_THREADS	64
+#define LOCAL_MAX_THREADS	8
 #define WALK_QUEUE_LEN		64
 #define WALK_DIRBUF_BYTES	(64 * 1024)
 #define WALK_PATH_MAX		(8 * (KV_NAME_MAX + 1))
@@ -773,16 +775,48 @@ static void worker_fini(struct worker *wk)
 		free(wk->buf[i]);
 }
 
-static unsigned thread_count(const struct kv_walk_opts *opts)
+/* Filesystems where every metadata operation is a network round trip
+ * (statfs f_type); FUSE covers GlusterFS, CephFS's and S3 clients. */
+static int remote_fs(long type)
 {
+	switch ((unsigned long)type) {
+	case 0x6969:		/* NFS */
+	case 0x65735546:	/* FUSE */
+	case 0x00c36400:	/* CephFS */
+	case 0x0bd00bd0:	/* Lustre */
+	case 0x47504653:	/* GPFS / IBM Storage Scale */
+	case 0xfe534d42:	/* SMB2 */
+	case 0xff534d42:	/* CIFS */
+	case 0x564c:		/* NCP */
+	case 0x5346414f:	/* AFS */
+	case 0x6b414653:	/* kAFS */
+	case 0x013111a8:	/* IBRIX */
+	case 0x19830326:	/* BeeGFS */
+	case 0x2fc12fc1:	/* ZFS (may be local; harmless) */
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+unsigned kv_walk_default_threads(int fd)
+{
+	struct statfs sf;
 	long cpus;
 
-	if (opts && opts->threads)
-		return opts->threads > WALK_MAX_THREADS ? WALK_MAX_THREADS : opts->threads;
+	if (fd >= 0 && fstatfs(fd, &sf) == 0 && remote_fs((long)sf.f_type))
+		return KV_WALK_REMOTE_THREADS;
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus < 1)
 		return 1;
-	return cpus > WALK_MAX_THREADS ? WALK_MAX_THREADS : (unsigned)cpus;
+	return cpus > LOCAL_MAX_THREADS ? LOCAL_MAX_THREADS : (unsigned)cpus;
+}
+
+static unsigned thread_count(const struct kv_walk_opts *opts, int rootfd)
+{
+	if (opts && opts->threads)
+		return opts->threads > WALK_MAX_THREADS ? WALK_MAX_THREADS : opts->threads;
+	return kv_walk_default_threads(rootfd);
 }
 
 int kv_walk(const char *root, const struct kv_walk_opts *opts,
@@ -790,7 +824,7 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 {
 	struct worker self, workers[WALK_MAX_THREADS];
 	pthread_t tids[WALK_MAX_THREADS];
-	unsigned nthreads = thread_count(opts), started = 0;
+	unsigned nthreads, started = 0;
 	struct walk *w;
 	struct stat st;
 	int rc;
@@ -811,6 +845,7 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 		return rc;
 	}
 	w->rootdev = st.st_dev;
+	nthreads = thread_count(opts, w->rootfd);
 	w->flags = opts ? opts->flags : 0;
 	w->rank = opts ? opts->rank : -1;
 	w->model = opts ? opts->model : NULL;

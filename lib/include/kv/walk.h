@@ -47,8 +47,10 @@ struct kv_walk_entry {
 #define KV_WALK_DIRS	(1u << 0)	/* also report bucket dirs, post-order */
 #define KV_WALK_NO_STAT	(1u << 1)	/* names only: size/times left 0 */
 
+#define KV_WALK_REMOTE_THREADS	64	/* default on a network filesystem */
+
 struct kv_walk_opts {
-	unsigned threads;	/* 0: one per online CPU, at most 8 */
+	unsigned threads;	/* 0: kv_walk_default_threads(root); at most 64 */
 	const char *model;	/* only this model (model dir name, or safe
 				   model name matching any fingerprint); NULL: all */
 	int rank;		/* only this rank; -1: all */
@@ -58,6 +60,13 @@ struct kv_walk_opts {
 /* Called for each entry; the walk holds a lock so calls never overlap.
  * A non-zero return stops the walk and becomes kv_walk's return. */
 typedef int (*kv_walk_fn)(const struct kv_walk_entry *entry, void *arg);
+
+/* Operations to keep in flight on the filesystem fd is on: each walk or
+ * delete thread waits on one at a time, so on a network filesystem
+ * (NFS, FUSE, CephFS, Lustre, GPFS, SMB...), where each is a round trip,
+ * KV_WALK_REMOTE_THREADS; on a local one, where more only contend, one
+ * per online CPU, at most 8. */
+unsigned kv_walk_default_threads(int fd);
 
 /* Walk root.  0 when done (unreadable subdirs were reported as
  * KV_WALK_ERROR entries, not failures); -errno when the root itself
