@@ -85,6 +85,8 @@ plant_bucket() {
 	requires kvoffd
 	start_daemon --cpu-bytes 2M --slot-bytes 256K || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
 	coproc HOG { "$KV_BIN/../bench/offd_client" hog "$SOCK" "$MDIR" 4096; }
+	# bash forgets HOG_PID once the coprocess is reaped: keep it
+	hog_pid=$HOG_PID
 	read -r word n err <&"${HOG[0]}"
 	[ "$word" = hog ] && [ "$n" -eq 4 ] || fail "hog took $n slots of 8 ($err)"
 	[[ "$err" == *quota* ]] || fail "hog stopped on: $err"
@@ -98,7 +100,7 @@ plant_bucket() {
 	[ "$(jq .alloc_refused <<< "$output")" -ge 1 ]
 	# Gone, its allocations go back.
 	exec {HOG[1]}>&-
-	wait "$HOG_PID"
+	while kill -0 "$hog_pid" 2>/dev/null; do sleep 0.05; done
 	run kvoffd --stats "$SOCK"
 	[ "$(jq .slots_used <<< "$output")" -le 4 ] || fail "slots used after the hog left: $output"
 	stop_daemon
