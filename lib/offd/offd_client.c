@@ -5,12 +5,14 @@
  * slot the daemon names.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <kv/errors.h>
 #include <kv/offd.h>
@@ -20,8 +22,9 @@ struct kv_offd {
 	int broken;		/* -errno once a timeout left the stream out of step */
 	unsigned char *pool;
 	size_t pool_bytes;
-	size_t slot_bytes;
+	size_t slot_bytes;	/* the largest class's */
 	uint32_t slots;
+	unsigned char *payload;	/* a BATCH request's entries, made once */
 };
 
 /* SO_SNDTIMEO / SO_RCVTIMEO ran out: the daemon did not answer in time. */
@@ -144,6 +147,7 @@ void kv_offd_close(struct kv_offd *c)
 		return;
 	munmap(c->pool, c->pool_bytes);
 	close(c->fd);
+	free(c->payload);
 	free(c);
 }
 
@@ -192,6 +196,15 @@ static int request(struct kv_offd *c, const struct kv_offd_frame *req,
 	return rep->status;
 }
 
+/* Where a slot the daemon named lies: len bytes at offset, inside the
+ * pool, or NULL. */
+static void *slot_ptr(const struct kv_offd *c, uint64_t offset, uint64_t len)
+{
+	if (offset > c->pool_bytes || len > c->pool_bytes - offset)
+		return NULL;
+	return c->pool + offset;
+}
+
 static int keyed(struct kv_offd_frame *f, uint16_t type, const struct kv_block_ref *ref)
 {
 	memset(f, 0, sizeof(*f));
@@ -222,8 +235,8 @@ int kv_offd_alloc(struct kv_offd *c, const struct kv_block_ref *ref,
 	if (err)
 		return err;
 	*slot = rep.slot;
-	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
-	return 0;
+	*ptr = slot_ptr(c, rep.arg, len);
+	return *ptr ? 0 : -KV_EPROTO;
 }
 
 int kv_offd_commit(struct kv_offd *c, uint32_t slot)
@@ -249,9 +262,9 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 	if (err)
 		return err;
 	*slot = rep.slot;
-	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
+	*ptr = slot_ptr(c, rep.arg, rep.len);
 	*len = (size_t)rep.len;
-	return 0;
+	return *ptr ? 0 : -KV_EPROTO;
 }
 
 int kv_offd_release(struct kv_offd *c, uint32_t slot)
@@ -348,4 +361,399 @@ int kv_offd_list(struct kv_offd *c,
 			return err;
 		req.arg = (uint64_t)rep.slot + 1;
 	}
+}
+
+/* ---- batches ---- */
+
+/* One BATCH request of head->len entries already in c->payload, and its
+ * results.  Results that name a slot or bytes outside the pool are a
+ * protocol error. */
+static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
+			 struct kv_offd_result *res)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	struct iovec iov[2] = {
+		{ .iov_base = buf, .iov_len = sizeof(buf) },
+		{ .iov_base = c->payload, .iov_len = kv_offd_batch_bytes(head) },
+	};
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	struct kv_offd_frame rep;
+	unsigned op = (unsigned)(head->arg & 0xff);
+	unsigned char *rbuf;
+	size_t rbytes;
+	int err = 0;
+
+	if (c->broken)
+		return c->broken;
+	err = kv_offd_frame_encode(head, buf, sizeof(buf));
+	if (err)
+		return err;
+	while (msg.msg_iovlen) {
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = errno == EPIPE ? -ECONNRESET : deadline_err(errno);
+			break;
+		}
+		while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) {
+			n -= (ssize_t)msg.msg_iov->iov_len;
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (msg.msg_iovlen) {
+			msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n;
+			msg.msg_iov->iov_len -= (size_t)n;
+		}
+	}
+	if (!err)
+		err = recv_all(c->fd, buf, sizeof(buf));
+	if (!err)
+		err = kv_offd_frame_decode(buf, sizeof(buf), &rep);
+	if (!err && (rep.type != (KV_OFFD_BATCH | KV_OFFD_REPLY) ||
+		     (!rep.status && (rep.len != head->len || rep.arg != head->arg))))
+		err = -KV_EPROTO;
+	if (!err)
+		err = rep.status;
+	if (err) {
+		/* Out of step: a late or unread reply would answer the next. */
+		if (err == -ETIMEDOUT || err == -KV_EPROTO)
+			c->broken = err;
+		return err;
+	}
+	/* The results go where the entries were: they are read already. */
+	rbytes = kv_offd_batch_bytes(&rep);
+	rbuf = c->payload;
+	err = recv_all(c->fd, rbuf, rbytes);
+	for (size_t i = 0; !err && i < rep.len; i++) {
+		struct kv_offd_result *r = &res[i];
+
+		err = kv_offd_result_decode(rbuf, i, r);
+		if (err || r->status)
+			continue;
+		if (r->slot >= c->slots ||
+		    ((op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC) &&
+		     (r->len > c->slot_bytes || !slot_ptr(c, r->offset, r->len))))
+			err = -KV_EPROTO;
+	}
+	if (err)
+		c->broken = err == -ETIMEDOUT || err == -KV_EPROTO ? err : -ECONNRESET;
+	return err;
+}
+
+static int payload_ready(struct kv_offd *c)
+{
+	/* The largest request payload; the results (24 bytes each) fit too. */
+	if (!c->payload)
+		c->payload = malloc(KV_OFFD_BATCH_MAX * (8 + KV_OFFD_HASH_MAX));
+	return c->payload ? 0 : -ENOMEM;
+}
+
+/* Keyed ops: chunks of up to KV_OFFD_BATCH_MAX keys whose hashes have one
+ * length; res[i] for key i.  Every key is checked before any is sent. */
+static int batch_keys(struct kv_offd *c, unsigned op, const struct kv_offd_keys *k,
+		      const size_t *lens, struct kv_offd_result *res)
+{
+	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group };
+	struct kv_offd_batch_entry e;
+	unsigned char probe[KV_OFFD_FRAME_BYTES];
+	size_t ml = k->model_dir ? strlen(k->model_dir) : 0;
+	int err;
+
+	if (!ml || ml > KV_OFFD_MODEL_MAX)
+		return -KV_EBADPATH;
+	memcpy(head.model_dir, k->model_dir, ml + 1);
+	head.arg = op | (uint64_t)KV_HASH_MIN_LEN << 8;
+	head.len = 1;
+	if (kv_offd_frame_encode(&head, probe, sizeof(probe)))
+		return -KV_EBADPATH;
+	for (size_t i = 0; i < k->n; i++) {
+		size_t hl = k->hashes[i] ? strlen(k->hashes[i]) : 0;
+
+		if (hl < KV_HASH_MIN_LEN || hl > KV_OFFD_HASH_MAX ||
+		    strspn(k->hashes[i], "0123456789abcdefABCDEF") != hl)
+			return -KV_EBADHASH;
+	}
+	err = payload_ready(c);
+	for (size_t at = 0; !err && at < k->n; at += head.len) {
+		size_t hl = strlen(k->hashes[at]);
+
+		head.arg = op | (uint64_t)hl << 8;
+		head.len = 0;
+		while (at + head.len < k->n && head.len < KV_OFFD_BATCH_MAX &&
+		       strlen(k->hashes[at + head.len]) == hl)
+			head.len++;
+		for (size_t i = 0; i < head.len; i++) {
+			const char *h = k->hashes[at + i];
+
+			for (size_t j = 0; j <= hl; j++)
+				e.hash[j] = (char)(h[j] >= 'A' && h[j] <= 'F' ? h[j] - 'A' + 'a' : h[j]);
+			e.len = lens ? lens[at + i] : 0;
+			kv_offd_batch_encode(&head, c->payload, i, &e);
+		}
+		err = batch_request(c, &head, res + at);
+	}
+	return err;
+}
+
+static int batch_slots(struct kv_offd *c, unsigned op, const uint32_t *slots, size_t n,
+		       struct kv_offd_result *res)
+{
+	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .arg = op };
+	struct kv_offd_batch_entry e = { 0 };
+	int err = payload_ready(c);
+
+	for (size_t at = 0; !err && at < n; at += head.len) {
+		head.len = n - at < KV_OFFD_BATCH_MAX ? n - at : KV_OFFD_BATCH_MAX;
+		for (size_t i = 0; i < head.len; i++) {
+			e.slot = slots[at + i];
+			kv_offd_batch_encode(&head, c->payload, i, &e);
+		}
+		err = batch_request(c, &head, res + at);
+	}
+	return err;
+}
+
+static struct kv_offd_result *results(size_t n)
+{
+	return calloc(n ? n : 1, sizeof(struct kv_offd_result));
+}
+
+int kv_offd_has_many(struct kv_offd *c, const struct kv_offd_keys *k, int *where)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_HAS, k, NULL, res);
+	for (size_t i = 0; !err && i < k->n; i++)
+		where[i] = res[i].status == -ENOENT ? 0 : res[i].status ? res[i].status :
+			   (int)res[i].len;
+	free(res);
+	return err;
+}
+
+/* Entries the batch could not finish without waiting (a read-through,
+ * a slot that write-behind must free: -EAGAIN) go one at a time, where
+ * the daemon parks the request until it can answer. */
+int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
+			struct kv_offd_block *out, int *status)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_LOOKUP, k, NULL, res);
+	for (size_t i = 0; !err && i < k->n; i++) {
+		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+		const void *ptr;
+
+		memset(&out[i], 0, sizeof(out[i]));
+		status[i] = res[i].status;
+		if (!status[i]) {
+			out[i].slot = res[i].slot;
+			out[i].ptr = c->pool + res[i].offset;
+			out[i].len = (size_t)res[i].len;
+			continue;
+		}
+		if (status[i] != -EAGAIN)
+			continue;
+		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
+		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
+		status[i] = kv_offd_lookup(c, &ref, &out[i].slot, &ptr, &out[i].len);
+		out[i].ptr = (void *)ptr;
+		if (status[i] && c->broken)
+			err = c->broken;
+	}
+	free(res);
+	return err;
+}
+
+int kv_offd_alloc_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		       const size_t *lens, struct kv_offd_block *out, int *status)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_ALLOC, k, lens, res);
+	for (size_t i = 0; !err && i < k->n; i++) {
+		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+
+		memset(&out[i], 0, sizeof(out[i]));
+		status[i] = res[i].status;
+		if (!status[i]) {
+			out[i].slot = res[i].slot;
+			out[i].ptr = c->pool + res[i].offset;
+			out[i].len = (size_t)res[i].len;
+			continue;
+		}
+		if (status[i] != -EAGAIN)
+			continue;
+		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
+		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
+		status[i] = kv_offd_alloc(c, &ref, lens[i], &out[i].slot, &out[i].ptr);
+		out[i].len = lens[i];
+		if (status[i] && c->broken)
+			err = c->broken;
+	}
+	free(res);
+	return err;
+}
+
+static int slots_many(struct kv_offd *c, unsigned op, const uint32_t *slots, size_t n,
+		      int *status)
+{
+	struct kv_offd_result *res = results(n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_slots(c, op, slots, n, res);
+	for (size_t i = 0; !err && i < n; i++)
+		status[i] = res[i].status;
+	free(res);
+	return err;
+}
+
+int kv_offd_commit_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_COMMIT, slots, n, status);
+}
+
+int kv_offd_abort_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_ABORT, slots, n, status);
+}
+
+int kv_offd_release_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_RELEASE, slots, n, status);
+}
+
+/* The slots of the entries that succeeded, and where each came from. */
+static size_t ok_slots(const struct kv_offd_block *b, const int *status, size_t n,
+		       uint32_t *slots, size_t *from)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (!status[i]) {
+			slots[m] = b[i].slot;
+			from[m++] = i;
+		}
+	return m;
+}
+
+/* Finish the successful entries of a put or get with op (COMMIT or
+ * RELEASE), folding each one's outcome into status. */
+static int finish_many(struct kv_offd *c, unsigned op, const struct kv_offd_block *b,
+		       int *status, size_t n)
+{
+	uint32_t *slots = malloc((n ? n : 1) * sizeof(*slots));
+	size_t *from = malloc((n ? n : 1) * sizeof(*from));
+	int *st = malloc((n ? n : 1) * sizeof(*st));
+	size_t m;
+	int err = -ENOMEM;
+
+	if (slots && from && st) {
+		m = ok_slots(b, status, n, slots, from);
+		err = m ? slots_many(c, op, slots, m, st) : 0;
+		for (size_t j = 0; !err && j < m; j++)
+			if (!status[from[j]])
+				status[from[j]] = st[j];
+	}
+	free(slots);
+	free(from);
+	free(st);
+	return err;
+}
+
+/* put_many and get_many hold their keys' slots between two round trips:
+ * a chunk at a time, well inside the daemon's per-client share of
+ * uncommitted slots (half the pool). */
+static size_t chunk_keys(const struct kv_offd *c)
+{
+	size_t m = c->slots / 4 ? c->slots / 4 : 1;
+
+	return m < KV_OFFD_BATCH_MAX ? m : KV_OFFD_BATCH_MAX;
+}
+
+static int put_chunk(struct kv_offd *c, const struct kv_offd_keys *k,
+		     const void *const *bufs, const size_t *lens, int *status,
+		     struct kv_offd_block *b)
+{
+	int err = kv_offd_alloc_many(c, k, lens, b, status);
+
+	for (size_t i = 0; !err && i < k->n; i++)
+		if (!status[i])
+			memcpy(b[i].ptr, bufs[i], lens[i]);
+	return err ? err : finish_many(c, KV_OFFD_COMMIT, b, status, k->n);
+}
+
+int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     const void *const *bufs, const size_t *lens, int *status)
+{
+	size_t m = chunk_keys(c);
+	struct kv_offd_block *b = calloc(m, sizeof(*b));
+	int err = b ? 0 : -ENOMEM;
+
+	for (size_t at = 0; !err && at < k->n; at += m) {
+		struct kv_offd_keys sub = *k;
+
+		sub.hashes = k->hashes + at;
+		sub.n = k->n - at < m ? k->n - at : m;
+		err = put_chunk(c, &sub, bufs + at, lens + at, status + at, b);
+	}
+	free(b);
+	return err;
+}
+
+static int get_chunk(struct kv_offd *c, const struct kv_offd_keys *k,
+		     void *const *bufs, const size_t *caps, size_t *lens, int *status,
+		     struct kv_offd_block *b, int *got)
+{
+	int err = kv_offd_lookup_many(c, k, b, got);
+
+	for (size_t i = 0; !err && i < k->n; i++) {
+		status[i] = got[i];
+		lens[i] = got[i] ? 0 : b[i].len;
+		if (got[i])
+			continue;
+		if (b[i].len <= caps[i])
+			memcpy(bufs[i], b[i].ptr, b[i].len);
+		else
+			status[i] = -EFBIG;
+	}
+	/* Release every pin, the ones too big for their buffer too. */
+	if (!err)
+		err = finish_many(c, KV_OFFD_RELEASE, b, got, k->n);
+	for (size_t i = 0; !err && i < k->n; i++)
+		if (!status[i])
+			status[i] = got[i];
+	return err;
+}
+
+int kv_offd_get_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     void *const *bufs, const size_t *caps, size_t *lens, int *status)
+{
+	size_t m = chunk_keys(c);
+	struct kv_offd_block *b = calloc(m, sizeof(*b));
+	int *got = calloc(m, sizeof(*got));
+	int err = b && got ? 0 : -ENOMEM;
+
+	for (size_t at = 0; !err && at < k->n; at += m) {
+		struct kv_offd_keys sub = *k;
+
+		sub.hashes = k->hashes + at;
+		sub.n = k->n - at < m ? k->n - at : m;
+		err = get_chunk(c, &sub, bufs + at, caps + at, lens + at, status + at, b, got);
+	}
+	free(b);
+	free(got);
+	return err;
 }

@@ -250,7 +250,7 @@ static void test_client_mapping(void)
 	struct kv_offd_frame hello = { .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .slot = 4,
 				       .len = 4 * 8192, .arg = 8192 };
 	struct kv_offd_frame req, rep = { .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY,
-					  .slot = 1, .len = 5 };
+					  .slot = 1, .len = 5, .arg = 8192 };
 	char dir[] = "/tmp/test_offd_map.XXXXXX", path[64];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_block_ref ref = { .rank = 0 };
