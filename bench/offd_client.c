@@ -19,6 +19,14 @@
  *       put then get BLOCKS blocks ITERS times; prints bytes and ns
  *   offd_client memcpy BLOCKS ITERS BYTES
  *       the same bytes copied by one thread with memcpy
+ *   offd_client batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
+ *       bench with put_many and get_many of all BLOCKS at once
+ *   offd_client has SOCK MODEL_DIR CLIENT KEYS ITERS
+ *       put KEYS 4 KiB blocks, then has_many of all KEYS ITERS times;
+ *       prints checks and ns
+ *   offd_client fill SOCK MODEL_DIR BYTES COUNT
+ *       put_many COUNT blocks of BYTES (keys per size), then the
+ *       daemon's pool_bytes_used and block_bytes
  *
  * Exit: 0 ok, 1 block absent, 3 failure or mismatch, 4 daemon unreachable.
  */
@@ -331,6 +339,165 @@ static int cmd_memcpy(char **a)
 	return rc;
 }
 
+/* BLOCKS keys of this client, for the batch calls. */
+static char **client_hashes(unsigned client, unsigned blocks)
+{
+	char **h = calloc(blocks, sizeof(*h));
+
+	for (unsigned b = 0; h && b < blocks; b++) {
+		h[b] = malloc(32);
+		if (!h[b])
+			return NULL;
+		key_hash(h[b], 32, client + 1, b);
+	}
+	return h;
+}
+
+static int all_ok(const int *status, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (status[i])
+			return fail(what, status[i]);
+	return 0;
+}
+
+static int cmd_batch(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = (size_t)atol(a[5]);
+	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc((size_t)blocks * bytes);
+	const void **in = calloc(blocks, sizeof(*in));
+	void **out = calloc(blocks, sizeof(*out));
+	size_t *lens = calloc(blocks, sizeof(*lens)), *got = calloc(blocks, sizeof(*got));
+	int *status = calloc(blocks, sizeof(*status));
+	char **hashes = client_hashes(client, blocks);
+	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
+				  .n = blocks };
+	struct kv_offd *c;
+	int64_t t0 = 0, t1;
+	int err = 0;
+
+	if (!src || !dst || !in || !out || !lens || !got || !status || !hashes)
+		return fail("malloc", -ENOMEM);
+	for (unsigned b = 0; b < blocks; b++) {
+		fill(src + (size_t)b * bytes, bytes, b);
+		in[b] = src + (size_t)b * bytes;
+		out[b] = dst + (size_t)b * bytes;
+		lens[b] = bytes;
+	}
+	memset(dst, 0, (size_t)blocks * bytes);
+	connect_to(a[0], &c);
+	/* Round 0 is a warm-up, as in bench. */
+	for (unsigned it = 0; !err && it <= iters; it++) {
+		if (it == 1)
+			t0 = now_ns();
+		err = kv_offd_put_many(c, &k, in, lens, status);
+		if (!err)
+			err = all_ok(status, blocks, "put_many");
+		else
+			err = fail("put_many", err);
+		if (!err && (err = kv_offd_get_many(c, &k, out, lens, got, status)))
+			err = fail("get_many", err);
+		if (!err)
+			err = all_ok(status, blocks, "get_many");
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	if (!err && memcmp(src, dst, (size_t)blocks * bytes))
+		err = fail("verify", -KV_ECHECKSUM);
+	if (!err)
+		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+	return err;
+}
+
+static int cmd_has(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), keys = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = 4096;
+	unsigned char *blk = calloc(1, bytes);
+	const void **in = calloc(keys, sizeof(*in));
+	size_t *lens = calloc(keys, sizeof(*lens));
+	int *status = calloc(keys, sizeof(*status));
+	char **hashes = client_hashes(client, keys);
+	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
+				  .n = keys };
+	struct kv_offd *c;
+	uint64_t present = 0;
+	int64_t t0, t1;
+	int err;
+
+	if (!blk || !in || !lens || !status || !hashes)
+		return fail("malloc", -ENOMEM);
+	for (unsigned i = 0; i < keys; i++) {
+		in[i] = blk;
+		lens[i] = bytes;
+	}
+	connect_to(a[0], &c);
+	err = kv_offd_put_many(c, &k, in, lens, status);
+	if (err)
+		return fail("put_many", err);
+	if ((err = all_ok(status, keys, "put_many")))
+		return err;
+	t0 = now_ns();
+	for (unsigned it = 0; !err && it < iters; it++) {
+		err = kv_offd_has_many(c, &k, status);
+		for (unsigned i = 0; !err && i < keys; i++)
+			present += status[i] == KV_OFFD_IN_RAM;
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	if (err)
+		return fail("has_many", err);
+	if (present != (uint64_t)keys * iters) {
+		fprintf(stderr, "offd_client: %llu of %llu checks found the block in RAM\n",
+			(unsigned long long)present, (unsigned long long)keys * iters);
+		return 3;
+	}
+	printf("{\"checks\":%llu,\"ns\":%lld}\n", (unsigned long long)keys * iters,
+	       (long long)(t1 - t0));
+	return 0;
+}
+
+/* Fill the pool with COUNT blocks of BYTES and report what it holds. */
+static int cmd_fill(char **a)
+{
+	size_t bytes = (size_t)atol(a[2]);
+	unsigned count = (unsigned)atoi(a[3]);
+	unsigned char *blk = calloc(1, bytes);
+	const void **in = calloc(count, sizeof(*in));
+	size_t *lens = calloc(count, sizeof(*lens));
+	int *status = calloc(count, sizeof(*status));
+	char **hashes = client_hashes((unsigned)bytes, count);
+	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
+				  .n = count };
+	struct kv_offd_stats st;
+	struct kv_offd *c;
+	int err;
+
+	if (!blk || !in || !lens || !status || !hashes)
+		return fail("malloc", -ENOMEM);
+	for (unsigned i = 0; i < count; i++) {
+		in[i] = blk;
+		lens[i] = bytes;
+	}
+	connect_to(a[0], &c);
+	err = kv_offd_put_many(c, &k, in, lens, status);
+	if (!err)
+		err = kv_offd_stats(c, &st);
+	kv_offd_close(c);
+	if (err)
+		return fail("put_many", err);
+	if ((err = all_ok(status, count, "put_many")))
+		return err;
+	printf("{\"pool_bytes\":%llu,\"pool_bytes_used\":%llu,\"block_bytes\":%llu}\n",
+	       (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_bytes_used,
+	       (unsigned long long)st.block_bytes);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -341,7 +508,8 @@ int main(int argc, char **argv)
 		{ "put", 6, cmd_put }, { "get", 5, cmd_get }, { "hold", 5, cmd_hold },
 		{ "hog", 3, cmd_hog }, { "scribble", 5, cmd_scribble },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
-		{ "memcpy", 3, cmd_memcpy },
+		{ "memcpy", 3, cmd_memcpy }, { "batch", 6, cmd_batch },
+		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(cmds[0]); i++)

@@ -683,16 +683,38 @@ static size_t chunk_keys(const struct kv_offd *c)
 	return m < KV_OFFD_BATCH_MAX ? m : KV_OFFD_BATCH_MAX;
 }
 
-static int put_chunk(struct kv_offd *c, const struct kv_offd_keys *k,
-		     const void *const *bufs, const size_t *lens, int *status,
-		     struct kv_offd_block *b)
+/* Keys idx[0..n) of k: alloc, copy, commit.  Entries a full class
+ * refused (-ENOSPC: every slot of it held by this batch) are left in
+ * idx, first, for another pass once this one's commits make them
+ * evictable; *left says how many. */
+static int put_pass(struct kv_offd *c, const struct kv_offd_keys *k, size_t *idx, size_t n,
+		    const void *const *bufs, const size_t *lens, int *status,
+		    struct kv_offd_block *b, const char **hs, size_t *ls, int *st,
+		    size_t *left)
 {
-	int err = kv_offd_alloc_many(c, k, lens, b, status);
+	struct kv_offd_keys sub = *k;
+	size_t m = 0;
+	int err;
 
-	for (size_t i = 0; !err && i < k->n; i++)
-		if (!status[i])
-			memcpy(b[i].ptr, bufs[i], lens[i]);
-	return err ? err : finish_many(c, KV_OFFD_COMMIT, b, status, k->n);
+	for (size_t i = 0; i < n; i++) {
+		hs[i] = k->hashes[idx[i]];
+		ls[i] = lens[idx[i]];
+	}
+	sub.hashes = hs;
+	sub.n = n;
+	err = kv_offd_alloc_many(c, &sub, ls, b, st);
+	for (size_t i = 0; !err && i < n; i++)
+		if (!st[i])
+			memcpy(b[i].ptr, bufs[idx[i]], ls[i]);
+	if (!err)
+		err = finish_many(c, KV_OFFD_COMMIT, b, st, n);
+	for (size_t i = 0; !err && i < n; i++) {
+		status[idx[i]] = st[i];
+		if (st[i] == -ENOSPC)
+			idx[m++] = idx[i];
+	}
+	*left = m;
+	return err;
 }
 
 int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
@@ -700,16 +722,29 @@ int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
 {
 	size_t m = chunk_keys(c);
 	struct kv_offd_block *b = calloc(m, sizeof(*b));
-	int err = b ? 0 : -ENOMEM;
+	size_t *idx = calloc(m, sizeof(*idx)), *ls = calloc(m, sizeof(*ls));
+	const char **hs = calloc(m, sizeof(*hs));
+	int *st = calloc(m, sizeof(*st));
+	int err = b && idx && ls && hs && st ? 0 : -ENOMEM;
 
 	for (size_t at = 0; !err && at < k->n; at += m) {
-		struct kv_offd_keys sub = *k;
+		size_t n = k->n - at < m ? k->n - at : m, left;
 
-		sub.hashes = k->hashes + at;
-		sub.n = k->n - at < m ? k->n - at : m;
-		err = put_chunk(c, &sub, bufs + at, lens + at, status + at, b);
+		for (size_t i = 0; i < n; i++)
+			idx[i] = at + i;
+		/* Another pass while the last one stored something. */
+		while (!err && n) {
+			err = put_pass(c, k, idx, n, bufs, lens, status, b, hs, ls, st, &left);
+			if (left == n)
+				break;
+			n = left;
+		}
 	}
 	free(b);
+	free(idx);
+	free(ls);
+	free(hs);
+	free(st);
 	return err;
 }
 

@@ -26,6 +26,7 @@ __all__ = ["connect", "Client", "KvError", "Pinned", "Allocation",
 IN_RAM = 1
 ON_DISK = 2
 BATCH_MAX = 4096
+_GET_CHUNK = 1024
 _KV_EBASE = 4096
 _KV_NAMES = ["KV_EBADHASH", "KV_EBADPATH", "KV_EBADCONFIG", "KV_ECHECKSUM",
              "KV_ESHORT", "KV_EFINGERPRINT", "KV_EPROTO", "KV_ENODEV"]
@@ -257,8 +258,13 @@ class Client:
         k = _keys(model_dir, hashes, rank, group)
         n = max(k.n, 1)
         if outs is None:
-            return [None if p is None else _take(p) for p in
-                    self.lookup_many(model_dir, hashes, rank, group)]
+            # A chunk at a time: the daemon bounds a client's pins.
+            got = []
+            for at in range(0, k.n, _GET_CHUNK):
+                pins = self.lookup_many(model_dir, hashes[at:at + _GET_CHUNK], rank, group)
+                got += [None if p is None else bytes(p.view) for p in pins]
+                self.release_many(pins)
+            return got
         if len(outs) != k.n:
             raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
         dsts = [_dst(o) for o in outs]
@@ -344,12 +350,6 @@ class Client:
                 break
             out[name.decode()] = buf[i]
         return out
-
-
-def _take(p):
-    data = bytes(p.view)
-    p.release()
-    return data
 
 
 def _raise_first(status, n, hashes, what, absent_ok=False):
