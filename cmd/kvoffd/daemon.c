@@ -743,7 +743,8 @@ static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame
 	struct kv_block_ref ref;
 	int err;
 
-	for (size_t i = 0; i < f->len; i++)
+	/* HAS changes nothing, so it may find a bad entry as it goes. */
+	for (size_t i = 0; op != KV_OFFD_HAS && i < f->len; i++)
 		if (kv_offd_batch_decode(f, payload, i, &e))
 			return -KV_EPROTO;
 	memset(&ref, 0, sizeof(ref));
@@ -760,7 +761,8 @@ static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame
 		struct kv_offd_result r = { 0 };
 		int st;
 
-		kv_offd_batch_decode(f, payload, i, &e);
+		if (kv_offd_batch_decode(f, payload, i, &e))
+			return -KV_EPROTO;
 		st = batch_entry(d, c, op, &ref, &e, &r);
 		if (st)
 			r = (struct kv_offd_result){ .status = st };

@@ -25,6 +25,7 @@ struct kv_offd {
 	size_t slot_bytes;	/* the largest class's */
 	uint32_t slots;
 	unsigned char *payload;	/* a BATCH request's entries, made once */
+	unsigned char *results;	/* a BATCH reply's results, made once */
 };
 
 /* SO_SNDTIMEO / SO_RCVTIMEO ran out: the daemon did not answer in time. */
@@ -148,6 +149,7 @@ void kv_offd_close(struct kv_offd *c)
 	munmap(c->pool, c->pool_bytes);
 	close(c->fd);
 	free(c->payload);
+	free(c->results);
 	free(c);
 }
 
@@ -365,11 +367,9 @@ int kv_offd_list(struct kv_offd *c,
 
 /* ---- batches ---- */
 
-/* One BATCH request of head->len entries already in c->payload, and its
- * results.  Results that name a slot or bytes outside the pool are a
- * protocol error. */
-static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
-			 struct kv_offd_result *res)
+/* Send a BATCH frame and the payload of its head->len entries, already
+ * in c->payload (which is free again once this returns). */
+static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
 {
 	unsigned char buf[KV_OFFD_FRAME_BYTES];
 	struct iovec iov[2] = {
@@ -377,11 +377,7 @@ static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
 		{ .iov_base = c->payload, .iov_len = kv_offd_batch_bytes(head) },
 	};
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
-	struct kv_offd_frame rep;
-	unsigned op = (unsigned)(head->arg & 0xff);
-	unsigned char *rbuf;
-	size_t rbytes;
-	int err = 0;
+	int err;
 
 	if (c->broken)
 		return c->broken;
@@ -394,8 +390,9 @@ static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			err = errno == EPIPE ? -ECONNRESET : deadline_err(errno);
-			break;
+			/* Part of a frame may have gone: out of step. */
+			c->broken = errno == EPIPE ? -ECONNRESET : deadline_err(errno);
+			return c->broken;
 		}
 		while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) {
 			n -= (ssize_t)msg.msg_iov->iov_len;
@@ -407,29 +404,35 @@ static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
 			msg.msg_iov->iov_len -= (size_t)n;
 		}
 	}
-	if (!err)
-		err = recv_all(c->fd, buf, sizeof(buf));
+	return 0;
+}
+
+/* The reply to a BATCH frame sent with head, its results into res.
+ * Results that name a slot or bytes outside the pool are a protocol
+ * error; so is anything that leaves the stream out of step, which
+ * breaks the connection for good. */
+static int batch_recv(struct kv_offd *c, const struct kv_offd_frame *head,
+		      struct kv_offd_result *res)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	struct kv_offd_frame rep;
+	unsigned op = (unsigned)(head->arg & 0xff);
+	int err;
+
+	if (c->broken)
+		return c->broken;
+	err = recv_all(c->fd, buf, sizeof(buf));
 	if (!err)
 		err = kv_offd_frame_decode(buf, sizeof(buf), &rep);
 	if (!err && (rep.type != (KV_OFFD_BATCH | KV_OFFD_REPLY) ||
 		     (!rep.status && (rep.len != head->len || rep.arg != head->arg))))
 		err = -KV_EPROTO;
 	if (!err)
-		err = rep.status;
-	if (err) {
-		/* Out of step: a late or unread reply would answer the next. */
-		if (err == -ETIMEDOUT || err == -KV_EPROTO)
-			c->broken = err;
-		return err;
-	}
-	/* The results go where the entries were: they are read already. */
-	rbytes = kv_offd_batch_bytes(&rep);
-	rbuf = c->payload;
-	err = recv_all(c->fd, rbuf, rbytes);
+		err = recv_all(c->fd, c->results, kv_offd_batch_bytes(&rep));
 	for (size_t i = 0; !err && i < rep.len; i++) {
 		struct kv_offd_result *r = &res[i];
 
-		err = kv_offd_result_decode(rbuf, i, r);
+		err = kv_offd_result_decode(c->results, i, r);
 		if (err || r->status)
 			continue;
 		if (r->slot >= c->slots ||
@@ -437,64 +440,124 @@ static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
 		     (r->len > c->slot_bytes || !slot_ptr(c, r->offset, r->len))))
 			err = -KV_EPROTO;
 	}
-	if (err)
+	if (err) {
 		c->broken = err == -ETIMEDOUT || err == -KV_EPROTO ? err : -ECONNRESET;
-	return err;
+		return err;
+	}
+	return rep.status;
+}
+
+static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
+			 struct kv_offd_result *res)
+{
+	int err = batch_send(c, head);
+
+	return err ? err : batch_recv(c, head, res);
 }
 
 static int payload_ready(struct kv_offd *c)
 {
-	/* The largest request payload; the results (24 bytes each) fit too. */
+	/* The largest request payload, and the largest reply's results. */
 	if (!c->payload)
 		c->payload = malloc(KV_OFFD_BATCH_MAX * (8 + KV_OFFD_HASH_MAX));
-	return c->payload ? 0 : -ENOMEM;
+	if (!c->results)
+		c->results = malloc(KV_OFFD_BATCH_MAX * KV_OFFD_RESULT_BYTES);
+	return c->payload && c->results ? 0 : -ENOMEM;
 }
 
-/* Keyed ops: chunks of up to KV_OFFD_BATCH_MAX keys whose hashes have one
- * length; res[i] for key i.  Every key is checked before any is sent. */
+/* A hash's length if it is hex of a length the protocol takes, else 0. */
+static size_t hash_len(const char *h)
+{
+	size_t n = 0;
+
+	if (!h)
+		return 0;
+	for (; h[n] && n <= KV_OFFD_HASH_MAX; n++) {
+		char ch = h[n];
+
+		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
+		      (ch >= 'A' && ch <= 'F')))
+			return 0;
+	}
+	return n >= KV_HASH_MIN_LEN && n <= KV_OFFD_HASH_MAX ? n : 0;
+}
+
+/* Keys from at into c->payload as head's entries: as many as one frame
+ * takes, up to piece, of the length of the first. */
+static void fill_keys(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
+		      const struct kv_offd_keys *k, const size_t *lens, size_t at, size_t piece)
+{
+	struct kv_offd_batch_entry e;
+	size_t hl = strlen(k->hashes[at]);
+
+	head->arg = op | (uint64_t)hl << 8;
+	head->len = 0;
+	while (at + head->len < k->n && head->len < piece &&
+	       strlen(k->hashes[at + head->len]) == hl) {
+		const char *h = k->hashes[at + head->len];
+
+		for (size_t j = 0; j <= hl; j++)
+			e.hash[j] = (char)(h[j] >= 'A' && h[j] <= 'F' ? h[j] - 'A' + 'a' : h[j]);
+		e.len = lens ? lens[at + head->len] : 0;
+		head->len++;
+		kv_offd_batch_encode(head, c->payload, head->len - 1, &e);
+	}
+}
+
+/*
+ * Keyed ops over k's keys; res[i] for key i.  Every key is checked
+ * before any is sent.  The keys go in pieces, two in flight: the daemon
+ * works on one while this side encodes the next and decodes the last,
+ * so on two cores neither waits for the other.  Two pieces of results
+ * fit the socket's buffers, so the daemon never stops reading for want
+ * of room for a reply.
+ */
 static int batch_keys(struct kv_offd *c, unsigned op, const struct kv_offd_keys *k,
 		      const size_t *lens, struct kv_offd_result *res)
 {
-	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group };
-	struct kv_offd_batch_entry e;
-	unsigned char probe[KV_OFFD_FRAME_BYTES];
+	struct kv_offd_frame head[2] = {
+		{ .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group },
+	};
 	size_t ml = k->model_dir ? strlen(k->model_dir) : 0;
-	int err;
+	size_t at = 0, from[2], piece = (k->n + 3) / 4;
+	unsigned char probe[KV_OFFD_FRAME_BYTES];
+	unsigned sent = 0, done = 0;
+	int err, stop = 0;
 
 	if (!ml || ml > KV_OFFD_MODEL_MAX)
 		return -KV_EBADPATH;
-	memcpy(head.model_dir, k->model_dir, ml + 1);
-	head.arg = op | (uint64_t)KV_HASH_MIN_LEN << 8;
-	head.len = 1;
-	if (kv_offd_frame_encode(&head, probe, sizeof(probe)))
+	memcpy(head[0].model_dir, k->model_dir, ml + 1);
+	head[0].arg = op | (uint64_t)KV_HASH_MIN_LEN << 8;
+	head[0].len = 1;
+	if (kv_offd_frame_encode(&head[0], probe, sizeof(probe)))
 		return -KV_EBADPATH;
-	for (size_t i = 0; i < k->n; i++) {
-		size_t hl = k->hashes[i] ? strlen(k->hashes[i]) : 0;
-
-		if (hl < KV_HASH_MIN_LEN || hl > KV_OFFD_HASH_MAX ||
-		    strspn(k->hashes[i], "0123456789abcdefABCDEF") != hl)
+	head[1] = head[0];
+	for (size_t i = 0; i < k->n; i++)
+		if (!hash_len(k->hashes[i]))
 			return -KV_EBADHASH;
-	}
+	piece = piece < 256 ? 256 : piece > KV_OFFD_BATCH_MAX ? KV_OFFD_BATCH_MAX : piece;
 	err = payload_ready(c);
-	for (size_t at = 0; !err && at < k->n; at += head.len) {
-		size_t hl = strlen(k->hashes[at]);
+	while (!err && (done < sent || (at < k->n && !stop))) {
+		if (at < k->n && !stop && sent - done < 2) {
+			struct kv_offd_frame *h = &head[sent % 2];
 
-		head.arg = op | (uint64_t)hl << 8;
-		head.len = 0;
-		while (at + head.len < k->n && head.len < KV_OFFD_BATCH_MAX &&
-		       strlen(k->hashes[at + head.len]) == hl)
-			head.len++;
-		for (size_t i = 0; i < head.len; i++) {
-			const char *h = k->hashes[at + i];
-
-			for (size_t j = 0; j <= hl; j++)
-				e.hash[j] = (char)(h[j] >= 'A' && h[j] <= 'F' ? h[j] - 'A' + 'a' : h[j]);
-			e.len = lens ? lens[at + i] : 0;
-			kv_offd_batch_encode(&head, c->payload, i, &e);
+			fill_keys(c, h, op, k, lens, at, piece);
+			from[sent % 2] = at;
+			at += h->len;
+			err = batch_send(c, h);
+			sent++;
+			continue;
 		}
-		err = batch_request(c, &head, res + at);
+		err = batch_recv(c, &head[done % 2], res + from[done % 2]);
+		done++;
+		/* A whole batch refused (its status alone): the stream is
+		 * still in step; take the reply in flight, send no more. */
+		if (err && !c->broken && done < sent) {
+			stop = err;
+			err = 0;
+		}
 	}
-	return err;
+	return err ? err : stop;
 }
 
 static int batch_slots(struct kv_offd *c, unsigned op, const uint32_t *slots, size_t n,

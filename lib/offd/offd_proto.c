@@ -260,7 +260,10 @@ int kv_offd_batch_decode(const struct kv_offd_frame *f, const void *payload,
 
 	if (f->type != KV_OFFD_BATCH || i >= f->len)
 		return -KV_EPROTO;
-	memset(e, 0, sizeof(*e));
+	/* Field by field, not a memset: the daemon decodes thousands. */
+	e->len = 0;
+	e->slot = 0;
+	e->hash[0] = '\0';
 	if (!batch_keyed(batch_op(f))) {
 		e->slot = get32(p);
 		return 0;
@@ -272,6 +275,7 @@ int kv_offd_batch_decode(const struct kv_offd_frame *f, const void *payload,
 	if (!hash_ok((const char *)p, hl))
 		return -KV_EPROTO;
 	memcpy(e->hash, p, hl);
+	e->hash[hl] = '\0';
 	return 0;
 }
 
