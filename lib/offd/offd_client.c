@@ -512,29 +512,42 @@ static void fill_keys(struct kv_offd *c, struct kv_offd_frame *head, unsigned op
  * fit the socket's buffers, so the daemon never stops reading for want
  * of room for a reply.
  */
+/* Every key of k as the protocol takes it, before anything is sent. */
+static int batch_keys_check(const struct kv_offd_keys *k)
+{
+	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group,
+				      .len = 1, .arg = KV_OFFD_HAS | KV_HASH_MIN_LEN << 8 };
+	unsigned char probe[KV_OFFD_FRAME_BYTES];
+	size_t ml = k->model_dir ? strlen(k->model_dir) : 0;
+	struct kv_block_ref ref;
+
+	if (!ml || ml > KV_OFFD_MODEL_MAX)
+		return -KV_EBADPATH;
+	memcpy(head.model_dir, k->model_dir, ml + 1);
+	if (kv_offd_frame_encode(&head, probe, sizeof(probe)) ||
+	    kv_layout_model_dir_parse(k->model_dir, &ref))
+		return -KV_EBADPATH;
+	for (size_t i = 0; i < k->n; i++)
+		if (!hash_len(k->hashes[i]))
+			return -KV_EBADHASH;
+	return 0;
+}
+
 static int batch_keys(struct kv_offd *c, unsigned op, const struct kv_offd_keys *k,
 		      const size_t *lens, struct kv_offd_result *res)
 {
 	struct kv_offd_frame head[2] = {
 		{ .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group },
 	};
-	size_t ml = k->model_dir ? strlen(k->model_dir) : 0;
 	size_t at = 0, from[2], piece = (k->n + 3) / 4;
-	unsigned char probe[KV_OFFD_FRAME_BYTES];
 	unsigned sent = 0, done = 0;
 	int err, stop = 0;
 
-	if (!ml || ml > KV_OFFD_MODEL_MAX)
-		return -KV_EBADPATH;
-	memcpy(head[0].model_dir, k->model_dir, ml + 1);
-	head[0].arg = op | (uint64_t)KV_HASH_MIN_LEN << 8;
-	head[0].len = 1;
-	if (kv_offd_frame_encode(&head[0], probe, sizeof(probe)))
-		return -KV_EBADPATH;
+	err = batch_keys_check(k);
+	if (err)
+		return err;
+	snprintf(head[0].model_dir, sizeof(head[0].model_dir), "%s", k->model_dir);
 	head[1] = head[0];
-	for (size_t i = 0; i < k->n; i++)
-		if (!hash_len(k->hashes[i]))
-			return -KV_EBADHASH;
 	piece = piece < 256 ? 256 : piece > KV_OFFD_BATCH_MAX ? KV_OFFD_BATCH_MAX : piece;
 	err = payload_ready(c);
 	while (!err && (done < sent || (at < k->n && !stop))) {
@@ -780,27 +793,157 @@ static int put_pass(struct kv_offd *c, const struct kv_offd_keys *k, size_t *idx
 	return err;
 }
 
+/* Send the slots of piece [at, at + n) whose first op succeeded, as a
+ * BATCH of op; their key indices go to idx.  0 sent nothing. */
+static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
+			 const struct kv_offd_result *res, size_t at, size_t n, size_t *idx,
+			 int *err)
+{
+	struct kv_offd_batch_entry e = { 0 };
+
+	*head = (struct kv_offd_frame){ .type = KV_OFFD_BATCH, .arg = op };
+	for (size_t i = at; i < at + n; i++)
+		if (!res[i].status)
+			idx[head->len++] = i;
+	for (size_t j = 0; j < head->len; j++) {
+		e.slot = res[idx[j]].slot;
+		kv_offd_batch_encode(head, c->payload, j, &e);
+	}
+	*err = head->len ? batch_send(c, head) : 0;
+	return head->len;
+}
+
+/*
+ * put_many and get_many as a pipeline of pieces: the ALLOC (LOOKUP) of
+ * piece k + 2 and the COMMIT (RELEASE) of piece k go out as piece k + 1
+ * is copied, so the daemon checksums one piece while this side copies
+ * the next.  Requests F0 F1 | S0 F2 | S1 F3 ..., replies in that order.
+ * Entries that would have to wait (-EAGAIN) or found their class full
+ * (-ENOSPC) keep that status for the one-at-a-time path to take.
+ */
+static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
+		    const void *const *src, void *const *dst, const size_t *sizes,
+		    size_t *lens, int *status)
+{
+	unsigned fop = put ? KV_OFFD_ALLOC : KV_OFFD_LOOKUP;
+	unsigned sop = put ? KV_OFFD_COMMIT : KV_OFFD_RELEASE;
+	size_t n = k->n, piece = n / 4, next = 0, fat[2], sent_s = 0;
+	struct kv_offd_frame fh[2] = { { .type = KV_OFFD_BATCH, .rank = k->rank,
+					 .group = k->group } }, sh;
+	struct kv_offd_result *res = results(n), *sres = results(KV_OFFD_BATCH_MAX);
+	size_t *idx = calloc(n ? n : 1, sizeof(*idx));
+	unsigned fsent = 0, fdone = 0;
+	int err = res && sres && idx ? payload_ready(c) : -ENOMEM;
+
+	/* Three pieces hold slots at once: well inside a client's share. */
+	piece = piece < 16 ? 16 : piece;
+	if (piece > chunk_keys(c) / 4)
+		piece = chunk_keys(c) / 4 ? chunk_keys(c) / 4 : 1;
+	snprintf(fh[0].model_dir, sizeof(fh[0].model_dir), "%s", k->model_dir);
+	fh[1] = fh[0];
+	/* Two first ops out before the first copy. */
+	while (!err && fsent < 2 && next < n) {
+		fill_keys(c, &fh[fsent % 2], fop, k, put ? sizes : NULL, next, piece);
+		fat[fsent % 2] = next;
+		next += fh[fsent % 2].len;
+		err = batch_send(c, &fh[fsent % 2]);
+		fsent++;
+	}
+	while (!err && fdone < fsent) {
+		struct kv_offd_frame *h = &fh[fdone % 2];
+		size_t at = fat[fdone % 2], m = (size_t)h->len;
+
+		err = batch_recv(c, h, res + at);
+		fdone++;
+		for (size_t i = at; !err && i < at + m; i++) {
+			struct kv_offd_result *r = &res[i];
+
+			status[i] = r->status;
+			if (r->status)
+				continue;
+			if (put) {
+				memcpy(c->pool + r->offset, src[i], sizes[i]);
+				continue;
+			}
+			lens[i] = (size_t)r->len;
+			if (r->len <= sizes[i])
+				memcpy(dst[i], c->pool + r->offset, (size_t)r->len);
+			else
+				status[i] = -EFBIG;
+		}
+		/* The last piece's second op, answered after this first op. */
+		if (!err && sent_s)
+			err = batch_recv(c, &sh, sres);
+		for (size_t j = 0; !err && sent_s && j < sh.len; j++)
+			if (!status[idx[j]])
+				status[idx[j]] = sres[j].status;
+		if (!err)
+			sent_s = send_slots(c, &sh, sop, res, at, m, idx, &err);
+		if (!err && next < n) {
+			struct kv_offd_frame *f = &fh[fsent % 2];
+
+			fill_keys(c, f, fop, k, put ? sizes : NULL, next, piece);
+			fat[fsent % 2] = next;
+			next += f->len;
+			err = batch_send(c, f);
+			fsent++;
+		}
+	}
+	if (!err && sent_s) {
+		err = batch_recv(c, &sh, sres);
+		for (size_t j = 0; !err && j < sh.len; j++)
+			if (!status[idx[j]])
+				status[idx[j]] = sres[j].status;
+	}
+	/* A batch refused whole left replies in flight: out of step. */
+	if (err && !c->broken)
+		c->broken = -KV_EPROTO;
+	free(res);
+	free(sres);
+	free(idx);
+	return err;
+}
+
+/* The keys a pipeline left for the one-at-a-time path, listed in idx:
+ * those that would wait (-EAGAIN) and, in a put, those its pieces in
+ * flight crowded out of their class or the client's share; how many. */
+static size_t left_over(const int *status, size_t n, int put, size_t *idx)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (status[i] == -EAGAIN ||
+		    (put && (status[i] == -ENOSPC || status[i] == -EDQUOT)))
+			idx[m++] = i;
+	return m;
+}
+
 int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		     const void *const *bufs, const size_t *lens, int *status)
 {
-	size_t m = chunk_keys(c);
+	size_t m = chunk_keys(c), n = 0, left;
 	struct kv_offd_block *b = calloc(m, sizeof(*b));
-	size_t *idx = calloc(m, sizeof(*idx)), *ls = calloc(m, sizeof(*ls));
+	size_t *idx = calloc(k->n ? k->n : 1, sizeof(*idx)), *ls = calloc(m, sizeof(*ls));
 	const char **hs = calloc(m, sizeof(*hs));
 	int *st = calloc(m, sizeof(*st));
 	int err = b && idx && ls && hs && st ? 0 : -ENOMEM;
 
-	for (size_t at = 0; !err && at < k->n; at += m) {
-		size_t n = k->n - at < m ? k->n - at : m, left;
+	if (!err)
+		err = batch_keys_check(k);
+	if (!err)
+		err = pipeline(c, 1, k, bufs, NULL, lens, NULL, status);
+	if (!err)
+		n = left_over(status, k->n, 1, idx);
+	/* What would wait, a chunk at a time, in passes while a pass stores
+	 * something. */
+	for (size_t at = 0; !err && at < n; at += m) {
+		size_t cn = n - at < m ? n - at : m;
 
-		for (size_t i = 0; i < n; i++)
-			idx[i] = at + i;
-		/* Another pass while the last one stored something. */
-		while (!err && n) {
-			err = put_pass(c, k, idx, n, bufs, lens, status, b, hs, ls, st, &left);
-			if (left == n)
+		while (!err && cn) {
+			err = put_pass(c, k, idx + at, cn, bufs, lens, status, b, hs, ls, st, &left);
+			if (left == cn)
 				break;
-			n = left;
+			cn = left;
 		}
 	}
 	free(b);
@@ -839,19 +982,47 @@ static int get_chunk(struct kv_offd *c, const struct kv_offd_keys *k,
 int kv_offd_get_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		     void *const *bufs, const size_t *caps, size_t *lens, int *status)
 {
-	size_t m = chunk_keys(c);
-	struct kv_offd_block *b = calloc(m, sizeof(*b));
-	int *got = calloc(m, sizeof(*got));
-	int err = b && got ? 0 : -ENOMEM;
+	size_t n = k->n ? k->n : 1, left = 0;
+	size_t *idx = calloc(n, sizeof(*idx)), *cp = calloc(n, sizeof(*cp));
+	size_t *ln = calloc(n, sizeof(*ln));
+	struct kv_offd_block *b = calloc(n, sizeof(*b));
+	const char **hs = calloc(n, sizeof(*hs));
+	void **bf = calloc(n, sizeof(*bf));
+	int *st = calloc(n, sizeof(*st)), *got = calloc(n, sizeof(*got));
+	int err = idx && cp && ln && b && hs && bf && st && got ? 0 : -ENOMEM;
 
-	for (size_t at = 0; !err && at < k->n; at += m) {
+	for (size_t i = 0; i < k->n; i++)
+		lens[i] = 0;
+	if (!err)
+		err = batch_keys_check(k);
+	if (!err)
+		err = pipeline(c, 0, k, NULL, bufs, caps, lens, status);
+	if (!err)
+		left = left_over(status, k->n, 0, idx);
+	/* Read-throughs, where the daemon may wait: one at a time. */
+	if (!err && left) {
 		struct kv_offd_keys sub = *k;
 
-		sub.hashes = k->hashes + at;
-		sub.n = k->n - at < m ? k->n - at : m;
-		err = get_chunk(c, &sub, bufs + at, caps + at, lens + at, status + at, b, got);
+		for (size_t j = 0; j < left; j++) {
+			hs[j] = k->hashes[idx[j]];
+			bf[j] = bufs[idx[j]];
+			cp[j] = caps[idx[j]];
+		}
+		sub.hashes = hs;
+		sub.n = left;
+		err = get_chunk(c, &sub, bf, cp, ln, st, b, got);
+		for (size_t j = 0; !err && j < left; j++) {
+			status[idx[j]] = st[j];
+			lens[idx[j]] = ln[j];
+		}
 	}
+	free(idx);
+	free(cp);
+	free(ln);
 	free(b);
+	free(hs);
+	free(bf);
+	free(st);
 	free(got);
 	return err;
 }
