@@ -631,12 +631,21 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		wait_load(d, c, f, i);
 		return;
 	}
-	/* The file's size picks the class it is read into.  Asked first, so
-	 * a key the file tier does not hold either never costs a slot (nor,
-	 * with storage behind, an unwritten block). */
-	err = kv_io_size(d->io, path, &load_bytes);
-	if (!err && kv_slots_class(d->store, load_bytes) < 0)
-		err = -EFBIG;
+	if (d->nclasses == 1) {
+		/* Its size is known once read: a slot of the one class.  Room
+		 * for a read-through may cost an unwritten block when storage
+		 * is behind: never for a key the file tier does not hold. */
+		load_bytes = d->slot_bytes;
+		if (!kv_slots_nfree(d->store, 0) && storage_behind(d))
+			err = kv_io_has(d->io, path);
+	} else {
+		/* The file's size picks the class it is read into: one stat
+		 * on the loop, as a HAS costs; a key the file tier lacks
+		 * costs no slot. */
+		err = kv_io_size(d->io, path, &load_bytes);
+		if (!err && kv_slots_class(d->store, load_bytes) < 0)
+			err = -EFBIG;
+	}
 	if (err) {
 		reply_status(d, c, f->type, err);
 		return;
