@@ -339,18 +339,50 @@ static int cmd_memcpy(char **a)
 	return rc;
 }
 
-/* BLOCKS keys of this client, for the batch calls. */
-static char **client_hashes(unsigned client, unsigned blocks)
-{
-	char **h = calloc(blocks, sizeof(*h));
+/* What the _many calls take for n keys of one client. */
+struct many {
+	unsigned n;
+	char **hashes;
+	const void **in;
+	void **out;
+	size_t *lens, *got;
+	int *status;
+	struct kv_offd_keys k;
+};
 
-	for (unsigned b = 0; h && b < blocks; b++) {
-		h[b] = malloc(32);
-		if (!h[b])
-			return NULL;
-		key_hash(h[b], 32, client + 1, b);
+static void many_free(struct many *m)
+{
+	for (unsigned i = 0; m->hashes && i < m->n; i++)
+		free(m->hashes[i]);
+	free(m->hashes);
+	free(m->in);
+	free(m->out);
+	free(m->lens);
+	free(m->got);
+	free(m->status);
+}
+
+static int many_new(struct many *m, const char *model, unsigned client, unsigned n)
+{
+	memset(m, 0, sizeof(*m));
+	m->n = n;
+	m->hashes = calloc(n, sizeof(*m->hashes));
+	m->in = calloc(n, sizeof(*m->in));
+	m->out = calloc(n, sizeof(*m->out));
+	m->lens = calloc(n, sizeof(*m->lens));
+	m->got = calloc(n, sizeof(*m->got));
+	m->status = calloc(n, sizeof(*m->status));
+	if (!m->hashes || !m->in || !m->out || !m->lens || !m->got || !m->status)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		m->hashes[i] = malloc(32);
+		if (!m->hashes[i])
+			return -ENOMEM;
+		key_hash(m->hashes[i], 32, client + 1, i);
 	}
-	return h;
+	m->k = (struct kv_offd_keys){ .model_dir = model,
+				      .hashes = (const char *const *)m->hashes, .n = n };
+	return 0;
 }
 
 static int all_ok(const int *status, size_t n, const char *what)
@@ -361,30 +393,34 @@ static int all_ok(const int *status, size_t n, const char *what)
 	return 0;
 }
 
+/* put_many of m's keys, each block from m->in and m->lens. */
+static int put_all(struct kv_offd *c, struct many *m)
+{
+	int err = kv_offd_put_many(c, &m->k, m->in, m->lens, m->status);
+
+	return err ? fail("put_many", err) : all_ok(m->status, m->n, "put_many");
+}
+
 static int cmd_batch(char **a)
 {
 	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
 	unsigned iters = (unsigned)atoi(a[4]);
 	size_t bytes = (size_t)atol(a[5]);
 	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc((size_t)blocks * bytes);
-	const void **in = calloc(blocks, sizeof(*in));
-	void **out = calloc(blocks, sizeof(*out));
-	size_t *lens = calloc(blocks, sizeof(*lens)), *got = calloc(blocks, sizeof(*got));
-	int *status = calloc(blocks, sizeof(*status));
-	char **hashes = client_hashes(client, blocks);
-	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
-				  .n = blocks };
 	struct kv_offd *c;
+	struct many m;
 	int64_t t0 = 0, t1;
-	int err = 0;
+	int err = many_new(&m, a[1], client, blocks);
 
-	if (!src || !dst || !in || !out || !lens || !got || !status || !hashes)
-		return fail("malloc", -ENOMEM);
+	if (err || !src || !dst) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
 	for (unsigned b = 0; b < blocks; b++) {
 		fill(src + (size_t)b * bytes, bytes, b);
-		in[b] = src + (size_t)b * bytes;
-		out[b] = dst + (size_t)b * bytes;
-		lens[b] = bytes;
+		m.in[b] = src + (size_t)b * bytes;
+		m.out[b] = dst + (size_t)b * bytes;
+		m.lens[b] = bytes;
 	}
 	memset(dst, 0, (size_t)blocks * bytes);
 	connect_to(a[0], &c);
@@ -392,15 +428,11 @@ static int cmd_batch(char **a)
 	for (unsigned it = 0; !err && it <= iters; it++) {
 		if (it == 1)
 			t0 = now_ns();
-		err = kv_offd_put_many(c, &k, in, lens, status);
-		if (!err)
-			err = all_ok(status, blocks, "put_many");
-		else
-			err = fail("put_many", err);
-		if (!err && (err = kv_offd_get_many(c, &k, out, lens, got, status)))
+		err = put_all(c, &m);
+		if (!err && (err = kv_offd_get_many(c, &m.k, m.out, m.lens, m.got, m.status)))
 			err = fail("get_many", err);
 		if (!err)
-			err = all_ok(status, blocks, "get_many");
+			err = all_ok(m.status, blocks, "get_many");
 	}
 	t1 = now_ns();
 	kv_offd_close(c);
@@ -409,6 +441,10 @@ static int cmd_batch(char **a)
 	if (!err)
 		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
 		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+out:
+	many_free(&m);
+	free(src);
+	free(dst);
 	return err;
 }
 
@@ -418,47 +454,44 @@ static int cmd_has(char **a)
 	unsigned iters = (unsigned)atoi(a[4]);
 	size_t bytes = 4096;
 	unsigned char *blk = calloc(1, bytes);
-	const void **in = calloc(keys, sizeof(*in));
-	size_t *lens = calloc(keys, sizeof(*lens));
-	int *status = calloc(keys, sizeof(*status));
-	char **hashes = client_hashes(client, keys);
-	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
-				  .n = keys };
 	struct kv_offd *c;
+	struct many m;
 	uint64_t present = 0;
 	int64_t t0, t1;
-	int err;
+	int err = many_new(&m, a[1], client, keys);
 
-	if (!blk || !in || !lens || !status || !hashes)
-		return fail("malloc", -ENOMEM);
+	if (err || !blk) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
 	for (unsigned i = 0; i < keys; i++) {
-		in[i] = blk;
-		lens[i] = bytes;
+		m.in[i] = blk;
+		m.lens[i] = bytes;
 	}
 	connect_to(a[0], &c);
-	err = kv_offd_put_many(c, &k, in, lens, status);
-	if (err)
-		return fail("put_many", err);
-	if ((err = all_ok(status, keys, "put_many")))
-		return err;
+	err = put_all(c, &m);
 	t0 = now_ns();
 	for (unsigned it = 0; !err && it < iters; it++) {
-		err = kv_offd_has_many(c, &k, status);
+		err = kv_offd_has_many(c, &m.k, m.status);
+		if (err)
+			err = fail("has_many", err);
 		for (unsigned i = 0; !err && i < keys; i++)
-			present += status[i] == KV_OFFD_IN_RAM;
+			present += m.status[i] == KV_OFFD_IN_RAM;
 	}
 	t1 = now_ns();
 	kv_offd_close(c);
-	if (err)
-		return fail("has_many", err);
-	if (present != (uint64_t)keys * iters) {
+	if (!err && present != (uint64_t)keys * iters) {
 		fprintf(stderr, "offd_client: %llu of %llu checks found the block in RAM\n",
 			(unsigned long long)present, (unsigned long long)keys * iters);
-		return 3;
+		err = 3;
 	}
-	printf("{\"checks\":%llu,\"ns\":%lld}\n", (unsigned long long)keys * iters,
-	       (long long)(t1 - t0));
-	return 0;
+	if (!err)
+		printf("{\"checks\":%llu,\"ns\":%lld}\n", (unsigned long long)keys * iters,
+		       (long long)(t1 - t0));
+out:
+	many_free(&m);
+	free(blk);
+	return err;
 }
 
 /* Fill the pool with COUNT blocks of BYTES and report what it holds. */
@@ -467,35 +500,32 @@ static int cmd_fill(char **a)
 	size_t bytes = (size_t)atol(a[2]);
 	unsigned count = (unsigned)atoi(a[3]);
 	unsigned char *blk = calloc(1, bytes);
-	const void **in = calloc(count, sizeof(*in));
-	size_t *lens = calloc(count, sizeof(*lens));
-	int *status = calloc(count, sizeof(*status));
-	char **hashes = client_hashes((unsigned)bytes, count);
-	struct kv_offd_keys k = { .model_dir = a[1], .hashes = (const char *const *)hashes,
-				  .n = count };
 	struct kv_offd_stats st;
 	struct kv_offd *c;
-	int err;
+	struct many m;
+	int err = many_new(&m, a[1], (unsigned)bytes, count);
 
-	if (!blk || !in || !lens || !status || !hashes)
-		return fail("malloc", -ENOMEM);
+	if (err || !blk) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
 	for (unsigned i = 0; i < count; i++) {
-		in[i] = blk;
-		lens[i] = bytes;
+		m.in[i] = blk;
+		m.lens[i] = bytes;
 	}
 	connect_to(a[0], &c);
-	err = kv_offd_put_many(c, &k, in, lens, status);
-	if (!err)
-		err = kv_offd_stats(c, &st);
+	err = put_all(c, &m);
+	if (!err && (err = kv_offd_stats(c, &st)))
+		err = fail("stats", err);
 	kv_offd_close(c);
-	if (err)
-		return fail("put_many", err);
-	if ((err = all_ok(status, count, "put_many")))
-		return err;
-	printf("{\"pool_bytes\":%llu,\"pool_bytes_used\":%llu,\"block_bytes\":%llu}\n",
-	       (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_bytes_used,
-	       (unsigned long long)st.block_bytes);
-	return 0;
+	if (!err)
+		printf("{\"pool_bytes\":%llu,\"pool_bytes_used\":%llu,\"block_bytes\":%llu}\n",
+		       (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_bytes_used,
+		       (unsigned long long)st.block_bytes);
+out:
+	many_free(&m);
+	free(blk);
+	return err;
 }
 
 int main(int argc, char **argv)
