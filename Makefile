@@ -3,7 +3,7 @@
 #   make                 build libkv and every program into $(BUILD)
 #   make check           C unit tests + bats suites, ends "N passed, N failed"
 #   make check-asan      the same under AddressSanitizer + UBSan
-#   make install         PREFIX=/usr/local DESTDIR=
+#   make install         PREFIX=/usr/local DESTDIR= (PYTHONDIR for kvtools.py)
 #   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
 #
 # Sources are found by glob: lib/*.c is libkv, cmd/<prog>/*.c is one
@@ -21,6 +21,8 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+PYTHONDIR   ?= $(PREFIX)/lib/python3/dist-packages
+PY_SRCS     := $(wildcard python/kvtools/*.py)
 UNITS       := $(wildcard contrib/systemd/*.service contrib/systemd/*.timer)
 BUILD       ?= build
 
@@ -209,6 +211,10 @@ install: all
 		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 	install -m 0644 completions/bash/* $(DESTDIR)$(BASHCOMPDIR)/
 	install -m 0644 completions/zsh/_* $(DESTDIR)$(ZSHCOMPDIR)/
+	# The Python package loads the libkv.so this install puts in LIBDIR.
+	install -d $(DESTDIR)$(PYTHONDIR)/kvtools
+	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/kvtools/
+	echo 'LIBKV = "$(LIBDIR)/libkv.so.$(SOVERSION)"' > $(DESTDIR)$(PYTHONDIR)/kvtools/_installed.py
 	# The units run the programs from where this install puts them.
 	for u in $(UNITS); do sed 's|/usr/bin/|$(BINDIR)/|g' $$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/} && \
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
@@ -222,6 +228,7 @@ uninstall:
 	for c in completions/bash/*; do rm -f $(DESTDIR)$(BASHCOMPDIR)/$${c##*/}; done
 	for c in completions/zsh/_*; do rm -f $(DESTDIR)$(ZSHCOMPDIR)/$${c##*/}; done
 	for u in $(UNITS); do rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
+	rm -rf $(DESTDIR)$(PYTHONDIR)/kvtools
 
 # Debian packages from the committed tree (needs debhelper, dpkg-dev).
 deb:

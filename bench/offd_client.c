@@ -19,6 +19,14 @@
  *       put then get BLOCKS blocks ITERS times; prints bytes and ns
  *   offd_client memcpy BLOCKS ITERS BYTES
  *       the same bytes copied by one thread with memcpy
+ *   offd_client batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
+ *       bench with put_many and get_many of all BLOCKS at once
+ *   offd_client has SOCK MODEL_DIR CLIENT KEYS ITERS
+ *       put KEYS 4 KiB blocks, then has_many of all KEYS ITERS times;
+ *       prints checks and ns
+ *   offd_client fill SOCK MODEL_DIR BYTES COUNT
+ *       put_many COUNT blocks of BYTES (keys per size), then the
+ *       daemon's pool_bytes_used and block_bytes
  *
  * Exit: 0 ok, 1 block absent, 3 failure or mismatch, 4 daemon unreachable.
  */
@@ -331,6 +339,195 @@ static int cmd_memcpy(char **a)
 	return rc;
 }
 
+/* What the _many calls take for n keys of one client. */
+struct many {
+	unsigned n;
+	char **hashes;
+	const void **in;
+	void **out;
+	size_t *lens, *got;
+	int *status;
+	struct kv_offd_keys k;
+};
+
+static void many_free(struct many *m)
+{
+	for (unsigned i = 0; m->hashes && i < m->n; i++)
+		free(m->hashes[i]);
+	free(m->hashes);
+	free(m->in);
+	free(m->out);
+	free(m->lens);
+	free(m->got);
+	free(m->status);
+}
+
+static int many_new(struct many *m, const char *model, unsigned client, unsigned n)
+{
+	memset(m, 0, sizeof(*m));
+	m->n = n;
+	m->hashes = calloc(n, sizeof(*m->hashes));
+	m->in = calloc(n, sizeof(*m->in));
+	m->out = calloc(n, sizeof(*m->out));
+	m->lens = calloc(n, sizeof(*m->lens));
+	m->got = calloc(n, sizeof(*m->got));
+	m->status = calloc(n, sizeof(*m->status));
+	if (!m->hashes || !m->in || !m->out || !m->lens || !m->got || !m->status)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		m->hashes[i] = malloc(32);
+		if (!m->hashes[i])
+			return -ENOMEM;
+		key_hash(m->hashes[i], 32, client + 1, i);
+	}
+	m->k = (struct kv_offd_keys){ .model_dir = model,
+				      .hashes = (const char *const *)m->hashes, .n = n };
+	return 0;
+}
+
+static int all_ok(const int *status, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (status[i])
+			return fail(what, status[i]);
+	return 0;
+}
+
+/* put_many of m's keys, each block from m->in and m->lens. */
+static int put_all(struct kv_offd *c, struct many *m)
+{
+	int err = kv_offd_put_many(c, &m->k, m->in, m->lens, m->status);
+
+	return err ? fail("put_many", err) : all_ok(m->status, m->n, "put_many");
+}
+
+static int cmd_batch(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = (size_t)atol(a[5]);
+	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc((size_t)blocks * bytes);
+	struct kv_offd *c;
+	struct many m;
+	int64_t t0 = 0, t1;
+	int err = many_new(&m, a[1], client, blocks);
+
+	if (err || !src || !dst) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
+	for (unsigned b = 0; b < blocks; b++) {
+		fill(src + (size_t)b * bytes, bytes, b);
+		m.in[b] = src + (size_t)b * bytes;
+		m.out[b] = dst + (size_t)b * bytes;
+		m.lens[b] = bytes;
+	}
+	memset(dst, 0, (size_t)blocks * bytes);
+	connect_to(a[0], &c);
+	/* Round 0 is a warm-up, as in bench. */
+	for (unsigned it = 0; !err && it <= iters; it++) {
+		if (it == 1)
+			t0 = now_ns();
+		err = put_all(c, &m);
+		if (!err && (err = kv_offd_get_many(c, &m.k, m.out, m.lens, m.got, m.status)))
+			err = fail("get_many", err);
+		if (!err)
+			err = all_ok(m.status, blocks, "get_many");
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	if (!err && memcmp(src, dst, (size_t)blocks * bytes))
+		err = fail("verify", -KV_ECHECKSUM);
+	if (!err)
+		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
+		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+out:
+	many_free(&m);
+	free(src);
+	free(dst);
+	return err;
+}
+
+static int cmd_has(char **a)
+{
+	unsigned client = (unsigned)atoi(a[2]), keys = (unsigned)atoi(a[3]);
+	unsigned iters = (unsigned)atoi(a[4]);
+	size_t bytes = 4096;
+	unsigned char *blk = calloc(1, bytes);
+	struct kv_offd *c;
+	struct many m;
+	uint64_t present = 0;
+	int64_t t0, t1;
+	int err = many_new(&m, a[1], client, keys);
+
+	if (err || !blk) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
+	for (unsigned i = 0; i < keys; i++) {
+		m.in[i] = blk;
+		m.lens[i] = bytes;
+	}
+	connect_to(a[0], &c);
+	err = put_all(c, &m);
+	t0 = now_ns();
+	for (unsigned it = 0; !err && it < iters; it++) {
+		err = kv_offd_has_many(c, &m.k, m.status);
+		if (err)
+			err = fail("has_many", err);
+		for (unsigned i = 0; !err && i < keys; i++)
+			present += m.status[i] == KV_OFFD_IN_RAM;
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	if (!err && present != (uint64_t)keys * iters) {
+		fprintf(stderr, "offd_client: %llu of %llu checks found the block in RAM\n",
+			(unsigned long long)present, (unsigned long long)keys * iters);
+		err = 3;
+	}
+	if (!err)
+		printf("{\"checks\":%llu,\"ns\":%lld}\n", (unsigned long long)keys * iters,
+		       (long long)(t1 - t0));
+out:
+	many_free(&m);
+	free(blk);
+	return err;
+}
+
+/* Fill the pool with COUNT blocks of BYTES and report what it holds. */
+static int cmd_fill(char **a)
+{
+	size_t bytes = (size_t)atol(a[2]);
+	unsigned count = (unsigned)atoi(a[3]);
+	unsigned char *blk = calloc(1, bytes);
+	struct kv_offd_stats st;
+	struct kv_offd *c;
+	struct many m;
+	int err = many_new(&m, a[1], (unsigned)bytes, count);
+
+	if (err || !blk) {
+		err = fail("malloc", -ENOMEM);
+		goto out;
+	}
+	for (unsigned i = 0; i < count; i++) {
+		m.in[i] = blk;
+		m.lens[i] = bytes;
+	}
+	connect_to(a[0], &c);
+	err = put_all(c, &m);
+	if (!err && (err = kv_offd_stats(c, &st)))
+		err = fail("stats", err);
+	kv_offd_close(c);
+	if (!err)
+		printf("{\"pool_bytes\":%llu,\"pool_bytes_used\":%llu,\"block_bytes\":%llu}\n",
+		       (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_bytes_used,
+		       (unsigned long long)st.block_bytes);
+out:
+	many_free(&m);
+	free(blk);
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -341,7 +538,8 @@ int main(int argc, char **argv)
 		{ "put", 6, cmd_put }, { "get", 5, cmd_get }, { "hold", 5, cmd_hold },
 		{ "hog", 3, cmd_hog }, { "scribble", 5, cmd_scribble },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
-		{ "memcpy", 3, cmd_memcpy },
+		{ "memcpy", 3, cmd_memcpy }, { "batch", 6, cmd_batch },
+		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(cmds[0]); i++)

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include "../tool.h"
 #include "kvoffd.h"
 
@@ -68,23 +69,37 @@ fail:
 	}
 }
 
+/* Each size class gets an equal share of the pool's bytes: a workload's
+ * mix of block sizes is not known at start, and per-class LRU keeps each
+ * share full of the most recent blocks of its sizes. */
 int offd_pool_init(struct offd *d)
 {
-	uint64_t count = d->pool_bytes / d->slot_bytes;
-	struct kv_slots_class one = { .slot_bytes = d->slot_bytes, .count = (uint32_t)count };
-	int err;
+	struct kv_slots_class cls[SIZE_CLASSES_MAX];
+	uint64_t share = d->pool_bytes / d->nclasses;
+	int huge = 1, err;
 
-	if (count > UINT32_MAX)
+	if (!d->nclasses || d->nclasses > SIZE_CLASSES_MAX)
 		return -EINVAL;
-	err = kv_slots_new(&one, 1, &d->store);
+	for (unsigned k = 0; k < d->nclasses; k++) {
+		uint64_t count = share / d->classes[k].slot_bytes;
+
+		if (!count || count > UINT32_MAX)
+			return -EINVAL;
+		cls[k].slot_bytes = d->classes[k].slot_bytes;
+		cls[k].count = (uint32_t)count;
+		huge = huge && cls[k].slot_bytes % HUGE_PAGE_BYTES == 0;
+	}
+	err = kv_slots_new(cls, d->nclasses, &d->store);
 	if (err)
 		return err;
+	d->slot_bytes = cls[d->nclasses - 1].slot_bytes;
 	d->nslots = kv_slots_count(d->store);
 	d->pool_bytes = kv_slots_pool_bytes(d->store);
 	/* hugetlbfs reserves at mmap time, so a machine without free huge
-	 * pages fails here and gets ordinary shared memory instead. */
+	 * pages fails here and gets ordinary shared memory instead; every
+	 * slot starts on a huge page only if every class is a multiple. */
 	err = -EINVAL;
-	if (d->slot_bytes % HUGE_PAGE_BYTES == 0)
+	if (huge)
 		err = map_pool(d, MFD_HUGETLB);
 	d->hugepages = !err;
 	if (err)
@@ -92,7 +107,8 @@ int offd_pool_init(struct offd *d)
 	if (err)
 		return err;
 	d->slots = calloc(d->nslots, sizeof(*d->slots));
-	return d->slots ? 0 : -ENOMEM;
+	d->results = malloc(KV_OFFD_BATCH_MAX * KV_OFFD_RESULT_BYTES);
+	return d->slots && d->results ? 0 : -ENOMEM;
 }
 
 static void free_slot(struct offd *d, uint32_t i)
@@ -231,10 +247,13 @@ static void spill_ahead(struct offd *d, unsigned cls)
 
 /* ---- clients ---- */
 
+/* Poll for requests when reading and no reply waits to be sent, and
+ * for room in the socket while one does. */
 static void watch(struct offd *d, struct client *c, int reading)
 {
 	struct epoll_event ev = {
-		.events = (reading ? EPOLLIN : 0) | EPOLLRDHUP,
+		.events = (reading && !c->outlen ? EPOLLIN : 0) |
+			  (c->outlen ? EPOLLOUT : 0) | EPOLLRDHUP,
 		.data.ptr = c,
 	};
 
@@ -242,23 +261,85 @@ static void watch(struct offd *d, struct client *c, int reading)
 		c->doomed = 1;
 }
 
+/*
+ * Send iov, keeping what the socket does not take for flush_out.  A
+ * client may pipeline requests; while a reply waits its requests are
+ * not read, so a peer that never reads holds at most the replies to
+ * what it sent in one loop turn.
+ */
+static void send_out(struct offd *d, struct client *c, struct iovec *iov, int niov)
+{
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
+	size_t total = 0, sent = 0;
+	int was_empty = !c->outlen;
+	ssize_t n;
+
+	if (c->doomed)
+		return;
+	for (int k = 0; k < niov; k++)
+		total += iov[k].iov_len;
+	if (!c->outlen) {
+		do
+			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			c->doomed = 1;
+			return;
+		}
+		sent = n > 0 ? (size_t)n : 0;
+		if (sent == total)
+			return;
+	}
+	if (c->outlen + total - sent > c->outcap) {
+		size_t cap = 2 * (c->outlen + total - sent);
+		unsigned char *p = realloc(c->out, cap);
+
+		if (!p) {
+			c->doomed = 1;
+			return;
+		}
+		c->out = p;
+		c->outcap = cap;
+	}
+	for (int k = 0; k < niov; k++) {
+		size_t len = iov[k].iov_len, skip = sent < len ? sent : len;
+
+		memcpy(c->out + c->outlen, (char *)iov[k].iov_base + skip, len - skip);
+		c->outlen += len - skip;
+		sent -= skip;
+	}
+	if (was_empty)
+		watch(d, c, c->wait == WAIT_NONE);
+}
+
+static void flush_out(struct offd *d, struct client *c)
+{
+	ssize_t n;
+
+	do
+		n = send(c->fd, c->out, c->outlen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			c->doomed = 1;
+		return;
+	}
+	memmove(c->out, c->out + n, c->outlen - (size_t)n);
+	c->outlen -= (size_t)n;
+	if (!c->outlen)
+		watch(d, c, c->wait == WAIT_NONE);
+}
+
 static void reply(struct offd *d, struct client *c, const struct kv_offd_frame *f)
 {
 	unsigned char buf[KV_OFFD_FRAME_BYTES];
-	ssize_t n;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 
-	(void)d;
 	if (c->doomed || kv_offd_frame_encode(f, buf, sizeof(buf))) {
 		c->doomed = 1;
 		return;
 	}
-	/* Clients wait for each reply before the next request, so a socket
-	 * too full for 512 bytes means a peer that is not reading. */
-	do
-		n = send(c->fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(buf))
-		c->doomed = 1;
+	send_out(d, c, &iov, 1);
 }
 
 static void reply_status(struct offd *d, struct client *c, uint16_t type, int status)
@@ -325,40 +406,37 @@ static uint32_t alloc_share(const struct offd *d)
 	return share ? share : 1;
 }
 
-static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+/*
+ * The operations, each on one key or slot, shared by single frames and
+ * BATCH entries; r gets what the reply carries.  -EAGAIN: it must wait
+ * (a slot write-behind frees, a read-through), which a single frame
+ * does parked and a batch entry leaves to the client to retry alone.
+ */
+static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref *ref,
+		    const char *path, uint64_t len, struct kv_offd_result *r)
 {
-	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
-	struct kv_block_ref ref;
-	char path[PATH_BYTES];
 	uint32_t i;
 	int err;
 
 	if (c->nallocs >= alloc_share(d)) {
 		d->st.alloc_refused++;
-		reply_status(d, c, f->type, -EDQUOT);
-		return;
+		return -EDQUOT;
 	}
-	err = kv_slots_class(d->store, f->len);
-	if (err >= 0)
-		err = key_path(f, &ref, path);
-	if (!err)
-		err = get_slot(d, f->len, path, &i);
-	if (err == -EAGAIN) {
-		park(d, c, f);
-		return;
-	}
-	if (err) {
-		reply_status(d, c, f->type, err);
-		return;
-	}
+	err = kv_slots_class(d->store, len);
+	if (err < 0)
+		return err;
+	err = get_slot(d, len, path, &i);
+	if (err)
+		return err;
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
 	c->nallocs++;
-	d->slots[i].ref = ref;
+	d->slots[i].ref = *ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
-	r.slot = i;
-	r.len = f->len;
-	reply(d, c, &r);
+	r->slot = i;
+	r->len = len;
+	r->offset = kv_slots_offset(d->store, i);
+	return 0;
 }
 
 static int owned_alloc(struct offd *d, struct client *c, uint32_t i)
@@ -366,18 +444,15 @@ static int owned_alloc(struct offd *d, struct client *c, uint32_t i)
 	return i < d->nslots && d->slots[i].state == SLOT_ALLOC && d->slots[i].owner == c;
 }
 
-static void do_commit(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+static int op_commit(struct offd *d, struct client *c, uint32_t i)
 {
-	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
-	uint32_t i = f->slot, old;
+	uint32_t old;
 	unsigned cls;
 	uint64_t len;
 	struct slot *s;
 
-	if (!owned_alloc(d, c, i)) {
-		reply_status(d, c, f->type, -EINVAL);
-		return;
-	}
+	if (!owned_alloc(d, c, i))
+		return -EINVAL;
 	s = &d->slots[i];
 	len = kv_slots_len(d->store, i);
 	s->sum = kv_xxh3(d->pool + kv_slots_offset(d->store, i), len);
@@ -404,31 +479,137 @@ static void do_commit(struct offd *d, struct client *c, const struct kv_offd_fra
 	cls = kv_slots_class_of(d->store, i);
 	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kv_slots_nfree(d->store, cls))
 		spill_ahead(d, cls);
-	reply(d, c, &r);
+	return 0;
 }
 
-static void do_abort(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+static int op_abort(struct offd *d, struct client *c, uint32_t i)
+{
+	if (!owned_alloc(d, c, i))
+		return -EINVAL;
+	free_slot(d, i);
+	return 0;
+}
+
+/* Pin a committed block for c and count the get. */
+static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
+		  struct kv_offd_result *r)
+{
+	if (c->npins >= MAX_PINS_PER_CLIENT)
+		return -EMFILE;
+	if (c->npins == c->cap_pins) {
+		size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
+		struct pin *p = realloc(c->pins, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		c->pins = p;
+		c->cap_pins = cap;
+	}
+	c->pins[c->npins].slot = i;
+	c->pins[c->npins].start_ns = kv_monotonic_ns();
+	c->npins++;
+	d->slots[i].pins++;
+	kv_slots_touch(d->store, i);
+	if (!rerun)
+		d->st.hits++;
+	r->slot = i;
+	r->len = kv_slots_len(d->store, i);
+	r->offset = kv_slots_offset(d->store, i);
+	d->st.gets++;
+	d->st.get_bytes += r->len;
+	return 0;
+}
+
+/* The key's block if committed and intact, else KV_SLOT_NONE or the slot
+ * a read-through is loading into. */
+static uint32_t find_ready(struct offd *d, const char *path)
+{
+	uint32_t i = kv_slots_find(d->store, path);
+
+	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY && !intact(d, i)) {
+		drop_altered(d, i);
+		try_release(d, i);
+		i = KV_SLOT_NONE;
+	}
+	return i;
+}
+
+static int op_release(struct offd *d, struct client *c, uint32_t i)
+{
+	size_t k;
+
+	for (k = 0; k < c->npins && c->pins[k].slot != i; k++)
+		;
+	if (k == c->npins)
+		return -EINVAL;
+	d->slots[i].pins--;
+	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
+			kv_monotonic_ns() - c->pins[k].start_ns);
+	c->pins[k] = c->pins[--c->npins];
+	try_release(d, i);
+	return 0;
+}
+
+static int op_has(struct offd *d, const char *path, struct kv_offd_result *r)
+{
+	int err = 0;
+
+	if (kv_slots_find(d->store, path) != KV_SLOT_NONE)
+		r->len = KV_OFFD_IN_RAM;
+	else if (!(err = kv_io_has(d->io, path)))
+		r->len = KV_OFFD_ON_DISK;
+	return err;
+}
+
+static void reply_result(struct offd *d, struct client *c, uint16_t type, int err,
+			 const struct kv_offd_result *res)
+{
+	struct kv_offd_frame r = { .type = type | KV_OFFD_REPLY, .slot = res->slot,
+				   .len = res->len, .arg = res->offset };
+
+	if (err)
+		reply_status(d, c, type, err);
+	else
+		reply(d, c, &r);
+}
+
+static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_frame *f)
+{
+	struct kv_offd_result r = { 0 };
+	struct kv_block_ref ref;
+	char path[PATH_BYTES];
+	int err;
+
+	err = key_path(f, &ref, path);
+	if (!err)
+		err = op_alloc(d, c, &ref, path, f->len, &r);
+	if (err == -EAGAIN)
+		park(d, c, f);
+	else
+		reply_result(d, c, f->type, err, &r);
+}
+
+static void do_by_slot(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		       int (*op)(struct offd *, struct client *, uint32_t))
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
+	int err = op(d, c, f->slot);
 
-	if (!owned_alloc(d, c, f->slot)) {
-		reply_status(d, c, f->type, -EINVAL);
-		return;
-	}
-	free_slot(d, f->slot);
-	reply(d, c, &r);
+	if (err)
+		reply_status(d, c, f->type, err);
+	else
+		reply(d, c, &r);
 }
 
 static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_frame *f,
 		      int rerun)
 {
-	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+	struct kv_offd_result r = { 0 };
 	struct kv_block_ref ref;
 	char path[PATH_BYTES];
 	struct slot *s;
 	struct job j = { .kind = JOB_LOAD };
-	/* Its size is known once read: a slot of the largest class. */
-	uint64_t load_bytes = d->slot_bytes;
+	uint64_t load_bytes;
 	uint32_t i;
 	int err;
 
@@ -437,41 +618,10 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	i = kv_slots_find(d->store, path);
-	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY && !intact(d, i)) {
-		drop_altered(d, i);
-		try_release(d, i);
-		i = KV_SLOT_NONE;
-	}
+	i = find_ready(d, path);
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY) {
-		s = &d->slots[i];
-		if (c->npins >= MAX_PINS_PER_CLIENT) {
-			reply_status(d, c, f->type, -EMFILE);
-			return;
-		}
-		if (c->npins == c->cap_pins) {
-			size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
-			struct pin *p = realloc(c->pins, cap * sizeof(*p));
-
-			if (!p) {
-				reply_status(d, c, f->type, -ENOMEM);
-				return;
-			}
-			c->pins = p;
-			c->cap_pins = cap;
-		}
-		c->pins[c->npins].slot = i;
-		c->pins[c->npins].start_ns = kv_monotonic_ns();
-		c->npins++;
-		s->pins++;
-		kv_slots_touch(d->store, i);
-		if (!rerun)
-			d->st.hits++;
-		r.slot = i;
-		r.len = kv_slots_len(d->store, i);
-		d->st.gets++;
-		d->st.get_bytes += r.len;
-		reply(d, c, &r);
+		err = op_pin(d, c, i, rerun, &r);
+		reply_result(d, c, f->type, err, &r);
 		return;
 	}
 	if (!rerun)
@@ -481,10 +631,22 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		wait_load(d, c, f, i);
 		return;
 	}
-	/* Room for a read-through may cost an unwritten block when storage
-	 * is behind: never for a key the file tier does not hold either. */
-	if (!kv_slots_nfree(d->store, kv_slots_class(d->store, load_bytes)) &&
-	    storage_behind(d) && (err = kv_io_has(d->io, path))) {
+	if (d->nclasses == 1) {
+		/* Its size is known once read: a slot of the one class.  Room
+		 * for a read-through may cost an unwritten block when storage
+		 * is behind: never for a key the file tier does not hold. */
+		load_bytes = d->slot_bytes;
+		if (!kv_slots_nfree(d->store, 0) && storage_behind(d))
+			err = kv_io_has(d->io, path);
+	} else {
+		/* The file's size picks the class it is read into: one stat
+		 * on the loop, as a HAS costs; a key the file tier lacks
+		 * costs no slot. */
+		err = kv_io_size(d->io, path, &load_bytes);
+		if (!err && kv_slots_class(d->store, load_bytes) < 0)
+			err = -EFBIG;
+	}
+	if (err) {
 		reply_status(d, c, f->type, err);
 		return;
 	}
@@ -508,43 +670,119 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	wait_load(d, c, f, i);
 }
 
-static void do_release(struct offd *d, struct client *c, const struct kv_offd_frame *f)
-{
-	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
-	struct slot *s;
-	size_t k;
-
-	for (k = 0; k < c->npins && c->pins[k].slot != f->slot; k++)
-		;
-	if (k == c->npins) {
-		reply_status(d, c, f->type, -EINVAL);
-		return;
-	}
-	s = &d->slots[f->slot];
-	s->pins--;
-	report_transfer(d, DIR_GET, kv_slots_len(d->store, f->slot),
-			kv_monotonic_ns() - c->pins[k].start_ns);
-	c->pins[k] = c->pins[--c->npins];
-	try_release(d, f->slot);
-	reply(d, c, &r);
-}
-
 static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame *f)
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
+	struct kv_offd_result res = { 0 };
 	struct kv_block_ref ref;
 	char path[PATH_BYTES];
 	int err;
 
 	err = key_path(f, &ref, path);
-	if (!err && kv_slots_find(d->store, path) != KV_SLOT_NONE)
-		r.arg = KV_OFFD_IN_RAM;
-	else if (!err && !(err = kv_io_has(d->io, path)))
-		r.arg = KV_OFFD_ON_DISK;
+	if (!err)
+		err = op_has(d, path, &res);
+	r.arg = res.len;
 	if (err)
 		reply_status(d, c, f->type, err);
 	else
 		reply(d, c, &r);
+}
+
+/* A batch LOOKUP entry: pinned if in RAM; -EAGAIN if the file tier has
+ * it (or a read-through is loading it), for the client to read through
+ * with a single LOOKUP. */
+static int batch_lookup(struct offd *d, struct client *c, const char *path,
+			struct kv_offd_result *r)
+{
+	uint32_t i = find_ready(d, path);
+	int err;
+
+	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
+		return op_pin(d, c, i, 0, r);
+	if (i != KV_SLOT_NONE)
+		return -EAGAIN;
+	err = kv_io_has(d->io, path);
+	if (err == -ENOENT)
+		d->st.misses++;
+	return err ? err : -EAGAIN;
+}
+
+static int batch_entry(struct offd *d, struct client *c, unsigned op,
+		       struct kv_block_ref *ref, const struct kv_offd_batch_entry *e,
+		       struct kv_offd_result *r)
+{
+	char path[PATH_BYTES];
+	int err;
+
+	switch (op) {
+	case KV_OFFD_COMMIT:
+		r->slot = e->slot;
+		return op_commit(d, c, e->slot);
+	case KV_OFFD_ABORT:
+		r->slot = e->slot;
+		return op_abort(d, c, e->slot);
+	case KV_OFFD_RELEASE:
+		r->slot = e->slot;
+		return op_release(d, c, e->slot);
+	}
+	strcpy(ref->hash, e->hash);
+	err = kv_layout_block_path_ref(ref, path, PATH_BYTES);
+	if (err)
+		return err;
+	switch (op) {
+	case KV_OFFD_HAS:
+		return op_has(d, path, r);
+	case KV_OFFD_LOOKUP:
+		return batch_lookup(d, c, path, r);
+	default:
+		return op_alloc(d, c, ref, path, e->len, r);
+	}
+}
+
+/* A BATCH frame and its payload: every entry is checked before any is
+ * run, and each gets its own result; nothing in a batch waits. */
+static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		    const unsigned char *payload)
+{
+	struct kv_offd_frame h = { .type = f->type | KV_OFFD_REPLY, .len = f->len, .arg = f->arg };
+	unsigned char head[KV_OFFD_FRAME_BYTES];
+	struct iovec iov[2] = { { .iov_base = head, .iov_len = sizeof(head) } };
+	unsigned op = (unsigned)(f->arg & 0xff);
+	struct kv_offd_batch_entry e;
+	struct kv_block_ref ref;
+	int err;
+
+	/* HAS changes nothing, so it may find a bad entry as it goes. */
+	for (size_t i = 0; op != KV_OFFD_HAS && i < f->len; i++)
+		if (kv_offd_batch_decode(f, payload, i, &e))
+			return -KV_EPROTO;
+	memset(&ref, 0, sizeof(ref));
+	if (op == KV_OFFD_HAS || op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC) {
+		err = kv_layout_model_dir_parse(f->model_dir, &ref);
+		if (err) {
+			reply_status(d, c, f->type, err);
+			return 0;
+		}
+		ref.rank = f->rank;
+		ref.group = f->group;
+	}
+	for (size_t i = 0; i < f->len; i++) {
+		struct kv_offd_result r = { 0 };
+		int st;
+
+		if (kv_offd_batch_decode(f, payload, i, &e))
+			return -KV_EPROTO;
+		st = batch_entry(d, c, op, &ref, &e, &r);
+		if (st)
+			r = (struct kv_offd_result){ .status = st };
+		kv_offd_result_encode(d->results, i, &r);
+	}
+	if (kv_offd_frame_encode(&h, head, sizeof(head)))
+		return -KV_EPROTO;
+	iov[1].iov_base = d->results;
+	iov[1].iov_len = (size_t)f->len * KV_OFFD_RESULT_BYTES;
+	send_out(d, c, iov, 2);
+	return 0;
 }
 
 static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame *f)
@@ -579,16 +817,16 @@ static void dispatch(struct offd *d, struct client *c, const struct kv_offd_fram
 		do_alloc(d, c, f);
 		break;
 	case KV_OFFD_COMMIT:
-		do_commit(d, c, f);
+		do_by_slot(d, c, f, op_commit);
 		break;
 	case KV_OFFD_ABORT:
-		do_abort(d, c, f);
+		do_by_slot(d, c, f, op_abort);
 		break;
 	case KV_OFFD_LOOKUP:
 		do_lookup(d, c, f, rerun);
 		break;
 	case KV_OFFD_RELEASE:
-		do_release(d, c, f);
+		do_by_slot(d, c, f, op_release);
 		break;
 	case KV_OFFD_HAS:
 		do_has(d, c, f);
@@ -672,6 +910,8 @@ static void client_close(struct offd *d, struct client *c)
 		c->next->prev = c->prev;
 	close(c->fd);
 	free(c->pins);
+	free(c->pbuf);
+	free(c->out);
 	free(c);
 }
 
@@ -722,13 +962,40 @@ static void reap(struct offd *d)
 	}
 }
 
+/* Make room for a BATCH payload of need bytes (at most
+ * KV_OFFD_BATCH_MAX entries, as the decoder checked). */
+static int payload_room(struct client *c, size_t need)
+{
+	unsigned char *p;
+
+	if (need <= c->pcap)
+		return 0;
+	p = realloc(c->pbuf, need);
+	if (!p)
+		return -ENOMEM;
+	c->pbuf = p;
+	c->pcap = need;
+	return 0;
+}
+
+static void protocol_error(struct offd *d, struct client *c)
+{
+	d->st.protocol_errors++;
+	tool_err("closing client pid %d: malformed frame", (int)c->pid);
+	c->doomed = 1;
+}
+
+/* Requests in order, a BATCH frame's payload after it; reading stops
+ * while the client waits or a reply is still unsent. */
 static void client_read(struct offd *d, struct client *c)
 {
 	struct kv_offd_frame f;
 
-	for (int n = 0; n < FRAMES_PER_WAKEUP && c->wait == WAIT_NONE && !c->doomed; ) {
-		ssize_t got = recv(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen,
-				   MSG_DONTWAIT);
+	for (int n = 0; n < FRAMES_PER_WAKEUP && c->wait == WAIT_NONE && !c->doomed &&
+			!c->outlen; ) {
+		unsigned char *dst = c->pneed ? c->pbuf + c->plen : c->rbuf + c->rlen;
+		size_t want = c->pneed ? c->pneed - c->plen : sizeof(c->rbuf) - c->rlen;
+		ssize_t got = recv(c->fd, dst, want, MSG_DONTWAIT);
 
 		if (got < 0 && errno == EINTR)
 			continue;
@@ -738,18 +1005,38 @@ static void client_read(struct offd *d, struct client *c)
 			c->doomed = 1;
 			return;
 		}
+		if (c->pneed) {
+			c->plen += (size_t)got;
+			if (c->plen < c->pneed)
+				continue;
+			c->pneed = 0;
+			n++;
+			if (do_batch(d, c, &c->head, c->pbuf))
+				protocol_error(d, c);
+			else if (d->parked_head)
+				wake_parked(d);
+			continue;
+		}
 		c->rlen += (size_t)got;
 		if (c->rlen < sizeof(c->rbuf))
 			continue;
 		c->rlen = 0;
-		n++;
 		if (kv_offd_frame_decode(c->rbuf, sizeof(c->rbuf), &f) ||
 		    (f.type & KV_OFFD_REPLY) || f.type == KV_OFFD_HELLO) {
-			d->st.protocol_errors++;
-			tool_err("closing client pid %d: malformed frame", (int)c->pid);
-			c->doomed = 1;
+			protocol_error(d, c);
 			return;
 		}
+		if (f.type == KV_OFFD_BATCH) {
+			if (payload_room(c, kv_offd_batch_bytes(&f))) {
+				c->doomed = 1;
+				return;
+			}
+			c->head = f;
+			c->pneed = kv_offd_batch_bytes(&f);
+			c->plen = 0;
+			continue;
+		}
+		n++;
 		dispatch(d, c, &f, 0);
 		/* A commit, abort or release may have freed a slot. */
 		if (d->parked_head)
@@ -1116,6 +1403,8 @@ int offd_serve(struct offd *d, int ready_fd)
 			c = evs[k].data.ptr;
 			if (c->doomed)
 				continue;
+			if ((evs[k].events & EPOLLOUT) && c->outlen)
+				flush_out(d, c);
 			if (evs[k].events & EPOLLIN)
 				client_read(d, c);
 			else if (evs[k].events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))

@@ -11,6 +11,7 @@
 #include <kv/slots.h>
 
 #define PATH_BYTES	512		/* a block's relative path */
+#define SIZE_CLASSES_MAX	16	/* --size-classes */
 
 enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
 
@@ -47,6 +48,13 @@ struct client {
 	pid_t pid;
 	unsigned char rbuf[KV_OFFD_FRAME_BYTES];
 	size_t rlen;
+	struct kv_offd_frame head;	/* a BATCH frame whose payload is due */
+	unsigned char *pbuf;		/* its payload, pneed bytes of it */
+	size_t plen, pneed, pcap;
+	/* Replies the socket did not take yet; the client's requests are
+	 * not read until they are sent. */
+	unsigned char *out;
+	size_t outlen, outcap;
 	int doomed;			/* closed at the end of this loop turn */
 	enum wait wait;
 	struct kv_offd_frame saved;	/* the request parked by wait */
@@ -105,9 +113,11 @@ struct offd {
 	/* pool */
 	int memfd;
 	unsigned char *pool;
-	uint64_t pool_bytes, slot_bytes;
+	uint64_t pool_bytes, slot_bytes;	/* slot_bytes: the largest class */
 	uint32_t nslots;
 	int hugepages;
+	const struct kv_slots_class *classes;	/* --size-classes, counts 0 */
+	unsigned nclasses;
 	struct kv_slots *store;	/* index, LRU, free list, geometry */
 	struct slot *slots;		/* by slot id, beside the store's */
 	uint32_t loads_inflight;
@@ -130,6 +140,7 @@ struct offd {
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */
 	struct kv_io *io;		/* loop thread's handle (HAS) */
+	unsigned char *results;		/* a BATCH reply's, encoded here */
 	struct writer wr;
 
 	/* reporting */

@@ -16,9 +16,37 @@
 #define DEFAULT_WRITE_THREADS	2
 #define WRITE_QUEUE_MAX		64
 
+/* --size-classes: increasing sizes, each a multiple of KV_IO_ALIGN. */
+static unsigned parse_classes(const char *arg, struct kv_slots_class *out)
+{
+	char *copy = strdup(arg), *save = NULL, *tok;
+	unsigned n = 0;
+
+	if (!copy)
+		tool_usage_fail("out of memory");
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t bytes = tool_parse_size("--size-classes", tok);
+
+		if (n == SIZE_CLASSES_MAX)
+			tool_usage_fail("--size-classes takes at most %d sizes", SIZE_CLASSES_MAX);
+		if (bytes < KV_IO_ALIGN || bytes % KV_IO_ALIGN)
+			tool_usage_fail("--size-classes: '%s' is not a multiple of %d", tok,
+					KV_IO_ALIGN);
+		if (n && bytes <= out[n - 1].slot_bytes)
+			tool_usage_fail("--size-classes must increase: '%s'", tok);
+		out[n].slot_bytes = bytes;
+		out[n++].count = 0;
+	}
+	free(copy);
+	if (!n)
+		tool_usage_fail("--size-classes needs at least one size");
+	return n;
+}
+
 static void usage(void)
 {
-	printf("Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE [--slot-bytes SIZE]\n"
+	printf("Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE\n"
+	       "              [--slot-bytes SIZE | --size-classes SIZE,SIZE...]\n"
 	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
 	       "              [--events ENDPOINT]\n"
@@ -32,6 +60,10 @@ static void usage(void)
 	       "  -s, --socket PATH         Unix socket to listen on (default $KV_DAEMON)\n"
 	       "  -c, --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
 	       "      --slot-bytes SIZE     largest block, one pool slot (default 2M)\n"
+	       "      --size-classes LIST   slot sizes, comma-separated and increasing\n"
+	       "                            (e.g. 16K,512K,2M,8M), each with an equal share\n"
+	       "                            of the pool; a block takes the smallest that\n"
+	       "                            holds it, the largest is the largest block\n"
 	       "      --write-policy POLICY always: queue every put to the file tier;\n"
 	       "                            on-evict: write blocks as they leave RAM (default)\n"
 	       "      --write-threads N     file tier workers (default 2)\n"
@@ -166,13 +198,14 @@ static void sd_notify_ready(void)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_SLOT = 256, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
+	enum { OPT_SLOT = 256, OPT_CLASSES, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
 	       OPT_METRICS, OPT_EVENTS, OPT_STATS };
 	static const struct option longopts[] = {
 		{ "root", required_argument, NULL, 'r' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "cpu-bytes", required_argument, NULL, 'c' },
 		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
+		{ "size-classes", required_argument, NULL, OPT_CLASSES },
 		{ "write-policy", required_argument, NULL, OPT_POLICY },
 		{ "write-threads", required_argument, NULL, OPT_THREADS },
 		{ "fsync", no_argument, NULL, OPT_FSYNC },
@@ -185,6 +218,8 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct offd d;
+	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
+	int slot_opt = 0;
 	struct kv_io_opts io_opts = { .queue_depth = 4 };
 	struct kv_walk_opts walk_opts = { .rank = -1 };
 	const char *root_opt = NULL, *stats_sock = NULL;
@@ -210,6 +245,10 @@ int main(int argc, char **argv)
 			break;
 		case OPT_SLOT:
 			d.slot_bytes = tool_parse_size("--slot-bytes", optarg);
+			slot_opt = 1;
+			break;
+		case OPT_CLASSES:
+			d.nclasses = parse_classes(optarg, classes);
 			break;
 		case OPT_POLICY:
 			if (!strcmp(optarg, "always"))
@@ -269,10 +308,21 @@ int main(int argc, char **argv)
 		tool_usage_fail("no socket: give --socket or set KV_DAEMON");
 	if (!cpu_bytes)
 		tool_usage_fail("--cpu-bytes is required");
-	if (d.slot_bytes < KV_IO_ALIGN || d.slot_bytes % KV_IO_ALIGN)
-		tool_usage_fail("--slot-bytes must be a multiple of %d", KV_IO_ALIGN);
-	if (cpu_bytes < d.slot_bytes)
-		tool_usage_fail("--cpu-bytes must hold at least one --slot-bytes slot");
+	if (slot_opt && d.nclasses)
+		tool_usage_fail("--slot-bytes and --size-classes exclude each other");
+	if (!d.nclasses) {
+		if (d.slot_bytes < KV_IO_ALIGN || d.slot_bytes % KV_IO_ALIGN)
+			tool_usage_fail("--slot-bytes must be a multiple of %d", KV_IO_ALIGN);
+		if (cpu_bytes < d.slot_bytes)
+			tool_usage_fail("--cpu-bytes must hold at least one --slot-bytes slot");
+		classes[0].slot_bytes = d.slot_bytes;
+		d.nclasses = 1;
+	}
+	for (unsigned k = 0; k < d.nclasses; k++)
+		if (cpu_bytes / d.nclasses < classes[k].slot_bytes)
+			tool_usage_fail("--cpu-bytes must hold a slot of each size class "
+					"in its share (%u classes)", d.nclasses);
+	d.classes = classes;
 	if (threads == 0)
 		tool_usage_fail("--write-threads must be at least 1");
 	if (ready_fd >= 0 && fcntl(ready_fd, F_GETFD) < 0)
@@ -327,8 +377,9 @@ int main(int argc, char **argv)
 			 err == -EADDRINUSE ? "another daemon is serving it" : kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
-	tool_err("serving %s: %u slots of %llu bytes%s, file tier %s: %llu blocks, %llu bytes",
-		 d.socket_path, d.nslots, (unsigned long long)d.slot_bytes,
+	tool_err("serving %s: %u slots in %u size classes up to %llu bytes%s, "
+		 "file tier %s: %llu blocks, %llu bytes",
+		 d.socket_path, d.nslots, d.nclasses, (unsigned long long)d.slot_bytes,
 		 d.hugepages ? " (huge pages)" : "", d.root,
 		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
 	sd_notify_ready();

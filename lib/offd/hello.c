@@ -101,9 +101,10 @@ int kv_offd_hello_recv(int fd, struct kv_offd_geometry *geo, int *pool_fd)
 		err = -KV_EPROTO;
 	if (!err)
 		err = f.status;
-	/* The geometry must describe the pool the fd holds. */
-	if (!err && (*pool_fd < 0 || f.slot == 0 || f.arg == 0 ||
-		     f.len / f.arg != f.slot || f.len % f.arg || f.len > SIZE_MAX ||
+	/* The geometry must describe the pool the fd holds: slots of
+	 * several sizes, the largest arg bytes. */
+	if (!err && (*pool_fd < 0 || f.slot == 0 || f.arg == 0 || f.arg > f.len ||
+		     f.len / f.arg > f.slot || f.len > SIZE_MAX ||
 		     fstat(*pool_fd, &st) < 0 || (uint64_t)st.st_size < f.len))
 		err = -KV_EPROTO;
 	if (err) {

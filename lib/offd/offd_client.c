@@ -5,12 +5,14 @@
  * slot the daemon names.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <kv/errors.h>
 #include <kv/offd.h>
@@ -20,8 +22,10 @@ struct kv_offd {
 	int broken;		/* -errno once a timeout left the stream out of step */
 	unsigned char *pool;
 	size_t pool_bytes;
-	size_t slot_bytes;
+	size_t slot_bytes;	/* the largest class's */
 	uint32_t slots;
+	unsigned char *payload;	/* a BATCH request's entries, made once */
+	unsigned char *results;	/* a BATCH reply's results, made once */
 };
 
 /* SO_SNDTIMEO / SO_RCVTIMEO ran out: the daemon did not answer in time. */
@@ -144,6 +148,8 @@ void kv_offd_close(struct kv_offd *c)
 		return;
 	munmap(c->pool, c->pool_bytes);
 	close(c->fd);
+	free(c->payload);
+	free(c->results);
 	free(c);
 }
 
@@ -192,6 +198,15 @@ static int request(struct kv_offd *c, const struct kv_offd_frame *req,
 	return rep->status;
 }
 
+/* Where a slot the daemon named lies: len bytes at offset, inside the
+ * pool, or NULL. */
+static void *slot_ptr(const struct kv_offd *c, uint64_t offset, uint64_t len)
+{
+	if (offset > c->pool_bytes || len > c->pool_bytes - offset)
+		return NULL;
+	return c->pool + offset;
+}
+
 static int keyed(struct kv_offd_frame *f, uint16_t type, const struct kv_block_ref *ref)
 {
 	memset(f, 0, sizeof(*f));
@@ -222,8 +237,8 @@ int kv_offd_alloc(struct kv_offd *c, const struct kv_block_ref *ref,
 	if (err)
 		return err;
 	*slot = rep.slot;
-	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
-	return 0;
+	*ptr = slot_ptr(c, rep.arg, len);
+	return *ptr ? 0 : -KV_EPROTO;
 }
 
 int kv_offd_commit(struct kv_offd *c, uint32_t slot)
@@ -249,9 +264,9 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 	if (err)
 		return err;
 	*slot = rep.slot;
-	*ptr = c->pool + (size_t)rep.slot * c->slot_bytes;
+	*ptr = slot_ptr(c, rep.arg, rep.len);
 	*len = (size_t)rep.len;
-	return 0;
+	return *ptr ? 0 : -KV_EPROTO;
 }
 
 int kv_offd_release(struct kv_offd *c, uint32_t slot)
@@ -348,4 +363,666 @@ int kv_offd_list(struct kv_offd *c,
 			return err;
 		req.arg = (uint64_t)rep.slot + 1;
 	}
+}
+
+/* ---- batches ---- */
+
+/* Send a BATCH frame and the payload of its head->len entries, already
+ * in c->payload (which is free again once this returns). */
+static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	struct iovec iov[2] = {
+		{ .iov_base = buf, .iov_len = sizeof(buf) },
+		{ .iov_base = c->payload, .iov_len = kv_offd_batch_bytes(head) },
+	};
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	int err;
+
+	if (c->broken)
+		return c->broken;
+	err = kv_offd_frame_encode(head, buf, sizeof(buf));
+	if (err)
+		return err;
+	while (msg.msg_iovlen) {
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			/* Part of a frame may have gone: out of step. */
+			c->broken = errno == EPIPE ? -ECONNRESET : deadline_err(errno);
+			return c->broken;
+		}
+		while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) {
+			n -= (ssize_t)msg.msg_iov->iov_len;
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (msg.msg_iovlen) {
+			msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n;
+			msg.msg_iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+/* The reply to a BATCH frame sent with head, its results into res.
+ * Results that name a slot or bytes outside the pool are a protocol
+ * error; so is anything that leaves the stream out of step, which
+ * breaks the connection for good. */
+static int batch_recv(struct kv_offd *c, const struct kv_offd_frame *head,
+		      struct kv_offd_result *res)
+{
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	struct kv_offd_frame rep;
+	unsigned op = (unsigned)(head->arg & 0xff);
+	int err;
+
+	if (c->broken)
+		return c->broken;
+	err = recv_all(c->fd, buf, sizeof(buf));
+	if (!err)
+		err = kv_offd_frame_decode(buf, sizeof(buf), &rep);
+	if (!err && (rep.type != (KV_OFFD_BATCH | KV_OFFD_REPLY) ||
+		     (!rep.status && (rep.len != head->len || rep.arg != head->arg))))
+		err = -KV_EPROTO;
+	if (!err)
+		err = recv_all(c->fd, c->results, kv_offd_batch_bytes(&rep));
+	for (size_t i = 0; !err && i < rep.len; i++) {
+		struct kv_offd_result *r = &res[i];
+
+		err = kv_offd_result_decode(c->results, i, r);
+		if (err || r->status)
+			continue;
+		if (r->slot >= c->slots ||
+		    ((op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC) &&
+		     (r->len > c->slot_bytes || !slot_ptr(c, r->offset, r->len))))
+			err = -KV_EPROTO;
+	}
+	if (err) {
+		c->broken = err == -ETIMEDOUT || err == -KV_EPROTO ? err : -ECONNRESET;
+		return err;
+	}
+	return rep.status;
+}
+
+static int batch_request(struct kv_offd *c, const struct kv_offd_frame *head,
+			 struct kv_offd_result *res)
+{
+	int err = batch_send(c, head);
+
+	return err ? err : batch_recv(c, head, res);
+}
+
+static int payload_ready(struct kv_offd *c)
+{
+	/* The largest request payload, and the largest reply's results. */
+	if (!c->payload)
+		c->payload = malloc(KV_OFFD_BATCH_MAX * (8 + KV_OFFD_HASH_MAX));
+	if (!c->results)
+		c->results = malloc(KV_OFFD_BATCH_MAX * KV_OFFD_RESULT_BYTES);
+	return c->payload && c->results ? 0 : -ENOMEM;
+}
+
+/* A hash's length if it is hex of a length the protocol takes, else 0. */
+static size_t hash_len(const char *h)
+{
+	size_t n = 0;
+
+	if (!h)
+		return 0;
+	for (; h[n] && n <= KV_OFFD_HASH_MAX; n++) {
+		char ch = h[n];
+
+		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
+		      (ch >= 'A' && ch <= 'F')))
+			return 0;
+	}
+	return n >= KV_HASH_MIN_LEN && n <= KV_OFFD_HASH_MAX ? n : 0;
+}
+
+/* Keys from at into c->payload as head's entries: as many as one frame
+ * takes, up to piece, of the length of the first. */
+static void fill_keys(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
+		      const struct kv_offd_keys *k, const size_t *lens, size_t at, size_t piece)
+{
+	struct kv_offd_batch_entry e;
+	size_t hl = strlen(k->hashes[at]);
+
+	head->arg = op | (uint64_t)hl << 8;
+	head->len = 0;
+	while (at + head->len < k->n && head->len < piece &&
+	       strlen(k->hashes[at + head->len]) == hl) {
+		const char *h = k->hashes[at + head->len];
+
+		for (size_t j = 0; j <= hl; j++)
+			e.hash[j] = (char)(h[j] >= 'A' && h[j] <= 'F' ? h[j] - 'A' + 'a' : h[j]);
+		e.len = lens ? lens[at + head->len] : 0;
+		head->len++;
+		kv_offd_batch_encode(head, c->payload, head->len - 1, &e);
+	}
+}
+
+/*
+ * Keyed ops over k's keys; res[i] for key i.  Every key is checked
+ * before any is sent.  The keys go in pieces, two in flight: the daemon
+ * works on one while this side encodes the next and decodes the last,
+ * so on two cores neither waits for the other.  Two pieces of results
+ * fit the socket's buffers, so the daemon never stops reading for want
+ * of room for a reply.
+ */
+/* Every key of k as the protocol takes it, before anything is sent. */
+static int batch_keys_check(const struct kv_offd_keys *k)
+{
+	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group,
+				      .len = 1, .arg = KV_OFFD_HAS | KV_HASH_MIN_LEN << 8 };
+	unsigned char probe[KV_OFFD_FRAME_BYTES];
+	size_t ml = k->model_dir ? strlen(k->model_dir) : 0;
+	struct kv_block_ref ref;
+
+	if (!ml || ml > KV_OFFD_MODEL_MAX)
+		return -KV_EBADPATH;
+	memcpy(head.model_dir, k->model_dir, ml + 1);
+	if (kv_offd_frame_encode(&head, probe, sizeof(probe)) ||
+	    kv_layout_model_dir_parse(k->model_dir, &ref))
+		return -KV_EBADPATH;
+	for (size_t i = 0; i < k->n; i++)
+		if (!hash_len(k->hashes[i]))
+			return -KV_EBADHASH;
+	return 0;
+}
+
+static int batch_keys(struct kv_offd *c, unsigned op, const struct kv_offd_keys *k,
+		      const size_t *lens, struct kv_offd_result *res)
+{
+	struct kv_offd_frame head[2] = {
+		{ .type = KV_OFFD_BATCH, .rank = k->rank, .group = k->group },
+	};
+	size_t at = 0, from[2], piece = (k->n + 3) / 4;
+	unsigned sent = 0, done = 0;
+	int err, stop = 0;
+
+	err = batch_keys_check(k);
+	if (err)
+		return err;
+	snprintf(head[0].model_dir, sizeof(head[0].model_dir), "%s", k->model_dir);
+	head[1] = head[0];
+	piece = piece < 256 ? 256 : piece > KV_OFFD_BATCH_MAX ? KV_OFFD_BATCH_MAX : piece;
+	err = payload_ready(c);
+	while (!err && (done < sent || (at < k->n && !stop))) {
+		if (at < k->n && !stop && sent - done < 2) {
+			struct kv_offd_frame *h = &head[sent % 2];
+
+			fill_keys(c, h, op, k, lens, at, piece);
+			from[sent % 2] = at;
+			at += h->len;
+			err = batch_send(c, h);
+			sent++;
+			continue;
+		}
+		err = batch_recv(c, &head[done % 2], res + from[done % 2]);
+		done++;
+		/* A whole batch refused (its status alone): the stream is
+		 * still in step; take the reply in flight, send no more. */
+		if (err && !c->broken && done < sent) {
+			stop = err;
+			err = 0;
+		}
+	}
+	return err ? err : stop;
+}
+
+static int batch_slots(struct kv_offd *c, unsigned op, const uint32_t *slots, size_t n,
+		       struct kv_offd_result *res)
+{
+	struct kv_offd_frame head = { .type = KV_OFFD_BATCH, .arg = op };
+	struct kv_offd_batch_entry e = { 0 };
+	int err = payload_ready(c);
+
+	for (size_t at = 0; !err && at < n; at += head.len) {
+		head.len = n - at < KV_OFFD_BATCH_MAX ? n - at : KV_OFFD_BATCH_MAX;
+		for (size_t i = 0; i < head.len; i++) {
+			e.slot = slots[at + i];
+			kv_offd_batch_encode(&head, c->payload, i, &e);
+		}
+		err = batch_request(c, &head, res + at);
+	}
+	return err;
+}
+
+static struct kv_offd_result *results(size_t n)
+{
+	return calloc(n ? n : 1, sizeof(struct kv_offd_result));
+}
+
+int kv_offd_has_many(struct kv_offd *c, const struct kv_offd_keys *k, int *where)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_HAS, k, NULL, res);
+	for (size_t i = 0; !err && i < k->n; i++)
+		where[i] = res[i].status == -ENOENT ? 0 : res[i].status ? res[i].status :
+			   (int)res[i].len;
+	free(res);
+	return err;
+}
+
+/* Entries the batch could not finish without waiting (a read-through,
+ * a slot that write-behind must free: -EAGAIN) go one at a time, where
+ * the daemon parks the request until it can answer. */
+int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
+			struct kv_offd_block *out, int *status)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_LOOKUP, k, NULL, res);
+	for (size_t i = 0; !err && i < k->n; i++) {
+		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+		const void *ptr;
+
+		memset(&out[i], 0, sizeof(out[i]));
+		status[i] = res[i].status;
+		if (!status[i]) {
+			out[i].slot = res[i].slot;
+			out[i].ptr = c->pool + res[i].offset;
+			out[i].len = (size_t)res[i].len;
+			continue;
+		}
+		if (status[i] != -EAGAIN)
+			continue;
+		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
+		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
+		status[i] = kv_offd_lookup(c, &ref, &out[i].slot, &ptr, &out[i].len);
+		out[i].ptr = (void *)ptr;
+		if (status[i] && c->broken)
+			err = c->broken;
+	}
+	free(res);
+	return err;
+}
+
+int kv_offd_alloc_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		       const size_t *lens, struct kv_offd_block *out, int *status)
+{
+	struct kv_offd_result *res = results(k->n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_keys(c, KV_OFFD_ALLOC, k, lens, res);
+	for (size_t i = 0; !err && i < k->n; i++) {
+		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+
+		memset(&out[i], 0, sizeof(out[i]));
+		status[i] = res[i].status;
+		if (!status[i]) {
+			out[i].slot = res[i].slot;
+			out[i].ptr = c->pool + res[i].offset;
+			out[i].len = (size_t)res[i].len;
+			continue;
+		}
+		if (status[i] != -EAGAIN)
+			continue;
+		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
+		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
+		status[i] = kv_offd_alloc(c, &ref, lens[i], &out[i].slot, &out[i].ptr);
+		out[i].len = lens[i];
+		if (status[i] && c->broken)
+			err = c->broken;
+	}
+	free(res);
+	return err;
+}
+
+static int slots_many(struct kv_offd *c, unsigned op, const uint32_t *slots, size_t n,
+		      int *status)
+{
+	struct kv_offd_result *res = results(n);
+	int err;
+
+	if (!res)
+		return -ENOMEM;
+	err = batch_slots(c, op, slots, n, res);
+	for (size_t i = 0; !err && i < n; i++)
+		status[i] = res[i].status;
+	free(res);
+	return err;
+}
+
+int kv_offd_commit_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_COMMIT, slots, n, status);
+}
+
+int kv_offd_abort_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_ABORT, slots, n, status);
+}
+
+int kv_offd_release_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status)
+{
+	return slots_many(c, KV_OFFD_RELEASE, slots, n, status);
+}
+
+/* The slots of the entries that succeeded, and where each came from. */
+static size_t ok_slots(const struct kv_offd_block *b, const int *status, size_t n,
+		       uint32_t *slots, size_t *from)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (!status[i]) {
+			slots[m] = b[i].slot;
+			from[m++] = i;
+		}
+	return m;
+}
+
+/* Finish the successful entries of a put or get with op (COMMIT or
+ * RELEASE), folding each one's outcome into status. */
+static int finish_many(struct kv_offd *c, unsigned op, const struct kv_offd_block *b,
+		       int *status, size_t n)
+{
+	uint32_t *slots = malloc((n ? n : 1) * sizeof(*slots));
+	size_t *from = malloc((n ? n : 1) * sizeof(*from));
+	int *st = malloc((n ? n : 1) * sizeof(*st));
+	size_t m;
+	int err = -ENOMEM;
+
+	if (slots && from && st) {
+		m = ok_slots(b, status, n, slots, from);
+		err = m ? slots_many(c, op, slots, m, st) : 0;
+		for (size_t j = 0; !err && j < m; j++)
+			if (!status[from[j]])
+				status[from[j]] = st[j];
+	}
+	free(slots);
+	free(from);
+	free(st);
+	return err;
+}
+
+/* put_many and get_many hold their keys' slots between two round trips:
+ * a chunk at a time, well inside the daemon's per-client share of
+ * uncommitted slots (half the pool). */
+static size_t chunk_keys(const struct kv_offd *c)
+{
+	size_t m = c->slots / 4 ? c->slots / 4 : 1;
+
+	return m < KV_OFFD_BATCH_MAX ? m : KV_OFFD_BATCH_MAX;
+}
+
+/* Keys idx[0..n) of k: alloc, copy, commit.  Entries a full class
+ * refused (-ENOSPC: every slot of it held by this batch) are left in
+ * idx, first, for another pass once this one's commits make them
+ * evictable; *left says how many. */
+static int put_pass(struct kv_offd *c, const struct kv_offd_keys *k, size_t *idx, size_t n,
+		    const void *const *bufs, const size_t *lens, int *status,
+		    struct kv_offd_block *b, const char **hs, size_t *ls, int *st,
+		    size_t *left)
+{
+	struct kv_offd_keys sub = *k;
+	size_t m = 0;
+	int err;
+
+	for (size_t i = 0; i < n; i++) {
+		hs[i] = k->hashes[idx[i]];
+		ls[i] = lens[idx[i]];
+	}
+	sub.hashes = hs;
+	sub.n = n;
+	err = kv_offd_alloc_many(c, &sub, ls, b, st);
+	for (size_t i = 0; !err && i < n; i++)
+		if (!st[i])
+			memcpy(b[i].ptr, bufs[idx[i]], ls[i]);
+	if (!err)
+		err = finish_many(c, KV_OFFD_COMMIT, b, st, n);
+	for (size_t i = 0; !err && i < n; i++) {
+		status[idx[i]] = st[i];
+		if (st[i] == -ENOSPC)
+			idx[m++] = idx[i];
+	}
+	*left = m;
+	return err;
+}
+
+/* Send the slots of piece [at, at + n) whose first op succeeded, as a
+ * BATCH of op; their key indices go to idx.  0 sent nothing. */
+static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
+			 const struct kv_offd_result *res, size_t at, size_t n, size_t *idx,
+			 int *err)
+{
+	struct kv_offd_batch_entry e = { 0 };
+
+	*head = (struct kv_offd_frame){ .type = KV_OFFD_BATCH, .arg = op };
+	for (size_t i = at; i < at + n; i++)
+		if (!res[i].status)
+			idx[head->len++] = i;
+	for (size_t j = 0; j < head->len; j++) {
+		e.slot = res[idx[j]].slot;
+		kv_offd_batch_encode(head, c->payload, j, &e);
+	}
+	*err = head->len ? batch_send(c, head) : 0;
+	return head->len;
+}
+
+/*
+ * put_many and get_many as a pipeline of pieces: the ALLOC (LOOKUP) of
+ * piece k + 2 and the COMMIT (RELEASE) of piece k go out as piece k + 1
+ * is copied, so the daemon checksums one piece while this side copies
+ * the next.  Requests F0 F1 | S0 F2 | S1 F3 ..., replies in that order.
+ * Entries that would have to wait (-EAGAIN) or found their class full
+ * (-ENOSPC) keep that status for the one-at-a-time path to take.
+ */
+static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
+		    const void *const *src, void *const *dst, const size_t *sizes,
+		    size_t *lens, int *status)
+{
+	unsigned fop = put ? KV_OFFD_ALLOC : KV_OFFD_LOOKUP;
+	unsigned sop = put ? KV_OFFD_COMMIT : KV_OFFD_RELEASE;
+	size_t n = k->n, piece = n / 4, next = 0, fat[2], sent_s = 0;
+	struct kv_offd_frame fh[2] = { { .type = KV_OFFD_BATCH, .rank = k->rank,
+					 .group = k->group } }, sh;
+	struct kv_offd_result *res = results(n), *sres = results(KV_OFFD_BATCH_MAX);
+	size_t *idx = calloc(n ? n : 1, sizeof(*idx));
+	unsigned fsent = 0, fdone = 0;
+	int err = res && sres && idx ? payload_ready(c) : -ENOMEM;
+
+	/* Three pieces hold slots at once: well inside a client's share. */
+	piece = piece < 16 ? 16 : piece;
+	if (piece > chunk_keys(c) / 4)
+		piece = chunk_keys(c) / 4 ? chunk_keys(c) / 4 : 1;
+	snprintf(fh[0].model_dir, sizeof(fh[0].model_dir), "%s", k->model_dir);
+	fh[1] = fh[0];
+	/* Two first ops out before the first copy. */
+	while (!err && fsent < 2 && next < n) {
+		fill_keys(c, &fh[fsent % 2], fop, k, put ? sizes : NULL, next, piece);
+		fat[fsent % 2] = next;
+		next += fh[fsent % 2].len;
+		err = batch_send(c, &fh[fsent % 2]);
+		fsent++;
+	}
+	while (!err && fdone < fsent) {
+		struct kv_offd_frame *h = &fh[fdone % 2];
+		size_t at = fat[fdone % 2], m = (size_t)h->len;
+
+		err = batch_recv(c, h, res + at);
+		fdone++;
+		for (size_t i = at; !err && i < at + m; i++) {
+			struct kv_offd_result *r = &res[i];
+
+			status[i] = r->status;
+			if (r->status)
+				continue;
+			if (put) {
+				memcpy(c->pool + r->offset, src[i], sizes[i]);
+				continue;
+			}
+			lens[i] = (size_t)r->len;
+			if (r->len <= sizes[i])
+				memcpy(dst[i], c->pool + r->offset, (size_t)r->len);
+			else
+				status[i] = -EFBIG;
+		}
+		/* The last piece's second op, answered after this first op. */
+		if (!err && sent_s)
+			err = batch_recv(c, &sh, sres);
+		for (size_t j = 0; !err && sent_s && j < sh.len; j++)
+			if (!status[idx[j]])
+				status[idx[j]] = sres[j].status;
+		if (!err)
+			sent_s = send_slots(c, &sh, sop, res, at, m, idx, &err);
+		if (!err && next < n) {
+			struct kv_offd_frame *f = &fh[fsent % 2];
+
+			fill_keys(c, f, fop, k, put ? sizes : NULL, next, piece);
+			fat[fsent % 2] = next;
+			next += f->len;
+			err = batch_send(c, f);
+			fsent++;
+		}
+	}
+	if (!err && sent_s) {
+		err = batch_recv(c, &sh, sres);
+		for (size_t j = 0; !err && j < sh.len; j++)
+			if (!status[idx[j]])
+				status[idx[j]] = sres[j].status;
+	}
+	/* A batch refused whole left replies in flight: out of step. */
+	if (err && !c->broken)
+		c->broken = -KV_EPROTO;
+	free(res);
+	free(sres);
+	free(idx);
+	return err;
+}
+
+/* The keys a pipeline left for the one-at-a-time path, listed in idx:
+ * those that would wait (-EAGAIN) and, in a put, those its pieces in
+ * flight crowded out of their class or the client's share; how many. */
+static size_t left_over(const int *status, size_t n, int put, size_t *idx)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (status[i] == -EAGAIN ||
+		    (put && (status[i] == -ENOSPC || status[i] == -EDQUOT)))
+			idx[m++] = i;
+	return m;
+}
+
+int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     const void *const *bufs, const size_t *lens, int *status)
+{
+	size_t m = chunk_keys(c), n = 0, left;
+	struct kv_offd_block *b = calloc(m, sizeof(*b));
+	size_t *idx = calloc(k->n ? k->n : 1, sizeof(*idx)), *ls = calloc(m, sizeof(*ls));
+	const char **hs = calloc(m, sizeof(*hs));
+	int *st = calloc(m, sizeof(*st));
+	int err = b && idx && ls && hs && st ? 0 : -ENOMEM;
+
+	if (!err)
+		err = batch_keys_check(k);
+	if (!err)
+		err = pipeline(c, 1, k, bufs, NULL, lens, NULL, status);
+	if (!err)
+		n = left_over(status, k->n, 1, idx);
+	/* What would wait, a chunk at a time, in passes while a pass stores
+	 * something. */
+	for (size_t at = 0; !err && at < n; at += m) {
+		size_t cn = n - at < m ? n - at : m;
+
+		while (!err && cn) {
+			err = put_pass(c, k, idx + at, cn, bufs, lens, status, b, hs, ls, st, &left);
+			if (left == cn)
+				break;
+			cn = left;
+		}
+	}
+	free(b);
+	free(idx);
+	free(ls);
+	free(hs);
+	free(st);
+	return err;
+}
+
+static int get_chunk(struct kv_offd *c, const struct kv_offd_keys *k,
+		     void *const *bufs, const size_t *caps, size_t *lens, int *status,
+		     struct kv_offd_block *b, int *got)
+{
+	int err = kv_offd_lookup_many(c, k, b, got);
+
+	for (size_t i = 0; !err && i < k->n; i++) {
+		status[i] = got[i];
+		lens[i] = got[i] ? 0 : b[i].len;
+		if (got[i])
+			continue;
+		if (b[i].len <= caps[i])
+			memcpy(bufs[i], b[i].ptr, b[i].len);
+		else
+			status[i] = -EFBIG;
+	}
+	/* Release every pin, the ones too big for their buffer too. */
+	if (!err)
+		err = finish_many(c, KV_OFFD_RELEASE, b, got, k->n);
+	for (size_t i = 0; !err && i < k->n; i++)
+		if (!status[i])
+			status[i] = got[i];
+	return err;
+}
+
+int kv_offd_get_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     void *const *bufs, const size_t *caps, size_t *lens, int *status)
+{
+	size_t n = k->n ? k->n : 1, left = 0;
+	size_t *idx = calloc(n, sizeof(*idx)), *cp = calloc(n, sizeof(*cp));
+	size_t *ln = calloc(n, sizeof(*ln));
+	struct kv_offd_block *b = calloc(n, sizeof(*b));
+	const char **hs = calloc(n, sizeof(*hs));
+	void **bf = calloc(n, sizeof(*bf));
+	int *st = calloc(n, sizeof(*st)), *got = calloc(n, sizeof(*got));
+	int err = idx && cp && ln && b && hs && bf && st && got ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < k->n; i++)
+		lens[i] = 0;
+	if (!err)
+		err = batch_keys_check(k);
+	if (!err)
+		err = pipeline(c, 0, k, NULL, bufs, caps, lens, status);
+	if (!err)
+		left = left_over(status, k->n, 0, idx);
+	/* Read-throughs, where the daemon may wait: one at a time. */
+	if (!err && left) {
+		struct kv_offd_keys sub = *k;
+
+		for (size_t j = 0; j < left; j++) {
+			hs[j] = k->hashes[idx[j]];
+			bf[j] = bufs[idx[j]];
+			cp[j] = caps[idx[j]];
+		}
+		sub.hashes = hs;
+		sub.n = left;
+		err = get_chunk(c, &sub, bf, cp, ln, st, b, got);
+		for (size_t j = 0; !err && j < left; j++) {
+			status[idx[j]] = st[j];
+			lens[idx[j]] = ln[j];
+		}
+	}
+	free(idx);
+	free(cp);
+	free(ln);
+	free(b);
+	free(hs);
+	free(bf);
+	free(st);
+	free(got);
+	return err;
 }

@@ -7,7 +7,11 @@
  *  16 rank u32   20 group u32    24 len u64   32 arg u64
  *  40 model_len u16   42 hash_len u16   44 reserved u32 (zero)
  *  48 body: key frames  model_dir[256] hash[128], zero to the end;
+ *           BATCH requests of keyed ops the same with no hash;
  *           stats frames u64 x KV_OFFD_STATS_COUNT, zero to the end.
+ *
+ * A BATCH frame's payload follows it on the stream: entries of a fixed
+ * stride (batch_stride), or in the reply KV_OFFD_RESULT_BYTES results.
  */
 #include <errno.h>
 #include <string.h>
@@ -48,6 +52,7 @@ enum {
 	F_LEN = 1 << 3,
 	F_ARG = 1 << 4,
 	F_STATS = 1 << 5,
+	F_MODEL = 1 << 6,	/* model_dir, rank, group; no hash */
 };
 
 static const struct {
@@ -55,14 +60,15 @@ static const struct {
 	unsigned reply;
 } fields[KV_OFFD_TYPE_MAX] = {
 	[KV_OFFD_HELLO] = { 0, F_STATUS | F_SLOT | F_LEN | F_ARG },
-	[KV_OFFD_ALLOC] = { F_KEY | F_LEN, F_STATUS | F_SLOT | F_LEN },
+	[KV_OFFD_ALLOC] = { F_KEY | F_LEN, F_STATUS | F_SLOT | F_LEN | F_ARG },
 	[KV_OFFD_COMMIT] = { F_SLOT, F_STATUS | F_SLOT },
 	[KV_OFFD_ABORT] = { F_SLOT, F_STATUS | F_SLOT },
-	[KV_OFFD_LOOKUP] = { F_KEY, F_STATUS | F_SLOT | F_LEN },
+	[KV_OFFD_LOOKUP] = { F_KEY, F_STATUS | F_SLOT | F_LEN | F_ARG },
 	[KV_OFFD_RELEASE] = { F_SLOT, F_STATUS | F_SLOT },
 	[KV_OFFD_HAS] = { F_KEY, F_STATUS | F_ARG },
 	[KV_OFFD_STATS] = { F_ARG, F_STATUS | F_STATS },
 	[KV_OFFD_LIST] = { F_ARG, F_STATUS | F_SLOT | F_KEY | F_LEN | F_ARG },
+	[KV_OFFD_BATCH] = { F_MODEL | F_LEN | F_ARG, F_STATUS | F_LEN | F_ARG },
 };
 
 static const char *const stats_names[] = {
@@ -188,6 +194,146 @@ static int has_key(unsigned mask, const struct kv_offd_frame *f)
 	return (mask & F_KEY) && !((f->type & KV_OFFD_REPLY) && f->status);
 }
 
+static unsigned batch_op(const struct kv_offd_frame *f)
+{
+	return (unsigned)(f->arg & 0xff);
+}
+
+static size_t batch_hash_len(const struct kv_offd_frame *f)
+{
+	return (size_t)(f->arg >> 8 & 0xff);
+}
+
+static int batch_keyed(unsigned op)
+{
+	return op == KV_OFFD_HAS || op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC;
+}
+
+/* Bytes of one request entry. */
+static size_t batch_stride(const struct kv_offd_frame *f)
+{
+	switch (batch_op(f)) {
+	case KV_OFFD_HAS:
+	case KV_OFFD_LOOKUP:
+		return batch_hash_len(f);
+	case KV_OFFD_ALLOC:
+		return 8 + batch_hash_len(f);
+	default:
+		return 4;
+	}
+}
+
+/* A BATCH head: a batchable op, 1 to KV_OFFD_BATCH_MAX entries, and a
+ * model dir and hash length exactly when the op is keyed. */
+static int batch_head_ok(const struct kv_offd_frame *f, size_t ml)
+{
+	unsigned op = batch_op(f);
+	size_t hl = batch_hash_len(f);
+
+	if ((f->type & KV_OFFD_REPLY) && f->status)
+		return !f->len && !f->arg;
+	if (f->arg >> 16 || f->len == 0 || f->len > KV_OFFD_BATCH_MAX)
+		return 0;
+	if (f->type & KV_OFFD_REPLY)
+		return op == KV_OFFD_HAS || op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC ||
+		       op == KV_OFFD_COMMIT || op == KV_OFFD_ABORT || op == KV_OFFD_RELEASE;
+	if (batch_keyed(op))
+		return ml && hl >= KV_HASH_MIN_LEN && hl <= KV_OFFD_HASH_MAX;
+	return (op == KV_OFFD_COMMIT || op == KV_OFFD_ABORT || op == KV_OFFD_RELEASE) &&
+	       !ml && !hl && !f->rank && !f->group;
+}
+
+size_t kv_offd_batch_bytes(const struct kv_offd_frame *f)
+{
+	if (f->type == KV_OFFD_BATCH)
+		return (size_t)f->len * batch_stride(f);
+	if (f->type == (KV_OFFD_BATCH | KV_OFFD_REPLY) && !f->status)
+		return (size_t)f->len * KV_OFFD_RESULT_BYTES;
+	return 0;
+}
+
+int kv_offd_batch_decode(const struct kv_offd_frame *f, const void *payload,
+			 size_t i, struct kv_offd_batch_entry *e)
+{
+	const unsigned char *p = (const unsigned char *)payload + i * batch_stride(f);
+	size_t hl = batch_hash_len(f);
+
+	if (f->type != KV_OFFD_BATCH || i >= f->len)
+		return -KV_EPROTO;
+	/* Field by field, not a memset: the daemon decodes thousands. */
+	e->len = 0;
+	e->slot = 0;
+	e->hash[0] = '\0';
+	if (!batch_keyed(batch_op(f))) {
+		e->slot = get32(p);
+		return 0;
+	}
+	if (batch_op(f) == KV_OFFD_ALLOC) {
+		e->len = get64(p);
+		p += 8;
+	}
+	if (!hash_ok((const char *)p, hl))
+		return -KV_EPROTO;
+	memcpy(e->hash, p, hl);
+	e->hash[hl] = '\0';
+	return 0;
+}
+
+int kv_offd_batch_encode(const struct kv_offd_frame *f, void *payload,
+			 size_t i, const struct kv_offd_batch_entry *e)
+{
+	unsigned char *p = (unsigned char *)payload + i * batch_stride(f);
+	size_t hl = batch_hash_len(f);
+
+	if (f->type != KV_OFFD_BATCH || i >= f->len)
+		return -KV_EPROTO;
+	if (!batch_keyed(batch_op(f))) {
+		put32(p, e->slot);
+		return 0;
+	}
+	if (strnlen(e->hash, sizeof(e->hash)) != hl || !hash_ok(e->hash, hl))
+		return -KV_EPROTO;
+	if (batch_op(f) == KV_OFFD_ALLOC) {
+		put64(p, e->len);
+		p += 8;
+	}
+	memcpy(p, e->hash, hl);
+	return 0;
+}
+
+/* A failed entry carries its status alone. */
+static int result_ok(const struct kv_offd_result *r)
+{
+	return status_ok(r->status) && (!r->status || (!r->slot && !r->len && !r->offset));
+}
+
+int kv_offd_result_decode(const void *payload, size_t i, struct kv_offd_result *r)
+{
+	const unsigned char *p = (const unsigned char *)payload + i * KV_OFFD_RESULT_BYTES;
+	struct kv_offd_result v = {
+		.status = (int32_t)get32(p), .slot = get32(p + 4),
+		.len = get64(p + 8), .offset = get64(p + 16),
+	};
+
+	if (!result_ok(&v))
+		return -KV_EPROTO;
+	*r = v;
+	return 0;
+}
+
+int kv_offd_result_encode(void *payload, size_t i, const struct kv_offd_result *r)
+{
+	unsigned char *p = (unsigned char *)payload + i * KV_OFFD_RESULT_BYTES;
+
+	if (!result_ok(r))
+		return -KV_EPROTO;
+	put32(p, (uint32_t)r->status);
+	put32(p + 4, r->slot);
+	put64(p + 8, r->len);
+	put64(p + 16, r->offset);
+	return 0;
+}
+
 int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 {
 	unsigned char *p = buf;
@@ -204,9 +350,14 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 	if (has_key(mask, f)) {
 		if (!model_ok(f->model_dir, ml) || !hash_ok(f->hash, hl))
 			return -KV_EPROTO;
+	} else if (mask & F_MODEL) {
+		if ((ml && !model_ok(f->model_dir, ml)) || hl)
+			return -KV_EPROTO;
 	} else if (ml || hl || f->rank || f->group) {
 		return -KV_EPROTO;
 	}
+	if ((f->type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(f, ml))
+		return -KV_EPROTO;
 	memset(p, 0, KV_OFFD_FRAME_BYTES);
 	put32(p + OFF_MAGIC, KV_OFFD_MAGIC);
 	put16(p + OFF_VERSION, KV_OFFD_VERSION);
@@ -267,6 +418,12 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 			return -KV_EPROTO;
 		memcpy(f.model_dir, p + OFF_MODEL, ml);
 		memcpy(f.hash, p + OFF_HASH, hl);
+	} else if (mask & F_MODEL) {
+		if (ml > MODEL_FIELD || hl ||
+		    (ml && !model_ok((const char *)p + OFF_MODEL, ml)) ||
+		    !all_zero(p + OFF_MODEL + ml, KV_OFFD_FRAME_BYTES - OFF_MODEL - ml))
+			return -KV_EPROTO;
+		memcpy(f.model_dir, p + OFF_MODEL, ml);
 	} else if ((mask & F_STATS) && f.status == 0) {
 		if (ml || hl || f.rank || f.group ||
 		    !all_zero(p + STATS_END, KV_OFFD_FRAME_BYTES - STATS_END))
@@ -280,6 +437,8 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 		   !all_zero(p + OFF_BODY, KV_OFFD_FRAME_BYTES - OFF_BODY)) {
 		return -KV_EPROTO;
 	}
+	if ((f.type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(&f, ml))
+		return -KV_EPROTO;
 	*out = f;
 	return 0;
 }

@@ -12,9 +12,6 @@
 #include <kv/errors.h>
 #include <kv/layout.h>
 
-/* "_r" plus the widest unsigned rank. */
-#define RANK_SUFFIX_MAX	(2 + 10)
-
 static int is_lower_hex(char c)
 {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -60,30 +57,38 @@ static int parse_decimal(const char *s, size_t n, unsigned *out)
 	return 0;
 }
 
-int kv_layout_hash_normalize(const char *hash, char *out, size_t len)
+/* Lowercase hex of a length a hash may have into out (len bytes): its
+ * length, or -KV_EBADHASH / -ENAMETOOLONG.  One pass: kvoffd normalizes
+ * a hash per key of a batch. */
+static int hash_lower(const char *hash, char *out, size_t len)
 {
 	size_t n;
 
 	if (!hash)
 		return -KV_EBADHASH;
-	n = strnlen(hash, KV_HASH_MAX_LEN + 1);
+	for (n = 0; hash[n] && n <= KV_HASH_MAX_LEN; n++) {
+		char c = hash[n];
+
+		if (c >= 'A' && c <= 'F')
+			c = (char)(c - 'A' + 'a');
+		else if (!is_lower_hex(c))
+			return -KV_EBADHASH;
+		if (n + 1 < len)
+			out[n] = c;
+	}
 	if (n < KV_HASH_MIN_LEN || n > KV_HASH_MAX_LEN)
 		return -KV_EBADHASH;
-	for (size_t i = 0; i < n; i++) {
-		char c = hash[i];
-
-		if (!is_lower_hex(c) && !(c >= 'A' && c <= 'F'))
-			return -KV_EBADHASH;
-	}
 	if (len < n + 1)
 		return -ENAMETOOLONG;
-	for (size_t i = 0; i < n; i++) {
-		char c = hash[i];
-
-		out[i] = (c >= 'A' && c <= 'F') ? (char)(c - 'A' + 'a') : c;
-	}
 	out[n] = '\0';
-	return 0;
+	return (int)n;
+}
+
+int kv_layout_hash_normalize(const char *hash, char *out, size_t len)
+{
+	int n = hash_lower(hash, out, len);
+
+	return n < 0 ? n : 0;
 }
 
 int kv_layout_safe_model(const char *model_name, char *buf, size_t len)
@@ -216,11 +221,26 @@ int kv_layout_rank_dir_parse(const char *name, struct kv_block_ref *ref)
 	return 0;
 }
 
+/* The decimal digits of v at p, their count returned. */
+static size_t put_decimal(char *p, unsigned v)
+{
+	char tmp[10];
+	size_t n = 0;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	for (size_t i = 0; i < n; i++)
+		p[i] = tmp[n - 1 - i];
+	return n;
+}
+
 int kv_layout_block_path(const char *model_dir, unsigned rank, unsigned group,
 			 const char *hash, char *buf, size_t len)
 {
-	char h[KV_HASH_MAX_LEN + 1];
-	size_t mlen;
+	char h[KV_HASH_MAX_LEN + 1], ranks[10], groups[10];
+	size_t mlen, hlen, rl, gl, need;
+	char *p = buf;
 	int ret;
 
 	if (!model_dir)
@@ -228,21 +248,37 @@ int kv_layout_block_path(const char *model_dir, unsigned rank, unsigned group,
 	mlen = strnlen(model_dir, KV_NAME_MAX + 1);
 	if (!model_dir_ok(model_dir, mlen))
 		return -KV_EBADPATH;
-	ret = kv_layout_hash_normalize(hash, h, sizeof(h));
+	ret = hash_lower(hash, h, sizeof(h));
 	if (ret < 0)
 		return ret;
+	hlen = (size_t)ret;
+	rl = put_decimal(ranks, rank);
+	gl = put_decimal(groups, group);
 	/* The rank dir must still be one name, however long the model. */
-	if (mlen + RANK_SUFFIX_MAX > KV_NAME_MAX) {
-		char suffix[RANK_SUFFIX_MAX + 1];
-
-		snprintf(suffix, sizeof(suffix), "_r%u", rank);
-		if (mlen + strlen(suffix) > KV_NAME_MAX)
-			return -ENAMETOOLONG;
-	}
-	ret = snprintf(buf, len, "%s_r%u/%.3s/%.2s_g%u/%s%s", model_dir, rank,
-		       h, h + 3, group, h, KV_BLOCK_SUFFIX);
-	if (ret < 0 || (size_t)ret >= len)
+	if (mlen + 2 + rl > KV_NAME_MAX)
 		return -ENAMETOOLONG;
+	/* "<model_dir>_r<rank>/<hhh>/<hh>_g<group>/<hash>.bin", composed by
+	 * hand: kvoffd composes one per key of a batch of thousands. */
+	need = mlen + 2 + rl + 1 + 3 + 1 + 2 + 2 + gl + 1 + hlen + strlen(KV_BLOCK_SUFFIX) + 1;
+	if (need > len)
+		return -ENAMETOOLONG;
+	memcpy(p, model_dir, mlen);
+	p += mlen;
+	memcpy(p, "_r", 2);
+	memcpy(p + 2, ranks, rl);
+	p += 2 + rl;
+	*p++ = '/';
+	memcpy(p, h, 3);
+	p[3] = '/';
+	memcpy(p + 4, h + 3, 2);
+	memcpy(p + 6, "_g", 2);
+	p += 8;
+	memcpy(p, groups, gl);
+	p += gl;
+	*p++ = '/';
+	memcpy(p, h, hlen);
+	p += hlen;
+	memcpy(p, KV_BLOCK_SUFFIX, sizeof(KV_BLOCK_SUFFIX));
 	return 0;
 }
 

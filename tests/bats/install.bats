@@ -80,6 +80,23 @@ C
 	[ "$output" -ge 1 ]
 }
 
+@test "the installed Python package names the installed libkv.so and runs on it" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	pkg=$STAGE/usr/lib/python3/dist-packages
+	run cat "$pkg/kvtools/_installed.py"
+	[ "$output" = 'LIBKV = "/usr/lib/libkv.so.0"' ] || fail "$output"
+	# Staged, so not at that path: point it at the staged copy instead.
+	run env KVTOOLS_LIBKV="$STAGE/usr/lib/libkv.so.0" /usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$pkg')
+import kvtools
+try:
+    kvtools.connect('$BATS_TEST_TMPDIR/no-daemon')
+except kvtools.KvError as e:
+    print(e.errno_name, kvtools.__file__)"
+	[ "$status" -eq 0 ] || fail "$output"
+	[ "$output" = "ENOENT $pkg/kvtools/__init__.py" ] || fail "$output"
+}
+
 @test "make uninstall removes everything install put there" {
 	make -C "$top" -s BUILD="${BUILD:-build}" uninstall DESTDIR="$STAGE" PREFIX=/usr >/dev/null
 	run find "$STAGE" -type f

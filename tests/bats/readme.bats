@@ -129,6 +129,28 @@ run_example() {
 	[ "$(ls blocks | wc -l)" -ge 1 ]
 }
 
+@test "README: the Python connector example runs as written" {
+	requires kvoffd
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
+	# The indented block of the section, dedented, on a daemon of ours.
+	awk '/^## / { on = ($0 == "## Python") }
+	     on && (/^    / || /^$/) { sub(/^    /, ""); print }' "$top/README.md" |
+		sed "s#/run/kvoffd/kvoffd.sock#$SOCK#" > example.py
+	grep -q kvtools.connect example.py || fail "no example in README's Python section"
+	kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 64M 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	until [ -S "$SOCK" ]; do
+		kill -0 "$DPID" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+		sleep 0.1
+	done
+	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$top/${BUILD:-build}/libkv.so" \
+		/usr/bin/python3 example.py
+	[ "$status" -eq 0 ] || fail "example.py: $output"
+	run kvoffd --stats "$SOCK"
+	[ "$(jq .puts <<<"$output")" -eq 4 ] || fail "$output"
+}
+
 @test "README: the KV events examples run as written, against a subscriber at the indexer's place" {
 	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null ||
 		skip "needs python3-zmq and python3-msgpack for /usr/bin/python3"

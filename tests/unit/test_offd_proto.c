@@ -250,7 +250,7 @@ static void test_client_mapping(void)
 	struct kv_offd_frame hello = { .type = KV_OFFD_HELLO | KV_OFFD_REPLY, .slot = 4,
 				       .len = 4 * 8192, .arg = 8192 };
 	struct kv_offd_frame req, rep = { .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY,
-					  .slot = 1, .len = 5 };
+					  .slot = 1, .len = 5, .arg = 8192 };
 	char dir[] = "/tmp/test_offd_map.XXXXXX", path[64];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_block_ref ref = { .rank = 0 };
@@ -312,9 +312,88 @@ static void test_client_mapping(void)
 	rmdir(dir);
 }
 
+/* BATCH heads: the op decides whether a key and a hash length come
+ * with it; entries and results round-trip, bad ones are refused. */
+static void test_batches(void)
+{
+	struct kv_offd_frame f = { .type = KV_OFFD_BATCH, .rank = 1, .len = 2,
+				   .arg = KV_OFFD_ALLOC | 16 << 8 }, g;
+	struct kv_offd_batch_entry e = { .len = 16384 }, out;
+	struct kv_offd_result r = { .slot = 9, .len = 16384, .offset = 1 << 20 }, rr;
+	unsigned char payload[2 * (8 + 16)], res[2 * KV_OFFD_RESULT_BYTES];
+
+	strcpy(f.model_dir, MODEL);
+	round_trip(&f);
+	CHECK(kv_offd_batch_bytes(&f) == 2 * (8 + 16));
+	strcpy(e.hash, "0123456789abcdef");
+	CHECK(kv_offd_batch_encode(&f, payload, 0, &e) == 0);
+	strcpy(e.hash, "0123456789ABCDEF");
+	CHECK(kv_offd_batch_encode(&f, payload, 1, &e) == -KV_EPROTO);
+	strcpy(e.hash, "0123456789abcde");
+	CHECK(kv_offd_batch_encode(&f, payload, 1, &e) == -KV_EPROTO);
+	CHECK(kv_offd_batch_encode(&f, payload, 2, &e) == -KV_EPROTO);
+	memcpy(payload + 24, payload, 24);
+	CHECK(kv_offd_batch_decode(&f, payload, 1, &out) == 0);
+	CHECK(out.len == 16384 && !strcmp(out.hash, "0123456789abcdef"));
+	payload[24 + 8] = 'G';
+	CHECK(kv_offd_batch_decode(&f, payload, 1, &out) == -KV_EPROTO);
+
+	/* Keyed ops need a model dir and a hash length; slot ops neither. */
+	g = f;
+	g.model_dir[0] = '\0';
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	g = f;
+	g.arg = KV_OFFD_HAS;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	g = (struct kv_offd_frame){ .type = KV_OFFD_BATCH, .len = 3, .arg = KV_OFFD_RELEASE };
+	round_trip(&g);
+	CHECK(kv_offd_batch_bytes(&g) == 12);
+	strcpy(g.model_dir, MODEL);
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	/* Counts: 1 to KV_OFFD_BATCH_MAX; ops: the batchable ones. */
+	g = f;
+	g.len = KV_OFFD_BATCH_MAX + 1;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	g.len = 0;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	g = f;
+	g.arg = KV_OFFD_STATS | 16 << 8;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	g.arg = KV_OFFD_HAS | 16 << 8 | 1 << 16;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	/* A count past the limit is refused by the decoder too. */
+	g = f;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == 0);
+	buf[24 + 5] = 1;
+	CHECK(decode(&g) == -KV_EPROTO);
+
+	/* Replies: a failed one carries its status alone, and no payload. */
+	g = (struct kv_offd_frame){ .type = KV_OFFD_BATCH | KV_OFFD_REPLY, .len = 2,
+				    .arg = f.arg };
+	round_trip(&g);
+	CHECK(kv_offd_batch_bytes(&g) == 2 * KV_OFFD_RESULT_BYTES);
+	g = (struct kv_offd_frame){ .type = KV_OFFD_BATCH | KV_OFFD_REPLY, .status = -EINVAL };
+	round_trip(&g);
+	CHECK(kv_offd_batch_bytes(&g) == 0);
+	g.len = 2;
+	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
+	CHECK(kv_offd_result_encode(res, 0, &r) == 0);
+	CHECK(kv_offd_result_decode(res, 0, &rr) == 0 && !memcmp(&r, &rr, sizeof(r)));
+	r = (struct kv_offd_result){ .status = -ENOENT, .slot = 1 };
+	CHECK(kv_offd_result_encode(res, 1, &r) == -KV_EPROTO);
+	r.slot = 0;
+	CHECK(kv_offd_result_encode(res, 1, &r) == 0);
+	res[KV_OFFD_RESULT_BYTES + 4] = 1;
+	CHECK(kv_offd_result_decode(res, 1, &rr) == -KV_EPROTO);
+	memset(res, 0, sizeof(res));
+	res[0] = 1;	/* status 1: neither 0 nor -errno */
+	CHECK(kv_offd_result_decode(res, 0, &rr) == -KV_EPROTO);
+}
+
 int main(void)
 {
 	test_round_trips();
+	test_batches();
 	test_encode_rejects();
 	test_decode_rejects();
 	test_mutations();

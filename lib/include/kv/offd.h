@@ -9,8 +9,12 @@
  * crosses the socket.  At connect the daemon sends a HELLO frame carrying
  * its memfd pool (SCM_RIGHTS); the client maps it and moves data by
  * memcpy (or DMA) into and out of the slot the daemon names.  Every
- * request gets exactly one reply of the same type with KV_OFFD_REPLY set;
- * a frame that does not decode closes the connection.  See kvoffd(8).
+ * request gets exactly one reply of the same type with KV_OFFD_REPLY set,
+ * in request order, so a client may send several requests before reading
+ * the replies; a frame that does not decode closes the connection.  A
+ * BATCH frame is followed by a payload of entries (kv_offd_batch_bytes)
+ * and answered by a BATCH reply followed by one result per entry.  See
+ * kvoffd(8) and kv(7).
  */
 
 #include <stddef.h>
@@ -22,10 +26,12 @@ extern "C" {
 #endif
 
 #define KV_OFFD_MAGIC		0x444f564bu	/* "KVOD" little-endian */
-#define KV_OFFD_VERSION		2
+#define KV_OFFD_VERSION		3
 #define KV_OFFD_FRAME_BYTES	512
 #define KV_OFFD_MODEL_MAX	KV_NAME_MAX	/* model dir name, bytes */
 #define KV_OFFD_HASH_MAX	KV_HASH_MAX_LEN
+#define KV_OFFD_BATCH_MAX	4096		/* entries in one BATCH frame */
+#define KV_OFFD_RESULT_BYTES	24		/* one BATCH reply entry */
 
 #define KV_OFFD_REPLY		0x80u		/* type bit: daemon -> client */
 
@@ -40,8 +46,13 @@ enum kv_offd_type {
 	KV_OFFD_STATS,		/* -> stats body */
 	KV_OFFD_LIST,		/* arg cursor -> next block at slot >= cursor;
 				   reply arg: pins | on_disk << 32 */
+	KV_OFFD_BATCH,		/* arg op | hash_len << 8, len entries, the
+				   keyed ops' model_dir/rank/group; payload */
 	KV_OFFD_TYPE_MAX
 };
+
+/* ALLOC and LOOKUP replies: arg is the slot's offset in the pool (size
+ * classes make slots of several sizes). */
 
 /* KV_OFFD_HAS reply arg: where the block is. */
 #define KV_OFFD_IN_RAM	1
@@ -120,11 +131,50 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len);
  * safe name / lowercase hex, fields its type does not use). */
 int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out);
 
+/*
+ * BATCH payloads.  The request's entries, by op (the frame's arg & 0xff):
+ * HAS, LOOKUP: hash_len bytes of lowercase hex; ALLOC: u64 len, then the
+ * hash; COMMIT, ABORT, RELEASE: u32 slot (no key in the frame).  The
+ * reply (status 0) carries len results of KV_OFFD_RESULT_BYTES each:
+ * i32 status, u32 slot, u64 len, u64 offset.
+ */
+struct kv_offd_batch_entry {
+	uint64_t len;				/* ALLOC */
+	uint32_t slot;				/* COMMIT, ABORT, RELEASE */
+	char hash[KV_OFFD_HASH_MAX + 1];	/* HAS, LOOKUP, ALLOC */
+};
+
+/* One entry's outcome: status 0 or -errno; HAS: len is where the block
+ * is; LOOKUP: slot, len and offset of the pinned block; ALLOC: slot,
+ * len and offset to fill; COMMIT, ABORT, RELEASE: slot. */
+struct kv_offd_result {
+	int32_t status;
+	uint32_t slot;
+	uint64_t len;
+	uint64_t offset;
+};
+
+/* The payload bytes that follow a decoded frame (0 for all but BATCH). */
+size_t kv_offd_batch_bytes(const struct kv_offd_frame *f);
+
+/* Entry i of a BATCH request f's payload: 0, or -KV_EPROTO when its hash
+ * is not lowercase hex or i is past the frame's count. */
+int kv_offd_batch_decode(const struct kv_offd_frame *f, const void *payload,
+			 size_t i, struct kv_offd_batch_entry *e);
+int kv_offd_batch_encode(const struct kv_offd_frame *f, void *payload,
+			 size_t i, const struct kv_offd_batch_entry *e);
+
+/* Result i of a BATCH reply's payload: -KV_EPROTO on a status that is
+ * not 0 or -errno / -KV_E*, or non-zero fields a failure does not use. */
+int kv_offd_result_decode(const void *payload, size_t i, struct kv_offd_result *r);
+int kv_offd_result_encode(void *payload, size_t i, const struct kv_offd_result *r);
+
 /* Set a frame's key from a block ref (model_dir, rank, group, hash; the
  * hash is lowercased).  -KV_EBADHASH / -KV_EBADPATH on bad text. */
 int kv_offd_frame_set_key(struct kv_offd_frame *f, const struct kv_block_ref *ref);
 
-/* The shared pool as HELLO describes it: slots of slot_bytes each. */
+/* The shared pool as HELLO describes it: slots in size classes, the
+ * largest slot_bytes; where each slot lies comes with ALLOC and LOOKUP. */
 struct kv_offd_geometry {
 	uint64_t pool_bytes;
 	uint64_t slot_bytes;
@@ -167,7 +217,7 @@ int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
 int kv_offd_set_timeout(struct kv_offd *c, unsigned timeout_ms);
 void kv_offd_close(struct kv_offd *c);
 
-/* The largest block the pool takes (its slot size). */
+/* The largest block the pool takes (its largest slot size). */
 size_t kv_offd_slot_bytes(const struct kv_offd *c);
 
 /* The shared pool as mapped here, e.g. to register it with the GPU
@@ -201,6 +251,51 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 int kv_offd_release(struct kv_offd *c, uint32_t slot);
 
 int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out);
+
+/*
+ * Batches: one request per up to KV_OFFD_BATCH_MAX keys, all of one
+ * model dir, rank and group (a scheduler step's block hashes).  The
+ * return is 0 once every key has its outcome in status[i] (0 or
+ * -errno), or the failure of the whole call: -KV_EBADHASH / -KV_EBADPATH
+ * before anything is sent, or a lost connection.
+ */
+struct kv_offd_keys {
+	const char *model_dir;
+	uint32_t rank;
+	uint32_t group;
+	const char *const *hashes;	/* n hex strings */
+	size_t n;
+};
+
+/* A block in the pool, as alloc_many gives it to fill or lookup_many
+ * pins it to read. */
+struct kv_offd_block {
+	uint32_t slot;
+	void *ptr;
+	size_t len;
+};
+
+/* where[i]: 0 absent, KV_OFFD_IN_RAM or KV_OFFD_ON_DISK. */
+int kv_offd_has_many(struct kv_offd *c, const struct kv_offd_keys *k, int *where);
+
+/* Pin each present block (reading misses through from the file tier);
+ * status[i] -ENOENT for a block in neither. */
+int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
+			struct kv_offd_block *out, int *status);
+
+/* Slots to fill with lens[i] bytes each, then commit_many or abort_many. */
+int kv_offd_alloc_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		       const size_t *lens, struct kv_offd_block *out, int *status);
+int kv_offd_commit_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status);
+int kv_offd_abort_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status);
+int kv_offd_release_many(struct kv_offd *c, const uint32_t *slots, size_t n, int *status);
+
+/* kv_offd_put and kv_offd_get over many keys: a few round trips, not
+ * two per key; lens[i] gets block i's size. */
+int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     const void *const *bufs, const size_t *lens, int *status);
+int kv_offd_get_many(struct kv_offd *c, const struct kv_offd_keys *k,
+		     void *const *bufs, const size_t *caps, size_t *lens, int *status);
 
 /* One RAM-tier block as kv_offd_list reports it. */
 struct kv_offd_entry {

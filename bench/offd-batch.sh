@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# bench/offd-batch.sh: kvoffd at model-server rates (issue 17), side by
+# side with redis pipelined 64 deep and with memcpy.  One client each:
+#
+#   presence  has_many of KEYS keys (in RAM) HAS_ITERS times, C (libkv)
+#             and Python (kvtools); redis-benchmark -P 64 EXISTS over KEYS
+#             keys.  Checks per second.
+#   16K, 2M   put_many then get_many of BLOCKS_16K (BLOCKS_2M) blocks,
+#             ITERS rounds after a warm-up, C and Python; memcpy of the
+#             same moves by one thread; redis-benchmark -P 64 SET then GET
+#             of values that size.  GB/s, a put and a get each counting
+#             one block's bytes.
+#   pool      a 16K,512K,2M,8M size-class pool filled past capacity with
+#             each size: payload bytes over pool bytes; and one 8M class
+#             holding 16 KiB blocks, for comparison.
+#
+# Best of REPEAT runs.  The issue's targets: presence >= 5x redis; Python
+# >= 0.8 of C on 2 MiB; the pool >= 90% payload.  Run it on an idle
+# machine.  SMOKE=1 shrinks every size to check the script itself.
+#
+# Usage: [BUILD=build] [KEYS=1000] [HAS_ITERS=2000] [BLOCKS_16K=1024]
+#        [BLOCKS_2M=32] [ITERS=10] [REPEAT=3] [SMOKE=1] bench/offd-batch.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+if [ -n "${SMOKE:-}" ]; then
+	KEYS=${KEYS:-100} HAS_ITERS=${HAS_ITERS:-10} BLOCKS_16K=${BLOCKS_16K:-16}
+	BLOCKS_2M=${BLOCKS_2M:-2} ITERS=${ITERS:-1} REPEAT=${REPEAT:-1} POOL_MIX=64M
+fi
+KEYS=${KEYS:-1000}
+HAS_ITERS=${HAS_ITERS:-2000}
+BLOCKS_16K=${BLOCKS_16K:-1024}
+BLOCKS_2M=${BLOCKS_2M:-32}
+ITERS=${ITERS:-10}
+REPEAT=${REPEAT:-3}
+POOL_MIX=${POOL_MIX:-1G}
+KVOFFD=$PWD/$BUILD/bin/kvoffd
+PY=/usr/bin/python3
+MODEL=bench_0123456789ab
+K16=16384 M2=2097152
+
+[ -x "$KVOFFD" ] && [ -x "$BUILD/bench/offd_client" ] && [ -e "$BUILD/libkv.so" ] ||
+	{ echo "bench/offd-batch.sh: build first (make)" >&2; exit 2; }
+for cmd in redis-server redis-benchmark redis-cli "$PY" jq; do
+	command -v "$cmd" >/dev/null || { echo "bench/offd-batch.sh: needs $cmd (scripts/deps.sh)" >&2; exit 3; }
+done
+"$PY" -c 'import numpy' || { echo "bench/offd-batch.sh: needs python3-numpy" >&2; exit 3; }
+
+TMP=$(mktemp -d /tmp/offd-batch.XXXXXX)
+DPID= RPID=
+cleanup() {
+	[ -z "$DPID" ] || kill -KILL "$DPID" 2>/dev/null || true
+	[ -z "$RPID" ] || kill -KILL "$RPID" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+cp "$BUILD/bench/offd_client" "$TMP/offd_client"
+export KVTOOLS_LIBKV=$PWD/$BUILD/libkv.so
+
+# start_daemon ARGS: kvoffd on $TMP/sock over a fresh root.
+start_daemon() {
+	rm -rf "$TMP/root" "$TMP/ready" && mkdir "$TMP/root" && mkfifo "$TMP/ready"
+	"$KVOFFD" --root "$TMP/root" --socket "$TMP/sock" --ready-fd 3 "$@" \
+		3>"$TMP/ready" 2>>"$TMP/kvoffd.log" &
+	DPID=$!
+	read -r _ <"$TMP/ready"
+}
+stop_daemon() {
+	kill -TERM "$DPID"
+	wait "$DPID"
+	DPID=
+}
+best() { sort -g | tail -1; }
+# rate FIELD SCALE: FIELD per second of a JSON line on stdin, over SCALE.
+rate() { jq -r "(.$1 / .ns * 1e9 / $2) | . * 1000 | round / 1000"; }
+
+# Two copies of each block (a put takes a new slot before the old one
+# goes) plus the presence keys, in each class's half of the pool.
+need16=$(( (2 * BLOCKS_16K + 2) * K16 + KEYS * K16 ))
+need2m=$(( (2 * BLOCKS_2M + 2) * M2 ))
+share=$(( need16 > need2m ? need16 : need2m ))
+start_daemon --cpu-bytes $(( 2 * share + M2 )) --size-classes 16K,2M
+
+declare -A runs
+for r in $(seq "$REPEAT"); do
+	runs[has_c]+="$("$TMP/offd_client" has "$TMP/sock" "$MODEL" 0 "$KEYS" "$HAS_ITERS" | rate checks 1) "
+	runs[has_py]+="$("$PY" bench/offd_py.py has "$TMP/sock" "$MODEL" 1 "$KEYS" "$HAS_ITERS" | rate checks 1) "
+	for size in 16K 2M; do
+		if [ $size = 16K ]; then n=$BLOCKS_16K b=$K16; else n=$BLOCKS_2M b=$M2; fi
+		runs[c_$size]+="$("$TMP/offd_client" batch "$TMP/sock" "$MODEL" 2 "$n" "$ITERS" "$b" | rate bytes 1e9) "
+		runs[py_$size]+="$("$PY" bench/offd_py.py batch "$TMP/sock" "$MODEL" 3 "$n" "$ITERS" "$b" | rate bytes 1e9) "
+		runs[memcpy_$size]+="$("$TMP/offd_client" memcpy "$n" "$ITERS" "$b" | rate bytes 1e9) "
+	done
+done
+STATS=$("$KVOFFD" --stats "$TMP/sock")
+stop_daemon
+
+PORT=$(( 20000 + RANDOM % 20000 ))
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+	--dir "$TMP" >"$TMP/redis.log" 2>&1 &
+RPID=$!
+until redis-cli -p "$PORT" ping >/dev/null 2>&1; do :; done
+# The keys redis-benchmark's -r KEYS draws (key:%012d), all present.
+seq 0 $((KEYS - 1)) | awk '{ printf "SET key:%012d x\n", $1 }' |
+	redis-cli -p "$PORT" --pipe >/dev/null
+# rps CSV: the requests per second of redis-benchmark --csv's last row.
+rps() { tail -1 "$1" | tr -d '"' | cut -d, -f2; }
+for r in $(seq "$REPEAT"); do
+	redis-benchmark -p "$PORT" -c 1 -P 64 -n $((KEYS * HAS_ITERS)) -r "$KEYS" --csv \
+		EXISTS key:__rand_int__ >"$TMP/exists.csv"
+	runs[has_redis]+="$(rps "$TMP/exists.csv") "
+	for size in 16K 2M; do
+		if [ $size = 16K ]; then n=$BLOCKS_16K b=$K16; else n=$BLOCKS_2M b=$M2; fi
+		redis-benchmark -p "$PORT" -c 1 -P 64 -n $((n * ITERS)) -r "$n" -d "$b" \
+			-t set,get --csv >"$TMP/sg.csv"
+		runs[redis_$size]+="$("$PY" -c "
+import csv, sys
+rps = {row[0]: float(row[1]) for row in csv.reader(open(sys.argv[1])) if row and row[0] in ('SET', 'GET')}
+print('%.3f' % (2 * $b / (1 / rps['SET'] + 1 / rps['GET']) / 1e9))" "$TMP/sg.csv") "
+	done
+done
+kill -TERM "$RPID"
+wait "$RPID" || true
+RPID=
+
+# Pool efficiency: each size past its class's capacity, then the totals.
+start_daemon --cpu-bytes "$POOL_MIX" --size-classes 16K,512K,2M,8M
+mix_bytes=$(jq .pool_bytes <<<"$("$KVOFFD" --stats "$TMP/sock")")
+for b in $K16 524288 $M2 8388608; do
+	MIX=$("$TMP/offd_client" fill "$TMP/sock" "$MODEL" "$b" $((mix_bytes / 4 / b + 2)))
+done
+stop_daemon
+start_daemon --cpu-bytes "$POOL_MIX" --slot-bytes 8M
+ONE=$("$TMP/offd_client" fill "$TMP/sock" "$MODEL" $K16 $((mix_bytes / 8388608)))
+stop_daemon
+
+for k in "${!runs[@]}"; do
+	eval "B_$k=$(printf '%s\n' ${runs[$k]} | best)"
+done
+printf 'one client each; best of %s runs\n' "$REPEAT"
+printf 'presence (batches of %s)  kvoffd C %12.0f/s  Python %12.0f/s  redis -P 64 %10.0f/s\n' \
+	"$KEYS" "$B_has_c" "$B_has_py" "$B_has_redis"
+for size in 16K 2M; do
+	eval "c=\$B_c_$size py=\$B_py_$size m=\$B_memcpy_$size rd=\$B_redis_$size"
+	printf '%-3s put+get  kvoffd C %6.2f GB/s  Python %6.2f GB/s  memcpy %6.2f GB/s  redis -P 64 %6.2f GB/s\n' \
+		"$size" "$c" "$py" "$m" "$rd"
+done
+"$PY" -c "
+import json
+mix, one = json.loads('''$MIX'''), json.loads('''$ONE''')
+print('pool 16K,512K,2M,8M mixed: %.1f%% payload (%d of %d bytes); one 8M class of 16 KiB blocks: %.2f%%'
+      % (100 * mix['block_bytes'] / mix['pool_bytes'], mix['block_bytes'], mix['pool_bytes'],
+         100 * one['block_bytes'] / one['pool_bytes_used']))
+print('presence kvoffd/redis %.1fx (target >= 5x)   Python/C on 2 MiB %.2f (target >= 0.8)   C/memcpy: 16K %.2f, 2M %.2f'
+      % ($B_has_c / $B_has_redis, $B_py_2M / $B_c_2M, $B_c_16K / $B_memcpy_16K, $B_c_2M / $B_memcpy_2M))"
+echo "daemon: $(jq -c '{puts, gets, hugepages, wb_drops, protocol_errors}' <<<"$STATS")"

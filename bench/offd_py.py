@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""The Python half of bench/offd-batch.sh: the kvtools package doing what
+bench/offd_client.c's has and batch modes do, printing the same JSON.
+
+    offd_py.py has SOCK MODEL_DIR CLIENT KEYS ITERS
+    offd_py.py batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import numpy as np  # noqa: E402
+
+import kvtools  # noqa: E402
+
+
+def hashes(client, n):
+    return ["%08x%08x" % (client + 1, i) for i in range(n)]
+
+
+def has(sock, model_dir, client, keys, iters):
+    hs = hashes(client, int(keys))
+    with kvtools.connect(sock) as c:
+        c.put_many(model_dir, hs, [bytes(4096)] * len(hs))
+        t0 = time.perf_counter_ns()
+        found = 0
+        for _ in range(int(iters)):
+            found += c.has_many(model_dir, hs).count(kvtools.IN_RAM)
+        ns = time.perf_counter_ns() - t0
+    if found != len(hs) * int(iters):
+        sys.exit("offd_py: %d of %d checks found the block in RAM" % (found, len(hs) * int(iters)))
+    print(json.dumps({"checks": len(hs) * int(iters), "ns": ns}))
+
+
+def batch(sock, model_dir, client, blocks, iters, nbytes):
+    blocks, iters, nbytes = int(blocks), int(iters), int(nbytes)
+    hs = hashes(client, blocks)
+    rng = np.random.default_rng(client)
+    src = [rng.integers(0, 256, nbytes, dtype=np.uint8) for _ in range(blocks)]
+    dst = [np.zeros(nbytes, dtype=np.uint8) for _ in range(blocks)]
+    with kvtools.connect(sock) as c:
+        # Round 0 is a warm-up, as in the C client.
+        for it in range(iters + 1):
+            if it == 1:
+                t0 = time.perf_counter_ns()
+            c.put_many(model_dir, hs, src)
+            c.get_many(model_dir, hs, outs=dst)
+        ns = time.perf_counter_ns() - t0
+    if any(not np.array_equal(a, b) for a, b in zip(src, dst)):
+        sys.exit("offd_py: a block read back differs")
+    print(json.dumps({"bytes": 2 * iters * blocks * nbytes, "ns": ns}))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "has" and len(args) == 5:
+        has(args[0], args[1], int(args[2]), *args[3:])
+    elif cmd == "batch" and len(args) == 6:
+        batch(args[0], args[1], int(args[2]), *args[3:])
+    else:
+        sys.exit(__doc__)

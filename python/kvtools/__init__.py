@@ -1,0 +1,364 @@
+"""kvtools: a Python client of kvoffd, the node-local KV-cache offload daemon.
+
+ctypes over libkv.so: the daemon's pool is mapped into this process, so
+put and get are one memcpy each and the zero-copy forms hand out
+memoryviews of the pool itself (numpy.frombuffer maps them, no copy).
+
+    import kvtools
+    with kvtools.connect("/run/kvoffd.sock") as c:
+        c.put_many(model_dir, hashes, blocks)
+        present = c.has_many(model_dir, hashes)
+        blocks = c.get_many(model_dir, hashes)
+
+Keys are a model dir name (``<safe_model>_<d12>``, see kv(7)), a rank, a
+KV-cache group and a block hash in hex.  Errors raise KvError, an OSError
+whose ``errno`` and ``errno_name`` say what failed.
+"""
+import ctypes
+import errno as _errno
+import os
+
+from ._lib import lib, strerror
+
+__all__ = ["connect", "Client", "KvError", "Pinned", "Allocation",
+           "IN_RAM", "ON_DISK", "BATCH_MAX"]
+
+IN_RAM = 1
+ON_DISK = 2
+BATCH_MAX = 4096
+_GET_CHUNK = 1024
+_KV_EBASE = 4096
+_KV_NAMES = ["KV_EBADHASH", "KV_EBADPATH", "KV_EBADCONFIG", "KV_ECHECKSUM",
+             "KV_ESHORT", "KV_EFINGERPRINT", "KV_EPROTO", "KV_ENODEV"]
+
+
+def errno_name(err):
+    """The symbolic name of a positive errno or libkv error code."""
+    if err in _errno.errorcode:
+        return _errno.errorcode[err]
+    if 0 <= err - _KV_EBASE < len(_KV_NAMES):
+        return _KV_NAMES[err - _KV_EBASE]
+    return "E%d" % err
+
+
+class KvError(OSError):
+    """A libkv call failed: errno is the positive code, errno_name its name."""
+
+    def __init__(self, err, what):
+        super().__init__(err, "%s: %s" % (what, strerror(-err)))
+        self.errno_name = errno_name(err)
+
+    def __str__(self):
+        return "[%s] %s" % (self.errno_name, self.strerror)
+
+
+def _check(rc, what):
+    if rc < 0:
+        raise KvError(-rc, what)
+    return rc
+
+
+class _Keys(ctypes.Structure):
+    _fields_ = [("model_dir", ctypes.c_char_p), ("rank", ctypes.c_uint32),
+                ("group", ctypes.c_uint32),
+                ("hashes", ctypes.POINTER(ctypes.c_char_p)),
+                ("n", ctypes.c_size_t)]
+
+
+class _Block(ctypes.Structure):
+    _fields_ = [("slot", ctypes.c_uint32), ("ptr", ctypes.c_void_p),
+                ("len", ctypes.c_size_t)]
+
+
+def _text(s):
+    return s if isinstance(s, bytes) else s.encode()
+
+
+def _keys(model_dir, hashes, rank, group):
+    enc = [_text(h) for h in hashes]
+    arr = (ctypes.c_char_p * max(len(enc), 1))(*enc)
+    k = _Keys(_text(model_dir), rank, group, arr, len(enc))
+    k._keep = (enc, arr)
+    return k
+
+
+def _src(data):
+    """(pointer, length) of any buffer, without copying it."""
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p), len(data), data
+    mv = memoryview(data).cast("B")
+    if not mv.contiguous:
+        raise ValueError("block buffer must be contiguous")
+    if mv.readonly:
+        mv = memoryview(bytes(mv))      # ctypes cannot take a read-only pointer
+        return _src(mv.obj)
+    arr = (ctypes.c_char * len(mv)).from_buffer(mv)
+    return ctypes.cast(arr, ctypes.c_void_p), len(mv), (mv, arr)
+
+
+def _dst(out):
+    mv = memoryview(out).cast("B")
+    if mv.readonly or not mv.contiguous:
+        raise ValueError("out must be a writable contiguous buffer")
+    arr = (ctypes.c_char * len(mv)).from_buffer(mv)
+    return ctypes.cast(arr, ctypes.c_void_p), len(mv), (mv, arr)
+
+
+def _view(ptr, n, writable):
+    mv = memoryview((ctypes.c_char * n).from_address(ptr)).cast("B") if n else memoryview(b"")
+    return mv if writable else mv.toreadonly()
+
+
+class Pinned:
+    """A block pinned in the pool: ``view`` is a read-only memoryview of
+    its bytes, valid until release() (or the end of a with block)."""
+
+    def __init__(self, client, slot, ptr, n):
+        self._client, self.slot, self.len = client, slot, n
+        self.view = _view(ptr, n, False)
+
+    def release(self):
+        if self._client is not None:
+            self._client.release_many([self])
+
+    def __len__(self):
+        return self.len
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Allocation:
+    """A slot to fill: ``view`` is a writable memoryview of the pool;
+    commit() makes it the block, abort() drops it.  As a context manager
+    it commits, or aborts when the block raises."""
+
+    def __init__(self, client, slot, ptr, n):
+        self._client, self.slot, self.len = client, slot, n
+        self.view = _view(ptr, n, True)
+
+    def _client_or_raise(self, what):
+        if self._client is None:
+            raise KvError(_errno.EINVAL, what + ": already committed or aborted")
+        return self._client
+
+    def commit(self):
+        self._client_or_raise("commit").commit_many([self])
+
+    def abort(self):
+        self._client_or_raise("abort").abort_many([self])
+
+    def __len__(self):
+        return self.len
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, *exc):
+        if self._client is None:
+            return
+        if typ is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def _drop_view(obj):
+    # The slot may hold another block from now on: end the view if no
+    # numpy array or memoryview still exports it.
+    try:
+        obj.view.release()
+    except BufferError:
+        pass
+
+
+class Client:
+    """One connection to kvoffd; use one per thread."""
+
+    def __init__(self, socket_path=None, timeout_ms=30000):
+        self._h = None
+        path = socket_path or os.environ.get("KV_DAEMON")
+        if not path:
+            raise KvError(_errno.EINVAL, "no socket: give one or set KV_DAEMON")
+        h = ctypes.c_void_p()
+        _check(lib.kv_offd_connect_timeout(_text(path), timeout_ms, ctypes.byref(h)),
+               "connect to '%s'" % path)
+        self._h = h
+        self.socket_path = path
+        self.slot_bytes = lib.kv_offd_slot_bytes(h)
+
+    def close(self):
+        if self._h:
+            lib.kv_offd_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    # ---- one key: a batch of one ----
+
+    def has(self, model_dir, hash, rank=0, group=0):
+        """0 when absent, IN_RAM or ON_DISK."""
+        return self.has_many(model_dir, [hash], rank, group)[0]
+
+    def put(self, model_dir, hash, data, rank=0, group=0):
+        self.put_many(model_dir, [hash], [data], rank, group)
+
+    def get(self, model_dir, hash, rank=0, group=0, out=None):
+        """The block's bytes, or None when absent.  With out (a writable
+        buffer) the bytes land there and a memoryview of them comes back."""
+        return self.get_many(model_dir, [hash], rank, group,
+                             None if out is None else [out])[0]
+
+    def lookup(self, model_dir, hash, rank=0, group=0):
+        """A Pinned block (zero copy), or None when absent."""
+        return self.lookup_many(model_dir, [hash], rank, group)[0]
+
+    def alloc(self, model_dir, hash, nbytes, rank=0, group=0):
+        """An Allocation of nbytes to fill (zero copy)."""
+        return self.alloc_many(model_dir, [hash], [nbytes], rank, group)[0]
+
+    # ---- batches ----
+
+    def has_many(self, model_dir, hashes, rank=0, group=0):
+        """A list: 0 absent, IN_RAM or ON_DISK for each hash."""
+        k = _keys(model_dir, hashes, rank, group)
+        where = (ctypes.c_int * max(k.n, 1))()
+        _check(lib.kv_offd_has_many(self._h, ctypes.byref(k), where), "has_many")
+        res = where[:k.n]
+        for i, w in enumerate(res):
+            if w < 0:
+                raise KvError(-w, "has_many: %s" % _text(hashes[i]).decode())
+        return res
+
+    def put_many(self, model_dir, hashes, blocks, rank=0, group=0):
+        if len(blocks) != len(hashes):
+            raise ValueError("put_many: %d hashes, %d blocks" % (len(hashes), len(blocks)))
+        k = _keys(model_dir, hashes, rank, group)
+        srcs = [_src(b) for b in blocks]
+        bufs = (ctypes.c_void_p * max(k.n, 1))(*[s[0].value for s in srcs])
+        lens = (ctypes.c_size_t * max(k.n, 1))(*[s[1] for s in srcs])
+        status = (ctypes.c_int * max(k.n, 1))()
+        _check(lib.kv_offd_put_many(self._h, ctypes.byref(k), bufs, lens, status),
+               "put_many")
+        _raise_first(status, k.n, hashes, "put_many")
+
+    def get_many(self, model_dir, hashes, rank=0, group=0, outs=None):
+        """A list of bytes (or, with outs, memoryviews into them), None for
+        an absent block."""
+        k = _keys(model_dir, hashes, rank, group)
+        n = max(k.n, 1)
+        if outs is None:
+            # A chunk at a time: the daemon bounds a client's pins.
+            got = []
+            for at in range(0, k.n, _GET_CHUNK):
+                pins = self.lookup_many(model_dir, hashes[at:at + _GET_CHUNK], rank, group)
+                got += [None if p is None else bytes(p.view) for p in pins]
+                self.release_many(pins)
+            return got
+        if len(outs) != k.n:
+            raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
+        dsts = [_dst(o) for o in outs]
+        bufs = (ctypes.c_void_p * n)(*[d[0].value for d in dsts])
+        caps = (ctypes.c_size_t * n)(*[d[1] for d in dsts])
+        lens = (ctypes.c_size_t * n)()
+        status = (ctypes.c_int * n)()
+        _check(lib.kv_offd_get_many(self._h, ctypes.byref(k), bufs, caps, lens, status),
+               "get_many")
+        _raise_first(status, k.n, hashes, "get_many", absent_ok=True)
+        return [None if status[i] else dsts[i][2][0][:lens[i]] for i in range(k.n)]
+
+    def lookup_many(self, model_dir, hashes, rank=0, group=0):
+        """Pinned blocks, None where absent; release with release_many."""
+        k = _keys(model_dir, hashes, rank, group)
+        out = (_Block * max(k.n, 1))()
+        status = (ctypes.c_int * max(k.n, 1))()
+        _check(lib.kv_offd_lookup_many(self._h, ctypes.byref(k), out, status),
+               "lookup_many")
+        pins = [None if status[i] else Pinned(self, out[i].slot, out[i].ptr, out[i].len)
+                for i in range(k.n)]
+        try:
+            _raise_first(status, k.n, hashes, "lookup_many", absent_ok=True)
+        except KvError:
+            self.release_many(pins)
+            raise
+        return pins
+
+    def release_many(self, pins):
+        self._finish_many([p for p in pins if p is not None],
+                          lib.kv_offd_release_many, "release_many")
+
+    def alloc_many(self, model_dir, hashes, sizes, rank=0, group=0):
+        """Allocations to fill, then commit_many or abort_many."""
+        if len(sizes) != len(hashes):
+            raise ValueError("alloc_many: %d hashes, %d sizes" % (len(hashes), len(sizes)))
+        k = _keys(model_dir, hashes, rank, group)
+        n = max(k.n, 1)
+        lens = (ctypes.c_size_t * n)(*sizes)
+        out = (_Block * n)()
+        status = (ctypes.c_int * n)()
+        _check(lib.kv_offd_alloc_many(self._h, ctypes.byref(k), lens, out, status),
+               "alloc_many")
+        allocs = [None if status[i] else Allocation(self, out[i].slot, out[i].ptr, sizes[i])
+                  for i in range(k.n)]
+        try:
+            _raise_first(status, k.n, hashes, "alloc_many")
+        except KvError:
+            self.abort_many([a for a in allocs if a is not None])
+            raise
+        return allocs
+
+    def commit_many(self, allocs):
+        self._finish_many(allocs, lib.kv_offd_commit_many, "commit_many")
+
+    def abort_many(self, allocs):
+        self._finish_many(allocs, lib.kv_offd_abort_many, "abort_many")
+
+    def _finish_many(self, objs, fn, what):
+        for o in objs:
+            if o._client is None:
+                raise KvError(_errno.EINVAL, "%s: slot %d already finished" % (what, o.slot))
+        n = max(len(objs), 1)
+        slots = (ctypes.c_uint32 * n)(*[o.slot for o in objs])
+        status = (ctypes.c_int * n)()
+        for o in objs:
+            o._client = None
+            _drop_view(o)
+        _check(fn(self._h, slots, len(objs), status), what)
+        for i, o in enumerate(objs):
+            if status[i]:
+                raise KvError(-status[i], "%s: slot %d" % (what, o.slot))
+
+    def stats(self):
+        """The daemon's counters as a dict (kvoffd --stats)."""
+        n = 64
+        buf = (ctypes.c_uint64 * n)()
+        _check(lib.kv_offd_stats(self._h, buf), "stats")
+        out = {}
+        for i in range(n):
+            name = lib.kv_offd_stats_name(i)
+            if not name:
+                break
+            out[name.decode()] = buf[i]
+        return out
+
+
+def _raise_first(status, n, hashes, what, absent_ok=False):
+    for i in range(n):
+        st = status[i]
+        if st and not (absent_ok and st == -_errno.ENOENT):
+            raise KvError(-st, "%s: %s" % (what, _text(hashes[i]).decode()))
+
+
+def connect(socket_path=None, timeout_ms=30000):
+    """A Client of the kvoffd at socket_path (default $KV_DAEMON)."""
+    return Client(socket_path, timeout_ms)

@@ -1,0 +1,62 @@
+"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else the build tree this
+package sits in (python/ beside build/), else where `make install` put it."""
+import ctypes
+import os
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("KVTOOLS_LIBKV")
+    if env:
+        yield env
+    yield os.path.join(_here, "..", "..", os.environ.get("BUILD", "build"), "libkv.so")
+    try:
+        from ._installed import LIBKV
+        yield LIBKV
+    except ImportError:
+        pass
+    yield "libkv.so.0"
+
+
+def _load():
+    errors = []
+    for path in _candidates():
+        if "/" in path and not os.path.exists(path):
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("kvtools: cannot load libkv.so (set KVTOOLS_LIBKV): " +
+                      "; ".join(errors))
+
+
+lib = _load()
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_SZ = ctypes.c_size_t
+_U32 = ctypes.c_uint32
+for _name, _res, _args in [
+    ("kv_strerror", ctypes.c_char_p, [_I]),
+    ("kv_offd_connect_timeout", _I, [ctypes.c_char_p, ctypes.c_uint, _P]),
+    ("kv_offd_close", None, [_P]),
+    ("kv_offd_slot_bytes", _SZ, [_P]),
+    ("kv_offd_stats", _I, [_P, _P]),
+    ("kv_offd_stats_name", ctypes.c_char_p, [_SZ]),
+    ("kv_offd_has_many", _I, [_P, _P, _P]),
+    ("kv_offd_lookup_many", _I, [_P, _P, _P, _P]),
+    ("kv_offd_alloc_many", _I, [_P, _P, _P, _P, _P]),
+    ("kv_offd_commit_many", _I, [_P, _P, _SZ, _P]),
+    ("kv_offd_abort_many", _I, [_P, _P, _SZ, _P]),
+    ("kv_offd_release_many", _I, [_P, _P, _SZ, _P]),
+    ("kv_offd_put_many", _I, [_P, _P, _P, _P, _P]),
+    ("kv_offd_get_many", _I, [_P, _P, _P, _P, _P, _P]),
+]:
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args
+
+
+def strerror(err):
+    return lib.kv_strerror(err).decode()

@@ -1,0 +1,174 @@
+"""The kvtools package against a live kvoffd: batches, zero copy, errors,
+read-through, size classes."""
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import kvtools
+from conftest import MODEL_DIR
+
+
+def hashes(n, tag=0):
+    return ["%08x%08x" % (tag, i) for i in range(n)]
+
+
+def block(i, size):
+    return np.random.default_rng(i).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+def test_one_key_round_trip(client):
+    assert client.has(MODEL_DIR, "abcdef01") == 0
+    assert client.get(MODEL_DIR, "abcdef01") is None
+    client.put(MODEL_DIR, "abcdef01", b"hello")
+    assert client.has(MODEL_DIR, "abcdef01") == kvtools.IN_RAM
+    assert client.get(MODEL_DIR, "ABCDEF01") == b"hello"
+    assert client.get(MODEL_DIR, "abcdef01", rank=1) is None
+
+
+def test_has_many_tells_present_from_absent(client):
+    hs = hashes(3000)
+    present = set(range(0, 3000, 7))
+    client.put_many(MODEL_DIR, [hs[i] for i in sorted(present)],
+                    [b"x" * 100] * len(present))
+    where = client.has_many(MODEL_DIR, hs)
+    assert [i for i, w in enumerate(where) if w] == sorted(present)
+    assert all(w == kvtools.IN_RAM for w in where if w)
+
+
+def test_more_keys_than_one_batch_takes(daemon_with):
+    d = daemon_with("--cpu-bytes", "128M", "--slot-bytes", "16K")
+    hs = hashes(kvtools.BATCH_MAX + 5)
+    with kvtools.connect(d.sock) as c:
+        c.put_many(MODEL_DIR, hs, [b"%d" % i for i in range(len(hs))])
+        assert c.has_many(MODEL_DIR, hs) == [kvtools.IN_RAM] * len(hs)
+        assert c.get_many(MODEL_DIR, hs) == [b"%d" % i for i in range(len(hs))]
+
+
+def test_hashes_of_mixed_lengths(client):
+    hs = ["abcdef01", "0123456789abcdef0123456789abcdef", "abcdef02"]
+    client.put_many(MODEL_DIR, hs, [b"a", b"b", b"c"])
+    assert client.get_many(MODEL_DIR, hs) == [b"a", b"b", b"c"]
+
+
+def test_put_many_get_many_of_every_size_class(client):
+    sizes = [16384, 524288, 2 << 20, 8 << 20, 1000, 300000]
+    hs = hashes(len(sizes), 1)
+    blocks = [block(i, s) for i, s in enumerate(sizes)]
+    client.put_many(MODEL_DIR, hs, blocks)
+    assert client.get_many(MODEL_DIR, hs) == blocks
+    outs = [bytearray(s) for s in sizes]
+    views = client.get_many(MODEL_DIR, hs + ["ffffffff"], outs=outs + [bytearray(1)])
+    assert views[-1] is None
+    assert [bytes(v) for v in views[:-1]] == blocks
+
+
+def test_get_into_a_short_buffer_is_efbig(client):
+    client.put(MODEL_DIR, "abcdef01", b"x" * 5000)
+    with pytest.raises(kvtools.KvError) as e:
+        client.get(MODEL_DIR, "abcdef01", out=bytearray(100))
+    assert e.value.errno_name == "EFBIG"
+    # The pin was released: the block is still there to get whole.
+    assert client.get(MODEL_DIR, "abcdef01") == b"x" * 5000
+
+
+def test_zero_copy_alloc_commit_lookup_release(client):
+    with client.alloc(MODEL_DIR, "beef0001", 1 << 20) as a:
+        arr = np.frombuffer(a.view, dtype=np.float32)
+        arr[:] = np.arange(arr.size, dtype=np.float32)
+        del arr
+    p = client.lookup(MODEL_DIR, "beef0001")
+    arr = np.frombuffer(p.view, dtype=np.float32)
+    assert arr.size == (1 << 18) and arr[12345] == 12345.0
+    assert not arr.flags.writeable
+    # The view maps the daemon's pool: what a put wrote, not a copy.
+    assert client.get(MODEL_DIR, "beef0001") == p.view.tobytes()
+    del arr
+    p.release()
+    with pytest.raises(ValueError):
+        p.view.tobytes()
+
+
+def test_alloc_many_commit_many_and_abort(client):
+    hs = hashes(10, 2)
+    allocs = client.alloc_many(MODEL_DIR, hs, [4096] * 10)
+    for i, a in enumerate(allocs):
+        a.view[:] = bytes([i]) * 4096
+    client.commit_many(allocs[:5])
+    client.abort_many(allocs[5:])
+    assert client.has_many(MODEL_DIR, hs) == [kvtools.IN_RAM] * 5 + [0] * 5
+    pins = client.lookup_many(MODEL_DIR, hs)
+    assert [bytes(p.view[:1]) for p in pins[:5]] == [bytes([i]) for i in range(5)]
+    assert pins[5:] == [None] * 5
+    client.release_many(pins)
+    with pytest.raises(kvtools.KvError) as e:
+        allocs[0].commit()
+    assert e.value.errno_name == "EINVAL"
+
+
+def test_aborted_by_an_exception_in_the_with_block(client):
+    with pytest.raises(RuntimeError):
+        with client.alloc(MODEL_DIR, "beef0002", 100):
+            raise RuntimeError("model server gave up")
+    assert client.has(MODEL_DIR, "beef0002") == 0
+
+
+def test_a_block_above_the_largest_class_is_refused(client):
+    assert client.slot_bytes == 8 << 20
+    with pytest.raises(kvtools.KvError) as e:
+        client.put(MODEL_DIR, "abcdef03", bytes((8 << 20) + 1))
+    assert e.value.errno == errno.EFBIG and e.value.errno_name == "EFBIG"
+
+
+def test_bad_keys_raise_with_libkv_names(client):
+    with pytest.raises(kvtools.KvError) as e:
+        client.has_many(MODEL_DIR, ["abcdef01", "not-hex!"])
+    assert e.value.errno_name == "KV_EBADHASH"
+    with pytest.raises(kvtools.KvError) as e:
+        client.put("../etc", "abcdef01", b"x")
+    assert e.value.errno_name == "KV_EBADPATH"
+
+
+def test_connect_to_no_daemon(tmp_path):
+    with pytest.raises(kvtools.KvError) as e:
+        kvtools.connect(str(tmp_path / "nothing"))
+    assert e.value.errno_name == "ENOENT"
+
+
+def test_batches_read_through_after_a_restart(daemon):
+    hs = hashes(50, 3)
+    blocks = [block(i, 16384) for i in range(50)]
+    with kvtools.connect(daemon.sock) as c:
+        c.put_many(MODEL_DIR, hs, blocks)
+    daemon.stop()
+    daemon.start()
+    with kvtools.connect(daemon.sock) as c:
+        assert c.has_many(MODEL_DIR, hs) == [kvtools.ON_DISK] * 50
+        assert c.get_many(MODEL_DIR, hs + ["feedfeed"]) == blocks + [None]
+        assert c.has_many(MODEL_DIR, hs) == [kvtools.IN_RAM] * 50
+        # Read through into the class of each file's size, not the largest.
+        st = c.stats()
+        assert st["pool_bytes_used"] == 50 * 16384
+        assert st["readthroughs"] == 50
+
+
+def test_mixed_sizes_keep_the_pool_payload(daemon_with):
+    d = daemon_with("--cpu-bytes", "128M", "--size-classes", "16K,512K,2M,8M")
+    sizes = [16384, 524288, 2 << 20, 8 << 20]
+    with kvtools.connect(d.sock) as c:
+        for tag, size in enumerate(sizes):
+            # More blocks than the class holds: it ends full.
+            n = (128 << 20) // 4 // size + 2
+            c.put_many(MODEL_DIR, hashes(n, tag), [bytes(size)] * n)
+        st = c.stats()
+    assert st["pool_bytes_used"] == st["pool_bytes"]
+    assert st["block_bytes"] >= 0.9 * st["pool_bytes"]
+
+
+def test_one_class_pools_waste_what_classes_keep(daemon_with):
+    d = daemon_with("--cpu-bytes", "64M", "--slot-bytes", "8M")
+    with kvtools.connect(d.sock) as c:
+        c.put_many(MODEL_DIR, hashes(8), [bytes(16384)] * 8)
+        st = c.stats()
+    assert st["block_bytes"] < 0.01 * st["pool_bytes_used"]
