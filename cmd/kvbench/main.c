@@ -33,6 +33,7 @@ enum {
 	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
 	OPT_READBW, OPT_LATENCY, OPT_FROMRUN, OPT_ROOT, OPT_SAMPLES, OPT_LEVELS,
+	OPT_MEASURED,
 };
 
 static const struct option longopts[] = {
@@ -67,6 +68,7 @@ static const struct option longopts[] = {
 	{ "params", required_argument, NULL, OPT_PARAMS },
 	{ "gpu-tflops", required_argument, NULL, OPT_TFLOPS },
 	{ "mfu", required_argument, NULL, OPT_MFU },
+	{ "measured-prefill", required_argument, NULL, OPT_MEASURED },
 	{ "read-bandwidth", required_argument, NULL, OPT_READBW },
 	{ "latency", required_argument, NULL, OPT_LATENCY },
 	{ "from-run", required_argument, NULL, OPT_FROMRUN },
@@ -88,7 +90,7 @@ static unsigned applies(int opt)
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT | CMD_PROBE;
 	case OPT_HF: case OPT_TP: case OPT_TPF: case OPT_GBT:
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT;
-	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU:
+	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU: case OPT_MEASURED:
 		return CMD_RUN | CMD_VERDICT;
 	case OPT_READBW: case OPT_FROMRUN:
 		return CMD_VERDICT | CMD_PROBE;
@@ -147,11 +149,14 @@ static void usage(void)
 	       "      --keep                leave the files in DIR\n"
 	       "      --plot FILE           latency CDF and throughput over time, SVG\n"
 	       "      --ndjson              one record per second, then one per phase\n"
-	       "Verdict (the first four also add a verdict to a run):\n"
+	       "Verdict (the first five also add a verdict to a run):\n"
 	       "      --prefill-tokens-per-s N  measured prefill rate of the instance\n"
-	       "      --params N            model (active) parameters, e.g. 8B, to estimate it\n"
+	       "      --measured-prefill FILE   measured 'TOKENS SECONDS' prefill curve\n"
+	       "      --params N            model (active) parameters, e.g. 8B, to model it:\n"
+	       "                            2 x params FLOPs a token, plus causal attention\n"
+	       "                            from --hf-config\n"
 	       "      --gpu-tflops N        peak dense TFLOP/s of one GPU (with --params)\n"
-	       "      --mfu F               model FLOP utilisation (default 0.4)\n"
+	       "      --mfu F               model FLOP utilisation (default 0.5)\n"
 	       "      --read-bandwidth SIZE storage read bytes/s per GPU, e.g. 2G\n"
 	       "      --latency DUR         fixed cost per request (default 0)\n"
 	       "      --from-run FILE       take bandwidth, latency, geometry from a -J run\n"
@@ -372,7 +377,7 @@ int main(int argc, char **argv)
 				 .seed = 1 };
 	const char *levels = DEFAULT_PROBE_LEVELS;
 	enum cmd cmd = CMD_RUN;
-	const char *from = NULL;
+	const char *from = NULL, *measured = NULL;
 	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
 	int seen_tflops = 0, want_verdict;
 
@@ -401,7 +406,7 @@ int main(int argc, char **argv)
 	b.o.mix_read_pct = 70;
 	b.o.lookups = 100000;
 	b.o.seed = 1;
-	v.mfu = 0.4;
+	v.mfu = 0.5;
 	while ((c = getopt_long(argc, argv, "JhV", longopts, NULL)) != -1) {
 		if (c == 'h')
 			usage();
@@ -474,6 +479,7 @@ int main(int argc, char **argv)
 			seen_tflops = 1;
 			break;
 		case OPT_MFU: v.mfu = parse_real("--mfu", optarg, 1e-6, 1, 0); break;
+		case OPT_MEASURED: measured = optarg; break;
 		case OPT_READBW:
 			v.read_Bps = (double)tool_parse_size("--read-bandwidth", optarg);
 			if (v.read_Bps <= 0)
@@ -551,16 +557,26 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	want_verdict = cmd == CMD_VERDICT || have_prefill || v.params > 0 || seen_tflops;
+	want_verdict = cmd == CMD_VERDICT || have_prefill || v.params > 0 || seen_tflops ||
+		       measured;
 	if (want_verdict) {
 		unsigned tpf = ga.tpf ? ga.tpf : 256;
+		char err[512];
 
-		if (have_prefill && v.params > 0)
-			tool_usage_fail("give --prefill-tokens-per-s or --params, not both");
+		if (have_prefill + (v.params > 0) + !!measured > 1)
+			tool_usage_fail("give one of --prefill-tokens-per-s, --measured-prefill, --params");
 		if (v.params > 0 && !seen_tflops)
 			tool_usage_fail("--params needs --gpu-tflops");
-		if (!have_prefill && !(v.params > 0))
-			tool_usage_fail("verdict needs --prefill-tokens-per-s or --params with --gpu-tflops");
+		if (!have_prefill && !(v.params > 0) && !measured)
+			tool_usage_fail("verdict needs --prefill-tokens-per-s, --measured-prefill, "
+					"or --params with --gpu-tflops");
+		if (measured && (r = verdict_load_curve(&v, measured, err, sizeof(err))) < 0) {
+			if (r == -ENOMEM)
+				tool_err("%s", kv_strerror(r));
+			else
+				tool_err("%s", err);
+			exit(EXIT_RUNTIME);
+		}
 		if (have_geo)
 			v.bytes_per_token = b.geo.bytes_per_token;
 		else if (ga.block)
@@ -568,8 +584,8 @@ int main(int argc, char **argv)
 		else if (cmd == CMD_RUN)
 			v.bytes_per_token = (2ULL << 20) / tpf;
 		v.tp = have_geo ? b.geo.tp : (ga.tp ? ga.tp : 1);
-		if (v.params > 0)
-			verdict_estimate(&v);
+		if (have_geo)
+			verdict_attention(&v, &b.geo);
 		if (cmd == CMD_RUN && !(b.o.phases & (1u << PH_READ)))
 			tool_usage_fail("a verdict needs the read phase");
 	}
@@ -582,7 +598,9 @@ int main(int argc, char **argv)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))
 			tool_usage_fail("verdict needs --read-bandwidth or --from-run");
-		return verdict_print(&v, b.o.json);
+		r = verdict_print(&v, b.o.json);
+		verdict_free(&v);
+		return r;
 	}
 
 	if (!b.o.dir)
@@ -620,6 +638,7 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		tool_err("%s", b.err);
 		bench_free(&b);
+		verdict_free(&v);
 		return EXIT_RUNTIME;
 	}
 	if (want_verdict)
@@ -649,8 +668,10 @@ int main(int argc, char **argv)
 	if (b.o.plot && (r = plot_svg(b.o.plot, &b)) < 0) {
 		tool_err("cannot write '%s': %s", b.o.plot, kv_strerror(r));
 		bench_free(&b);
+		verdict_free(&v);
 		return EXIT_RUNTIME;
 	}
 	bench_free(&b);
+	verdict_free(&v);
 	return 0;
 }
