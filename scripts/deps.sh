@@ -5,7 +5,8 @@ set -eu
 pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
 libxxhash-dev libisal-dev libjansson-dev libssl-dev libzmq3-dev libmsgpack-dev
 python3-zmq python3-msgpack bats bats-support bats-assert
-mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio"
+mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio
+openmpi-bin libopenmpi-dev"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||

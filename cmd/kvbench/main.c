@@ -15,6 +15,7 @@
 #include "dma.h"
 #include "kvbench.h"
 #include "probe.h"
+#include "ranks.h"
 #include "verdict.h"
 
 #define MAX_FILES	(4 << 20)
@@ -33,7 +34,7 @@ enum {
 	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
 	OPT_READBW, OPT_LATENCY, OPT_FROMRUN, OPT_ROOT, OPT_SAMPLES, OPT_LEVELS,
-	OPT_MEASURED,
+	OPT_MEASURED, OPT_CROSS,
 };
 
 static const struct option longopts[] = {
@@ -63,6 +64,7 @@ static const struct option longopts[] = {
 	{ "sqpoll", no_argument, NULL, OPT_SQPOLL },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "keep", no_argument, NULL, OPT_KEEP },
+	{ "cross-read", no_argument, NULL, OPT_CROSS },
 	{ "plot", required_argument, NULL, OPT_PLOT },
 	{ "prefill-tokens-per-s", required_argument, NULL, OPT_PREFILL },
 	{ "params", required_argument, NULL, OPT_PARAMS },
@@ -128,7 +130,8 @@ static void usage(void)
 	       "                            default without --hf-config: 2M)\n"
 	       "Run:\n"
 	       "      --dir DIR             scratch directory to work in (required)\n"
-	       "      --phases LIST         write,read,lookup,mixed or all (default all)\n"
+	       "      --phases LIST         write,read,lookup,mixed or all (default all);\n"
+	       "                            create,stat,unlink or meta: metadata, as mdtest\n"
 	       "      --engine ENGINE       uring (default), psync, or kvio (libkv's)\n"
 	       "      --threads N           worker threads (default 4)\n"
 	       "      --qd N                I/Os in flight per thread, uring (default 8)\n"
@@ -147,6 +150,7 @@ static void usage(void)
 	       "      --sqpoll              io_uring kernel submission thread\n"
 	       "      --seed N              block hashes and mix choices (default 1)\n"
 	       "      --keep                leave the files in DIR\n"
+	       "      --cross-read          under mpirun, read what the next rank wrote\n"
 	       "      --plot FILE           latency CDF and throughput over time, SVG\n"
 	       "      --ndjson              one record per second, then one per phase\n"
 	       "Verdict (the first five also add a verdict to a run):\n"
@@ -225,15 +229,19 @@ static unsigned parse_phases(const char *text)
 	snprintf(buf, sizeof(buf), "%s", text);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "all")) {
-			mask |= (1u << PH_COUNT) - 1;
+			mask |= PH_DATA_MASK;
+			continue;
+		}
+		if (!strcmp(tok, "meta")) {
+			mask |= PH_META_MASK;
 			continue;
 		}
 		for (p = 0; p < PH_COUNT; p++)
 			if (!strcmp(tok, phase_names[p]))
 				break;
 		if (p == PH_COUNT)
-			tool_usage_fail("invalid --phases value '%s' (write, read, lookup, mixed, all)",
-					tok);
+			tool_usage_fail("invalid --phases value '%s' (write, read, lookup, mixed, all, "
+					"create, stat, unlink, meta)", tok);
 		mask |= 1u << p;
 	}
 	if (!mask)
@@ -402,7 +410,7 @@ int main(int argc, char **argv)
 	b.o.size_bytes = 1ULL << 30;
 	b.o.direct = DIRECT_AUTO;
 	b.o.atomic = 1;
-	b.o.phases = (1u << PH_COUNT) - 1;
+	b.o.phases = PH_DATA_MASK;
 	b.o.mix_read_pct = 70;
 	b.o.lookups = 100000;
 	b.o.seed = 1;
@@ -466,6 +474,7 @@ int main(int argc, char **argv)
 		case OPT_SQPOLL: b.o.sqpoll = 1; break;
 		case OPT_SEED: b.o.seed = tool_parse_uint("--seed", optarg, UINT64_MAX); break;
 		case OPT_KEEP: b.o.keep = 1; break;
+		case OPT_CROSS: b.o.cross_read = 1; break;
 		case OPT_PLOT: b.o.plot = optarg; break;
 		case 'J': b.o.json = 1; break;
 		case OPT_NDJSON: b.o.ndjson = 1; break;
@@ -630,19 +639,34 @@ int main(int argc, char **argv)
 	if (b.o.direct == DIRECT_ON && b.o.block_bytes % KV_IO_ALIGN)
 		tool_usage_fail("--direct needs a block size that is a multiple of %d bytes",
 				KV_IO_ALIGN);
-	if (b.have_geo && !b.o.json && !b.o.ndjson) {
+	if (ranks_init(&argc, &argv, b.err, sizeof(b.err)) < 0) {
+		tool_err("%s", b.err);
+		return EXIT_RUNTIME;
+	}
+	b.rank = ranks_rank();
+	b.nranks = (unsigned)ranks_size();
+	if (b.have_geo && !b.o.json && !b.o.ndjson && b.rank == 0) {
 		print_geometry(&b.geo, ga.hf);
 		putchar('\n');
 	}
 	r = bench_run(&b);
 	if (r < 0) {
 		tool_err("%s", b.err);
+		/* The other ranks would wait for this one at the next barrier. */
+		ranks_abort(EXIT_RUNTIME);
 		bench_free(&b);
 		verdict_free(&v);
 		return EXIT_RUNTIME;
 	}
 	if (want_verdict)
 		verdict_from_bench(&b, &v);
+	/* Rank 0 speaks for the run; the others only took part. */
+	if (b.rank != 0) {
+		bench_free(&b);
+		verdict_free(&v);
+		ranks_finish();
+		return 0;
+	}
 	if (b.o.json) {
 		json_t *j = report_json(&b);
 
@@ -669,9 +693,11 @@ int main(int argc, char **argv)
 		tool_err("cannot write '%s': %s", b.o.plot, kv_strerror(r));
 		bench_free(&b);
 		verdict_free(&v);
+		ranks_finish();
 		return EXIT_RUNTIME;
 	}
 	bench_free(&b);
 	verdict_free(&v);
+	ranks_finish();
 	return 0;
 }
