@@ -410,6 +410,26 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	[[ "$stderr" == *"cannot open"*"No such file or directory"* ]]
 }
 
+@test "metadata phases alone: every block key created, found and removed once" {
+	run tiny --phases meta -J
+	assert_success
+	assert_equal "$(jq -c '[.phases[] | [.phase, .ops]]' <<<"$output")" \
+		'[["create",4],["stat",4],["unlink",4]]'
+	assert_equal "$(jq -c '[.phases[1,2] | [.hits, .misses]]' <<<"$output")" '[[4,0],[4,0]]'
+	assert_equal "$(jq '.phases[0].latency.create.count' <<<"$output")" 4
+	assert_equal "$(jq '.phases[2].latency.unlink.count' <<<"$output")" 4
+	# Without a create, nothing is there to find or remove.
+	run tiny --phases stat,unlink -J
+	assert_success
+	assert_equal "$(jq -c '[.phases[] | [.hits, .misses]]' <<<"$output")" '[[0,4],[0,4]]'
+	# "all" stays the four data phases, and one process has no ranks.
+	run tiny -J
+	assert_equal "$(jq -c '.config.phases' <<<"$output")" '["write","read","lookup","mixed"]'
+	assert_equal "$(jq '.config.ranks' <<<"$output")" null
+	assert_equal "$(jq '[.phases[] | has("ranks")] | any' <<<"$output")" false
+	[ -z "$(ls -A "$D")" ]
+}
+
 @test "verdict: break-even, bandwidth needed and the context table, by hand" {
 	# 131072 B/token, 10000 tokens/s, 2 GiB/s, 10 ms: per token load is
 	# 131072/2^31 s = 61.03515625 us against 100 us of prefill, so
