@@ -118,7 +118,8 @@ static void usage(void)
 	       "Qualify storage for KV-cache offload: block files in the vLLM/llm-d\n"
 	       "layout, sized from a model, timed per phase; and whether loading a\n"
 	       "prefix beats recomputing it; whether compressing blocks would pay.\n"
-	       "'kvbench dma --help' covers dma.\n"
+	       "'kvbench dma --help' covers dma.  Under mpirun (in builds with MPI),\n"
+	       "run is one rank of many, stonewalled, its ranks summed by rank 0.\n"
 	       "\n"
 	       "Geometry (run, geometry, verdict):\n"
 	       "      --hf-config FILE      Hugging Face config.json of the model\n"
@@ -337,7 +338,11 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 			tool_err("'%s' has no read phase to take a bandwidth from", path);
 			exit(EXIT_RUNTIME);
 		}
-		v->read_Bps = (double)json_integer_value(json_object_get(read, "throughput_Bps"));
+		json_t *ranks = json_object_get(json_object_get(doc, "config"), "ranks");
+
+		/* A run of several ranks has one GPU's reads per rank. */
+		v->read_Bps = (double)json_integer_value(json_object_get(read, "throughput_Bps")) /
+			      (json_integer_value(ranks) > 1 ? (double)json_integer_value(ranks) : 1);
 	}
 	if (!have_lat) {
 		/* What a request pays before data flows: the prefix lookup
@@ -364,13 +369,14 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 }
 
 /* The storage side of a verdict from this run, as --from-run takes it
- * from a document: read bandwidth, and lookup plus open as latency. */
+ * from a document: read bandwidth (per rank, each rank standing for a
+ * GPU), and lookup plus open as latency. */
 static void verdict_from_bench(const struct bench *b, struct verdict *v)
 {
 	const struct phase_result *rd = &b->res[PH_READ], *lk = &b->res[PH_LOOKUP];
 	double secs = (double)rd->elapsed_ns / 1e9;
 
-	v->read_Bps = secs > 0 ? (double)rd->bytes / secs : 0;
+	v->read_Bps = secs > 0 ? (double)rd->bytes / secs / b->nranks : 0;
 	v->latency_ns = kv_hist_percentile(rd->lat[LAT_OPEN], 50);
 	if (lk->ran)
 		v->latency_ns += kv_hist_percentile(lk->lat[LAT_LOOKUP], 50);

@@ -131,12 +131,15 @@ PY
 	doc=$(cat "$BATS_TEST_TMPDIR/own.json")
 	ops=$(jq '.phases[0].ranks[1].ops' <<<"$doc")
 	assert_equal "$(jq '.phases[0].ranks[1].hits' <<<"$doc")" $(((ops + 1) / 2))
-	# Reads across ranks move whole blocks.
+	# Reads across ranks move whole blocks; a verdict takes each rank
+	# for one GPU.
 	run ranks 2 --dir "$MNT" --block-size 64K --size 512K --threads 1 --qd 2 \
-		--phases write,read --cross-read -J
+		--phases write,read --cross-read --prefill-tokens-per-s 5000 -J
 	assert_success
 	assert_equal "$(jq '.config.cross_read' <<<"$output")" true
 	assert_equal "$(jq '.phases[1].bytes' <<<"$output")" $(($(jq '.phases[1].reads' <<<"$output") * 65536))
+	assert_equal "$(jq '.verdict.read_Bps' <<<"$output")" \
+		"$(jq '.phases[1].throughput_Bps / 2 | floor' <<<"$output")"
 }
 
 @test "metadata phases: creates, checks and removes from 4 ranks at once, and the table shows each rank" {
