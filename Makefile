@@ -5,6 +5,7 @@
 #   make check-asan      the same under AddressSanitizer + UBSan
 #   make install         PREFIX=/usr/local DESTDIR= (PYTHONDIR for kvtools.py)
 #   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
+#   make MPI=1|0         force kvbench's MPI ranks on or off (default: detect mpicc)
 #
 # Sources are found by glob: lib/*.c is libkv, cmd/<prog>/*.c is one
 # program (plus the shared front-end glue cmd/tool*.c), tests/unit/*.c is
@@ -68,6 +69,27 @@ LDLIBS += -L$(CUDA_HOME_REAL)/lib64 -Wl,-rpath,$(CUDA_HOME_REAL)/lib64 -lcudart 
 CU_SRCS := $(wildcard lib/*/*.cu)
 endif
 
+# MPI: only kvbench uses it (ranks under mpirun), so only its objects
+# see <mpi.h> and only it links libmpi.  Detected from mpicc's own
+# flags (OpenMPI's --showme) and the header they point at; MPI=1 / MPI=0
+# forces.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
+MPI_HEADER := $(firstword $(foreach d,$(patsubst -I%,%,$(filter -I%,$(MPI_CFLAGS))),$(wildcard $(d)/mpi.h)))
+endif
+ifeq ($(origin MPI),undefined)
+MPI := $(if $(and $(MPI_HEADER),$(MPI_LIBS)),1,0)
+endif
+ifeq ($(MPI),1)
+ifeq ($(MPI_HEADER),)
+$(error MPI=1 but no mpicc with an mpi.h found (apt-get install libopenmpi-dev))
+endif
+$(BUILD)/cmd/kvbench/%.o: TARGET_CFLAGS := -DKV_HAVE_MPI=1 $(MPI_CFLAGS)
+$(BUILD)/bin/kvbench: TARGET_LDLIBS := $(MPI_LIBS)
+endif
+
 LIB_SRCS   := $(wildcard lib/*/*.c)
 LIB_OBJS   := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/tool*.c))
@@ -82,7 +104,7 @@ all: $(BUILD)/libkv.a $(BUILD)/libkv.so $(BINS) $(UNIT_BINS) $(BUILD)/libkv.pc
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CFLAGS) $(TARGET_CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
@@ -108,7 +130,7 @@ $(BUILD)/libkv.pc: lib/libkv.pc.in Makefile
 $(BUILD)/bin/%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard cmd/$$*/*.c)))) $(COMMON_OBJS) $(BUILD)/libkv.a
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS) $(TARGET_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkv.a
 	@mkdir -p $(@D)

@@ -15,7 +15,11 @@
  * connector linking libkv gets, checksums and all. */
 enum engine { ENGINE_URING, ENGINE_PSYNC, ENGINE_KVIO };
 enum fsync_policy { FSYNC_NONE, FSYNC_FILE, FSYNC_DIR };
-enum phase { PH_WRITE, PH_READ, PH_LOOKUP, PH_MIXED, PH_COUNT };
+/* The data phases, then the metadata phases (mdtest's create, stat and
+ * remove of empty files, here absent block keys in the bucket dirs). */
+enum phase { PH_WRITE, PH_READ, PH_LOOKUP, PH_MIXED, PH_CREATE, PH_STAT, PH_UNLINK, PH_COUNT };
+#define PH_DATA_MASK	((1u << PH_CREATE) - 1)		/* "all" */
+#define PH_META_MASK	((1u << PH_COUNT) - 1 - PH_DATA_MASK)	/* "meta" */
 enum direct_mode { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
 
 /* What one latency histogram measures; data transfer is kept apart
@@ -32,11 +36,17 @@ enum lat {
 	LAT_LOOKUP,	/* presence check (fstatat, or kv_io_has) */
 	LAT_FILE,	/* a whole block operation, open to close/rename */
 	LAT_BATCH,	/* one kv_io_batch call of up to qd whole operations */
+	LAT_CREATE,	/* open(O_CREAT | O_EXCL) and close of an empty file */
+	LAT_UNLINK,
 	LAT_COUNT
 };
 
 extern const char *const phase_names[PH_COUNT];
 extern const char *const lat_names[LAT_COUNT];
+
+/* Whether a latency is a phase's own operation (its rows carry the
+ * rates) rather than a metadata call around a block transfer. */
+int lat_is_main(enum lat l);
 
 struct bench_opts {
 	const char *dir;
@@ -58,8 +68,16 @@ struct bench_opts {
 	int sqpoll;
 	uint64_t seed;
 	int keep;
+	int cross_read;			/* ranks read what the next rank wrote */
 	int json, ndjson;
 	const char *plot;
+};
+
+/* One rank's share of a phase, kept by rank 0 of a run of several. */
+struct rank_result {
+	uint64_t elapsed_ns;
+	uint64_t ops, bytes, reads, writes, hits, misses;
+	struct kv_hist *lat[LAT_COUNT];
 };
 
 struct phase_result {
@@ -71,6 +89,11 @@ struct phase_result {
 	uint64_t hits, misses;		/* lookup phase */
 	const char *cache_drop;		/* read phases: how the cache was made cold */
 	struct kv_hist *lat[LAT_COUNT];
+	/* Under mpirun, on rank 0: the figures above are every rank's,
+	 * summed (histograms merged, elapsed the longest), and these are
+	 * each rank's own.  NULL with one rank. */
+	struct rank_result *per_rank;
+	unsigned slowest;		/* the rank that moved least */
 };
 
 /* One second (or the last, shorter, interval) of a phase. */
@@ -86,6 +109,8 @@ struct bench {
 	struct bench_opts o;
 	struct kv_geometry geo;
 	int have_geo;
+	int rank;			/* under mpirun; 0 of 1 otherwise */
+	unsigned nranks;
 	int direct;			/* O_DIRECT in use */
 	uint64_t files;
 	char model_dir[KV_NAME_MAX + 1];

@@ -15,6 +15,7 @@
 #include "dma.h"
 #include "kvbench.h"
 #include "probe.h"
+#include "ranks.h"
 #include "verdict.h"
 
 #define MAX_FILES	(4 << 20)
@@ -33,6 +34,7 @@ enum {
 	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
 	OPT_READBW, OPT_LATENCY, OPT_FROMRUN, OPT_ROOT, OPT_SAMPLES, OPT_LEVELS,
+	OPT_MEASURED, OPT_CROSS,
 };
 
 static const struct option longopts[] = {
@@ -62,11 +64,13 @@ static const struct option longopts[] = {
 	{ "sqpoll", no_argument, NULL, OPT_SQPOLL },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "keep", no_argument, NULL, OPT_KEEP },
+	{ "cross-read", no_argument, NULL, OPT_CROSS },
 	{ "plot", required_argument, NULL, OPT_PLOT },
 	{ "prefill-tokens-per-s", required_argument, NULL, OPT_PREFILL },
 	{ "params", required_argument, NULL, OPT_PARAMS },
 	{ "gpu-tflops", required_argument, NULL, OPT_TFLOPS },
 	{ "mfu", required_argument, NULL, OPT_MFU },
+	{ "measured-prefill", required_argument, NULL, OPT_MEASURED },
 	{ "read-bandwidth", required_argument, NULL, OPT_READBW },
 	{ "latency", required_argument, NULL, OPT_LATENCY },
 	{ "from-run", required_argument, NULL, OPT_FROMRUN },
@@ -88,7 +92,7 @@ static unsigned applies(int opt)
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT | CMD_PROBE;
 	case OPT_HF: case OPT_TP: case OPT_TPF: case OPT_GBT:
 		return CMD_RUN | CMD_GEOMETRY | CMD_VERDICT;
-	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU:
+	case OPT_PREFILL: case OPT_PARAMS: case OPT_TFLOPS: case OPT_MFU: case OPT_MEASURED:
 		return CMD_RUN | CMD_VERDICT;
 	case OPT_READBW: case OPT_FROMRUN:
 		return CMD_VERDICT | CMD_PROBE;
@@ -114,7 +118,8 @@ static void usage(void)
 	       "Qualify storage for KV-cache offload: block files in the vLLM/llm-d\n"
 	       "layout, sized from a model, timed per phase; and whether loading a\n"
 	       "prefix beats recomputing it; whether compressing blocks would pay.\n"
-	       "'kvbench dma --help' covers dma.\n"
+	       "'kvbench dma --help' covers dma.  Under mpirun (in builds with MPI),\n"
+	       "run is one rank of many, stonewalled, its ranks summed by rank 0.\n"
 	       "\n"
 	       "Geometry (run, geometry, verdict):\n"
 	       "      --hf-config FILE      Hugging Face config.json of the model\n"
@@ -126,7 +131,8 @@ static void usage(void)
 	       "                            default without --hf-config: 2M)\n"
 	       "Run:\n"
 	       "      --dir DIR             scratch directory to work in (required)\n"
-	       "      --phases LIST         write,read,lookup,mixed or all (default all)\n"
+	       "      --phases LIST         write,read,lookup,mixed or all (default all);\n"
+	       "                            create,stat,unlink or meta: metadata, as mdtest\n"
 	       "      --engine ENGINE       uring (default), psync, or kvio (libkv's)\n"
 	       "      --threads N           worker threads (default 4)\n"
 	       "      --qd N                I/Os in flight per thread, uring (default 8)\n"
@@ -145,13 +151,17 @@ static void usage(void)
 	       "      --sqpoll              io_uring kernel submission thread\n"
 	       "      --seed N              block hashes and mix choices (default 1)\n"
 	       "      --keep                leave the files in DIR\n"
+	       "      --cross-read          under mpirun, read what the next rank wrote\n"
 	       "      --plot FILE           latency CDF and throughput over time, SVG\n"
 	       "      --ndjson              one record per second, then one per phase\n"
-	       "Verdict (the first four also add a verdict to a run):\n"
+	       "Verdict (the first five also add a verdict to a run):\n"
 	       "      --prefill-tokens-per-s N  measured prefill rate of the instance\n"
-	       "      --params N            model (active) parameters, e.g. 8B, to estimate it\n"
+	       "      --measured-prefill FILE   measured 'TOKENS SECONDS' prefill curve\n"
+	       "      --params N            model (active) parameters, e.g. 8B, to model it:\n"
+	       "                            2 x params FLOPs a token, plus causal attention\n"
+	       "                            from --hf-config\n"
 	       "      --gpu-tflops N        peak dense TFLOP/s of one GPU (with --params)\n"
-	       "      --mfu F               model FLOP utilisation (default 0.4)\n"
+	       "      --mfu F               model FLOP utilisation (default 0.5)\n"
 	       "      --read-bandwidth SIZE storage read bytes/s per GPU, e.g. 2G\n"
 	       "      --latency DUR         fixed cost per request (default 0)\n"
 	       "      --from-run FILE       take bandwidth, latency, geometry from a -J run\n"
@@ -220,15 +230,19 @@ static unsigned parse_phases(const char *text)
 	snprintf(buf, sizeof(buf), "%s", text);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "all")) {
-			mask |= (1u << PH_COUNT) - 1;
+			mask |= PH_DATA_MASK;
+			continue;
+		}
+		if (!strcmp(tok, "meta")) {
+			mask |= PH_META_MASK;
 			continue;
 		}
 		for (p = 0; p < PH_COUNT; p++)
 			if (!strcmp(tok, phase_names[p]))
 				break;
 		if (p == PH_COUNT)
-			tool_usage_fail("invalid --phases value '%s' (write, read, lookup, mixed, all)",
-					tok);
+			tool_usage_fail("invalid --phases value '%s' (write, read, lookup, mixed, all, "
+					"create, stat, unlink, meta)", tok);
 		mask |= 1u << p;
 	}
 	if (!mask)
@@ -324,7 +338,11 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 			tool_err("'%s' has no read phase to take a bandwidth from", path);
 			exit(EXIT_RUNTIME);
 		}
-		v->read_Bps = (double)json_integer_value(json_object_get(read, "throughput_Bps"));
+		json_t *ranks = json_object_get(json_object_get(doc, "config"), "ranks");
+
+		/* A run of several ranks has one GPU's reads per rank. */
+		v->read_Bps = (double)json_integer_value(json_object_get(read, "throughput_Bps")) /
+			      (json_integer_value(ranks) > 1 ? (double)json_integer_value(ranks) : 1);
 	}
 	if (!have_lat) {
 		/* What a request pays before data flows: the prefix lookup
@@ -351,13 +369,14 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 }
 
 /* The storage side of a verdict from this run, as --from-run takes it
- * from a document: read bandwidth, and lookup plus open as latency. */
+ * from a document: read bandwidth (per rank, each rank standing for a
+ * GPU), and lookup plus open as latency. */
 static void verdict_from_bench(const struct bench *b, struct verdict *v)
 {
 	const struct phase_result *rd = &b->res[PH_READ], *lk = &b->res[PH_LOOKUP];
 	double secs = (double)rd->elapsed_ns / 1e9;
 
-	v->read_Bps = secs > 0 ? (double)rd->bytes / secs : 0;
+	v->read_Bps = secs > 0 ? (double)rd->bytes / secs / b->nranks : 0;
 	v->latency_ns = kv_hist_percentile(rd->lat[LAT_OPEN], 50);
 	if (lk->ran)
 		v->latency_ns += kv_hist_percentile(lk->lat[LAT_LOOKUP], 50);
@@ -372,7 +391,7 @@ int main(int argc, char **argv)
 				 .seed = 1 };
 	const char *levels = DEFAULT_PROBE_LEVELS;
 	enum cmd cmd = CMD_RUN;
-	const char *from = NULL;
+	const char *from = NULL, *measured = NULL;
 	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
 	int seen_tflops = 0, want_verdict;
 
@@ -397,11 +416,11 @@ int main(int argc, char **argv)
 	b.o.size_bytes = 1ULL << 30;
 	b.o.direct = DIRECT_AUTO;
 	b.o.atomic = 1;
-	b.o.phases = (1u << PH_COUNT) - 1;
+	b.o.phases = PH_DATA_MASK;
 	b.o.mix_read_pct = 70;
 	b.o.lookups = 100000;
 	b.o.seed = 1;
-	v.mfu = 0.4;
+	v.mfu = 0.5;
 	while ((c = getopt_long(argc, argv, "JhV", longopts, NULL)) != -1) {
 		if (c == 'h')
 			usage();
@@ -461,6 +480,7 @@ int main(int argc, char **argv)
 		case OPT_SQPOLL: b.o.sqpoll = 1; break;
 		case OPT_SEED: b.o.seed = tool_parse_uint("--seed", optarg, UINT64_MAX); break;
 		case OPT_KEEP: b.o.keep = 1; break;
+		case OPT_CROSS: b.o.cross_read = 1; break;
 		case OPT_PLOT: b.o.plot = optarg; break;
 		case 'J': b.o.json = 1; break;
 		case OPT_NDJSON: b.o.ndjson = 1; break;
@@ -474,6 +494,7 @@ int main(int argc, char **argv)
 			seen_tflops = 1;
 			break;
 		case OPT_MFU: v.mfu = parse_real("--mfu", optarg, 1e-6, 1, 0); break;
+		case OPT_MEASURED: measured = optarg; break;
 		case OPT_READBW:
 			v.read_Bps = (double)tool_parse_size("--read-bandwidth", optarg);
 			if (v.read_Bps <= 0)
@@ -551,16 +572,26 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	want_verdict = cmd == CMD_VERDICT || have_prefill || v.params > 0 || seen_tflops;
+	want_verdict = cmd == CMD_VERDICT || have_prefill || v.params > 0 || seen_tflops ||
+		       measured;
 	if (want_verdict) {
 		unsigned tpf = ga.tpf ? ga.tpf : 256;
+		char err[512];
 
-		if (have_prefill && v.params > 0)
-			tool_usage_fail("give --prefill-tokens-per-s or --params, not both");
+		if (have_prefill + (v.params > 0) + !!measured > 1)
+			tool_usage_fail("give one of --prefill-tokens-per-s, --measured-prefill, --params");
 		if (v.params > 0 && !seen_tflops)
 			tool_usage_fail("--params needs --gpu-tflops");
-		if (!have_prefill && !(v.params > 0))
-			tool_usage_fail("verdict needs --prefill-tokens-per-s or --params with --gpu-tflops");
+		if (!have_prefill && !(v.params > 0) && !measured)
+			tool_usage_fail("verdict needs --prefill-tokens-per-s, --measured-prefill, "
+					"or --params with --gpu-tflops");
+		if (measured && (r = verdict_load_curve(&v, measured, err, sizeof(err))) < 0) {
+			if (r == -ENOMEM)
+				tool_err("%s", kv_strerror(r));
+			else
+				tool_err("%s", err);
+			exit(EXIT_RUNTIME);
+		}
 		if (have_geo)
 			v.bytes_per_token = b.geo.bytes_per_token;
 		else if (ga.block)
@@ -568,8 +599,8 @@ int main(int argc, char **argv)
 		else if (cmd == CMD_RUN)
 			v.bytes_per_token = (2ULL << 20) / tpf;
 		v.tp = have_geo ? b.geo.tp : (ga.tp ? ga.tp : 1);
-		if (v.params > 0)
-			verdict_estimate(&v);
+		if (have_geo)
+			verdict_attention(&v, &b.geo);
 		if (cmd == CMD_RUN && !(b.o.phases & (1u << PH_READ)))
 			tool_usage_fail("a verdict needs the read phase");
 	}
@@ -582,7 +613,9 @@ int main(int argc, char **argv)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))
 			tool_usage_fail("verdict needs --read-bandwidth or --from-run");
-		return verdict_print(&v, b.o.json);
+		r = verdict_print(&v, b.o.json);
+		verdict_free(&v);
+		return r;
 	}
 
 	if (!b.o.dir)
@@ -612,18 +645,34 @@ int main(int argc, char **argv)
 	if (b.o.direct == DIRECT_ON && b.o.block_bytes % KV_IO_ALIGN)
 		tool_usage_fail("--direct needs a block size that is a multiple of %d bytes",
 				KV_IO_ALIGN);
-	if (b.have_geo && !b.o.json && !b.o.ndjson) {
+	if (ranks_init(&argc, &argv, b.err, sizeof(b.err)) < 0) {
+		tool_err("%s", b.err);
+		return EXIT_RUNTIME;
+	}
+	b.rank = ranks_rank();
+	b.nranks = (unsigned)ranks_size();
+	if (b.have_geo && !b.o.json && !b.o.ndjson && b.rank == 0) {
 		print_geometry(&b.geo, ga.hf);
 		putchar('\n');
 	}
 	r = bench_run(&b);
 	if (r < 0) {
 		tool_err("%s", b.err);
+		/* The other ranks would wait for this one at the next barrier. */
+		ranks_abort(EXIT_RUNTIME);
 		bench_free(&b);
+		verdict_free(&v);
 		return EXIT_RUNTIME;
 	}
 	if (want_verdict)
 		verdict_from_bench(&b, &v);
+	/* Rank 0 speaks for the run; the others only took part. */
+	if (b.rank != 0) {
+		bench_free(&b);
+		verdict_free(&v);
+		ranks_finish();
+		return 0;
+	}
 	if (b.o.json) {
 		json_t *j = report_json(&b);
 
@@ -649,8 +698,12 @@ int main(int argc, char **argv)
 	if (b.o.plot && (r = plot_svg(b.o.plot, &b)) < 0) {
 		tool_err("cannot write '%s': %s", b.o.plot, kv_strerror(r));
 		bench_free(&b);
+		verdict_free(&v);
+		ranks_finish();
 		return EXIT_RUNTIME;
 	}
 	bench_free(&b);
+	verdict_free(&v);
+	ranks_finish();
 	return 0;
 }

@@ -19,10 +19,11 @@ static const char *const colors[] = { "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
  * lookups. */
 static const struct kv_hist *main_hist(const struct phase_result *r, int i)
 {
-	static const enum lat order[] = { LAT_READ, LAT_WRITE, LAT_LOOKUP, LAT_BATCH };
+	static const enum lat order[] = { LAT_READ, LAT_WRITE, LAT_LOOKUP, LAT_BATCH,
+					   LAT_CREATE, LAT_UNLINK };
 	int n = 0;
 
-	for (unsigned k = 0; k < 4; k++) {
+	for (unsigned k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
 		if (!r->lat[order[k]] || !r->lat[order[k]]->count)
 			continue;
 		if (n++ == i)

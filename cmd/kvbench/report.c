@@ -115,6 +115,47 @@ json_t *sample_json(const struct sample *s)
 	return j;
 }
 
+/* A histogram's non-empty buckets as [low_ns, high_ns, count], so a
+ * reader can pool ranks' distributions itself. */
+static json_t *buckets_json(const struct kv_hist *h)
+{
+	json_t *a = json_array();
+
+	for (unsigned i = 0; i < KV_HIST_BUCKETS; i++)
+		if (h->buckets[i])
+			json_array_append_new(a, json_pack("[I,I,I]",
+				(json_int_t)kv_hist_bucket_low(i), (json_int_t)kv_hist_bucket_high(i),
+				(json_int_t)h->buckets[i]));
+	return a;
+}
+
+static json_t *rank_json(unsigned k, const struct rank_result *rr)
+{
+	double secs = (double)rr->elapsed_ns / 1e9;
+	json_t *j = json_object(), *lat = json_object(), *bk = json_object();
+
+	json_object_set_new(j, "rank", json_integer(k));
+	json_object_set_new(j, "elapsed_ns", json_integer((json_int_t)rr->elapsed_ns));
+	json_object_set_new(j, "ops", json_integer((json_int_t)rr->ops));
+	json_object_set_new(j, "bytes", json_integer((json_int_t)rr->bytes));
+	json_object_set_new(j, "reads", json_integer((json_int_t)rr->reads));
+	json_object_set_new(j, "writes", json_integer((json_int_t)rr->writes));
+	json_object_set_new(j, "hits", json_integer((json_int_t)rr->hits));
+	json_object_set_new(j, "misses", json_integer((json_int_t)rr->misses));
+	json_object_set_new(j, "throughput_Bps",
+			    json_integer(secs > 0 ? (json_int_t)((double)rr->bytes / secs) : 0));
+	json_object_set_new(j, "iops", json_real(secs > 0 ? (double)rr->ops / secs : 0));
+	for (unsigned l = 0; l < LAT_COUNT; l++) {
+		if (!rr->lat[l]->count)
+			continue;
+		json_object_set_new(lat, lat_names[l], hist_json(rr->lat[l]));
+		json_object_set_new(bk, lat_names[l], buckets_json(rr->lat[l]));
+	}
+	json_object_set_new(j, "latency", lat);
+	json_object_set_new(j, "buckets", bk);
+	return j;
+}
+
 json_t *phase_json(const struct bench *b, enum phase ph)
 {
 	const struct phase_result *r = &b->res[ph];
@@ -129,7 +170,7 @@ json_t *phase_json(const struct bench *b, enum phase ph)
 	json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
 	json_object_set_new(j, "reads", json_integer((json_int_t)r->reads));
 	json_object_set_new(j, "writes", json_integer((json_int_t)r->writes));
-	if (ph == PH_LOOKUP) {
+	if (ph == PH_LOOKUP || ph == PH_STAT || ph == PH_UNLINK) {
 		json_object_set_new(j, "hits", json_integer((json_int_t)r->hits));
 		json_object_set_new(j, "misses", json_integer((json_int_t)r->misses));
 	}
@@ -142,6 +183,14 @@ json_t *phase_json(const struct bench *b, enum phase ph)
 		if (r->lat[l] && r->lat[l]->count)
 			json_object_set_new(lat, lat_names[l], hist_json(r->lat[l]));
 	json_object_set_new(j, "latency", lat);
+	if (r->per_rank) {
+		json_t *ranks = json_array();
+
+		for (unsigned k = 0; k < b->nranks; k++)
+			json_array_append_new(ranks, rank_json(k, &r->per_rank[k]));
+		json_object_set_new(j, "ranks", ranks);
+		json_object_set_new(j, "slowest_rank", json_integer(r->slowest));
+	}
 	return j;
 }
 
@@ -174,6 +223,10 @@ static json_t *config_json(const struct bench *b)
 		if (o->phases & (1u << i))
 			json_array_append_new(ph, json_string(phase_names[i]));
 	json_object_set_new(j, "phases", ph);
+	if (b->nranks > 1) {
+		json_object_set_new(j, "ranks", json_integer(b->nranks));
+		json_object_set_new(j, "cross_read", json_boolean(o->cross_read));
+	}
 	return j;
 }
 
@@ -211,6 +264,44 @@ static void table_row(const char *phase, const char *what, const struct kv_hist 
 	       (unsigned long long)h->count, rate, iops, p[0], p[1], p[2], p[3], p[4]);
 }
 
+/* Each rank's share of each phase, and the slowest: under stonewalling
+ * every rank stops when the first is done, so shares differ, not times. */
+static void ranks_table(const struct bench *b)
+{
+	char rate[24], p50[16], p99[16];
+
+	printf("\n%u ranks%s, each phase started together and ended when the first rank "
+	       "finished:\n", b->nranks, b->o.cross_read ? " reading each other's blocks" : "");
+	printf("%-7s %5s %9s %11s %9s %9s %9s\n", "phase", "rank", "ops", "throughput", "IOPS",
+	       "p50", "p99");
+	for (unsigned ph = 0; ph < PH_COUNT; ph++) {
+		const struct phase_result *r = &b->res[ph];
+
+		if (!r->ran || !r->per_rank)
+			continue;
+		for (unsigned k = 0; k < b->nranks; k++) {
+			const struct rank_result *rr = &r->per_rank[k];
+			const struct kv_hist *h = NULL;
+			double secs = (double)rr->elapsed_ns / 1e9;
+
+			for (unsigned l = 0; l < LAT_COUNT && !h; l++)
+				if (lat_is_main(l) && rr->lat[l]->count)
+					h = rr->lat[l];
+			if (secs > 0 && ph != PH_LOOKUP && ph < PH_CREATE) {
+				kv_size_format((uint64_t)((double)rr->bytes / secs), rate, sizeof(rate));
+				strcat(rate, "/s");
+			} else {
+				strcpy(rate, "-");
+			}
+			format_ns(h ? kv_hist_percentile(h, 50) : 0, p50, sizeof(p50));
+			format_ns(h ? kv_hist_percentile(h, 99) : 0, p99, sizeof(p99));
+			printf("%-7s %5u %9llu %11s %9.0f %9s %9s%s\n", k ? "" : phase_names[ph], k,
+			       (unsigned long long)rr->ops, rate, secs > 0 ? (double)rr->ops / secs : 0,
+			       p50, p99, k == r->slowest ? "  slowest" : "");
+		}
+	}
+}
+
 void report_table(const struct bench *b)
 {
 	const struct bench_opts *o = &b->o;
@@ -241,15 +332,12 @@ void report_table(const struct bench *b)
 			strcpy(rate, "-");
 			strcpy(iops, "-");
 		}
-		if (ph == PH_LOOKUP)
+		if (ph == PH_LOOKUP || ph >= PH_CREATE)
 			strcpy(rate, "-");
 		/* The data (or lookup) rows carry the rates; the metadata
 		 * calls around them follow. */
 		for (l = 0; l < LAT_COUNT; l++) {
-			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP ||
-				   l == LAT_BATCH;
-
-			if (!r->lat[l] || !r->lat[l]->count || !data)
+			if (!r->lat[l] || !r->lat[l]->count || !lat_is_main(l))
 				continue;
 			table_row(name, lat_names[l], r->lat[l], rate, iops);
 			name = "";
@@ -257,17 +345,16 @@ void report_table(const struct bench *b)
 			strcpy(iops, "");
 		}
 		for (l = 0; l < LAT_COUNT; l++) {
-			int data = l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP ||
-				   l == LAT_BATCH;
-
-			if (!r->lat[l] || !r->lat[l]->count || data)
+			if (!r->lat[l] || !r->lat[l]->count || lat_is_main(l))
 				continue;
 			table_row(name, lat_names[l], r->lat[l], "", "");
 		}
-		if (ph == PH_LOOKUP)
+		if (ph == PH_LOOKUP || ph == PH_STAT || ph == PH_UNLINK)
 			printf("%-7s hits %llu, misses %llu\n", "",
 			       (unsigned long long)r->hits, (unsigned long long)r->misses);
 		if (r->cache_drop)
 			printf("%-7s cold cache: %s\n", "", r->cache_drop);
 	}
+	if (b->nranks > 1)
+		ranks_table(b);
 }

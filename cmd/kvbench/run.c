@@ -18,12 +18,20 @@
 #include <liburing.h>
 #include "../tool.h"
 #include "kvbench.h"
+#include "ranks.h"
 
-const char *const phase_names[PH_COUNT] = { "write", "read", "lookup", "mixed" };
+const char *const phase_names[PH_COUNT] = { "write", "read", "lookup", "mixed",
+					    "create", "stat", "unlink" };
 const char *const lat_names[LAT_COUNT] = {
 	"read", "write", "open", "close", "fsync", "dirsync", "rename", "touch",
-	"lookup", "file", "batch",
+	"lookup", "file", "batch", "create", "unlink",
 };
+
+int lat_is_main(enum lat l)
+{
+	return l == LAT_READ || l == LAT_WRITE || l == LAT_LOOKUP || l == LAT_BATCH ||
+	       l == LAT_CREATE || l == LAT_UNLINK;
+}
 
 #define HASH_HEX	16
 #define SAMPLE_NS	1000000000ULL
@@ -66,6 +74,9 @@ struct shared {
 	int rootfd;
 	char **paths;			/* relative paths of the working set */
 	char **missing;			/* paths of absent keys, same buckets */
+	/* What reads and lookups see: the next rank's set with
+	 * --cross-read, else the two above. */
+	char **rpaths, **rmissing;
 	_Atomic uint64_t cursor;	/* next operation number */
 	uint64_t total_ops;		/* size mode: stop after this many */
 	int64_t deadline_ns;		/* duration mode: stop at this time */
@@ -144,7 +155,7 @@ static int name_op(struct worker *w, struct slot *s, uint64_t file, int is_write
 	s->done = 0;
 	s->failed = 0;
 	s->tmp[0] = '\0';
-	s->path = sh->paths[file];
+	s->path = is_write ? sh->paths[file] : sh->rpaths[file];
 	s->flags = O_CLOEXEC | (w->b->direct ? O_DIRECT : 0);
 	if (is_write) {
 		/* In place overwrites the blocks already there, as a
@@ -191,7 +202,7 @@ static int finish_meta(struct worker *w, struct slot *s, int64_t t)
 {
 	struct shared *sh = w->sh;
 	struct bench *b = w->b;
-	const char *path = sh->paths[s->file];
+	const char *path = s->is_write ? sh->paths[s->file] : sh->rpaths[s->file];
 	int64_t t2;
 	int r = 0, dfd;
 	char dir[PATH_MAX], *slash;
@@ -528,8 +539,8 @@ static void run_lookup(struct worker *w)
 	while (next_op(w, &file, &is_write, &k)) {
 		/* Alternate keys that are there with keys that are not. */
 		int want = !(k & 1);
-		const char *path = want ? sh->paths[(k / 2) % w->b->files]
-					: sh->missing[(k / 2) % w->b->files];
+		const char *path = want ? sh->rpaths[(k / 2) % w->b->files]
+					: sh->rmissing[(k / 2) % w->b->files];
 
 		t0 = kv_monotonic_ns();
 		if (w->io)
@@ -550,6 +561,52 @@ static void run_lookup(struct worker *w)
 	}
 }
 
+/* The metadata phases, as mdtest's: every rank creates, then checks,
+ * then removes empty files in the bucket dirs, under keys the data
+ * phases never use.  A file a stonewalled create did not make is a
+ * miss for stat and unlink, not an error. */
+static void run_meta(struct worker *w)
+{
+	struct shared *sh = w->sh;
+	struct stat st;
+	uint64_t file, k;
+	int is_write, r, fd;
+	int64_t t0;
+
+	while (next_op(w, &file, &is_write, &k)) {
+		const char *path = sh->missing[file];
+
+		t0 = kv_monotonic_ns();
+		switch (sh->phase) {
+		case PH_CREATE:
+			fd = openat(sh->rootfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+			r = fd < 0 ? -errno : close(fd);
+			break;
+		case PH_STAT:
+			r = fstatat(sh->rootfd, path, &st, 0) < 0 ? -errno : 0;
+			break;
+		default:
+			r = unlinkat(sh->rootfd, path, 0) < 0 ? -errno : 0;
+			break;
+		}
+		if (r < 0 && (r != -ENOENT || sh->phase == PH_CREATE)) {
+			set_err(sh, r, sh->phase == PH_CREATE ? "cannot create '%s': %s"
+				: sh->phase == PH_STAT ? "cannot stat '%s': %s"
+				: "cannot remove '%s': %s", path);
+			return;
+		}
+		record(w, sh->phase == PH_CREATE ? LAT_CREATE : sh->phase == PH_STAT ? LAT_LOOKUP
+			  : LAT_UNLINK, t0, kv_monotonic_ns());
+		if (sh->phase == PH_CREATE)
+			w->writes++;
+		else if (r == 0)
+			w->hits++;
+		else
+			w->misses++;
+		atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+	}
+}
+
 /* libkv's engine: batches of up to qd whole puts and gets. */
 static void run_kvio(struct worker *w)
 {
@@ -563,7 +620,7 @@ static void run_kvio(struct worker *w)
 		for (n = 0; n < qd && next_op(w, &file, &is_write, &k); n++)
 			w->reqs[n] = (struct kv_io_req){
 				.op = is_write ? KV_IO_OP_PUT : KV_IO_OP_GET,
-				.relpath = sh->paths[file],
+				.relpath = is_write ? sh->paths[file] : sh->rpaths[file],
 				.buf = w->bufs[n],
 				.len = len,
 			};
@@ -604,6 +661,8 @@ static void *worker_main(void *arg)
 
 	if (sh->phase == PH_LOOKUP)
 		run_lookup(w);
+	else if (sh->phase >= PH_CREATE)
+		run_meta(w);
 	else if (w->b->o.engine == ENGINE_KVIO)
 		run_kvio(w);
 	else if (w->b->o.engine == ENGINE_URING)
@@ -640,8 +699,8 @@ static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 		if (!(w->reqs = calloc(n, sizeof(*w->reqs))))
 			return -ENOMEM;
 	}
-	if (ph == PH_LOOKUP)
-		return 0;	/* presence checks move no data */
+	if (ph == PH_LOOKUP || ph >= PH_CREATE)
+		return 0;	/* presence checks and metadata move no data */
 	w->slots = calloc(n, sizeof(*w->slots));
 	w->bufs = calloc(n, sizeof(*w->bufs));
 	if (!w->slots || !w->bufs)
@@ -735,7 +794,9 @@ static void progress(enum phase ph, uint64_t t_ns,
 static int sample_loop(struct bench *b, struct shared *sh, struct worker *ws,
 		       int64_t start)
 {
-	int tty = isatty(STDERR_FILENO);
+	/* Under mpirun rank 0 shows its own seconds; the phase's figures
+	 * are gathered from every rank at its end. */
+	int tty = isatty(STDERR_FILENO) && b->rank == 0;
 	uint64_t last_ops = 0, last_bytes = 0, last_t = 0;
 	int64_t next = start + (int64_t)SAMPLE_NS;
 	int done = 0, r;
@@ -756,6 +817,9 @@ static int sample_loop(struct bench *b, struct shared *sh, struct worker *ws,
 				ts.tv_nsec -= 1000000000;
 			}
 			pthread_cond_timedwait(&sh->cond, &sh->lock, &ts);
+			/* Another rank finished its share: this phase is over. */
+			if (ranks_wall_hit())
+				atomic_store(&sh->stop, 1);
 		}
 		done = !atomic_load(&sh->running);
 		pthread_mutex_unlock(&sh->lock);
@@ -770,7 +834,7 @@ static int sample_loop(struct bench *b, struct shared *sh, struct worker *ws,
 
 			if ((r = add_sample(b, s)) < 0)
 				return r;
-			if (b->o.ndjson) {
+			if (b->o.ndjson && b->rank == 0) {
 				tool_json_print(sample_json(&s));
 				fflush(stdout);
 			}
@@ -808,13 +872,148 @@ static const char *make_cold(struct bench *b, struct shared *sh)
 			close(fd);
 	}
 	for (i = 0; i < b->files; i++) {
-		fd = openat(sh->rootfd, sh->paths[i], O_RDONLY | O_CLOEXEC);
+		fd = openat(sh->rootfd, sh->rpaths[i], O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
 		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 		close(fd);
 	}
 	return "fadvise";
+}
+
+/*
+ * A rank's share of a phase as words: the counters, then per latency
+ * its count, min, max and sum, then its non-empty buckets as (latency,
+ * index, count).  Rank 0 rebuilds every rank's histograms from these,
+ * so merging is kv_hist_merge, exact, never an average of percentiles.
+ */
+#define RANK_HEAD	8
+#define RANK_WORDS	(RANK_HEAD + 4 * LAT_COUNT)
+
+static int pack_rank(const struct phase_result *res, uint64_t **out, size_t *n)
+{
+	size_t cap = RANK_WORDS, len = RANK_WORDS;
+	uint64_t *w;
+
+	for (unsigned l = 0; l < LAT_COUNT; l++)
+		for (unsigned i = 0; i < KV_HIST_BUCKETS; i++)
+			cap += res->lat[l]->buckets[i] ? 3 : 0;
+	if (!(w = malloc(cap * sizeof(*w))))
+		return -ENOMEM;
+	w[0] = res->elapsed_ns;
+	w[1] = res->ops;
+	w[2] = res->bytes;
+	w[3] = res->reads;
+	w[4] = res->writes;
+	w[5] = res->hits;
+	w[6] = res->misses;
+	w[7] = 0;
+	for (unsigned l = 0; l < LAT_COUNT; l++) {
+		const struct kv_hist *h = res->lat[l];
+		uint64_t *q = w + RANK_HEAD + 4 * l;
+
+		q[0] = h->count;
+		q[1] = h->min;
+		q[2] = h->max;
+		memcpy(&q[3], &h->sum, sizeof(q[3]));
+		for (unsigned i = 0; i < KV_HIST_BUCKETS; i++) {
+			if (!h->buckets[i])
+				continue;
+			w[len++] = l;
+			w[len++] = i;
+			w[len++] = h->buckets[i];
+		}
+	}
+	*out = w;
+	*n = len;
+	return 0;
+}
+
+static int unpack_rank(const uint64_t *w, size_t n, struct rank_result *rr)
+{
+	int r;
+
+	rr->elapsed_ns = w[0];
+	rr->ops = w[1];
+	rr->bytes = w[2];
+	rr->reads = w[3];
+	rr->writes = w[4];
+	rr->hits = w[5];
+	rr->misses = w[6];
+	for (unsigned l = 0; l < LAT_COUNT; l++) {
+		const uint64_t *q = w + RANK_HEAD + 4 * l;
+
+		if ((r = kv_hist_new(&rr->lat[l])) < 0)
+			return r;
+		rr->lat[l]->count = q[0];
+		rr->lat[l]->min = q[1];
+		rr->lat[l]->max = q[2];
+		memcpy(&rr->lat[l]->sum, &q[3], sizeof(q[3]));
+	}
+	for (size_t k = RANK_WORDS; k + 3 <= n; k += 3)
+		if (w[k] < LAT_COUNT && w[k + 1] < KV_HIST_BUCKETS)
+			rr->lat[w[k]]->buckets[w[k + 1]] = w[k + 2];
+	return 0;
+}
+
+/* What makes a rank the slowest: bytes a second or, for phases that
+ * move none, operations; a pass ends on all ranks at once only when
+ * stonewalled, so the share alone would not do. */
+static double rank_rate(const struct rank_result *rr)
+{
+	double secs = rr->elapsed_ns ? (double)rr->elapsed_ns / 1e9 : 1e-9;
+
+	return (double)(rr->bytes ? rr->bytes : rr->ops) / secs;
+}
+
+/* With several ranks: rank 0 keeps each rank's figures and makes the
+ * phase's the sum of them, elapsed the longest of them. */
+static int gather_ranks(struct bench *b, struct phase_result *res)
+{
+	uint64_t *mine = NULL, *all = NULL;
+	size_t n, *ns = NULL, off = 0;
+	int r;
+
+	if (b->nranks < 2)
+		return 0;
+	if ((r = pack_rank(res, &mine, &n)) < 0 || (r = ranks_gather(mine, n, &all, &ns)) < 0)
+		goto out;
+	if (b->rank != 0)
+		goto out;
+	if (!(res->per_rank = calloc(b->nranks, sizeof(*res->per_rank)))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	res->elapsed_ns = res->ops = res->bytes = res->reads = res->writes = 0;
+	res->hits = res->misses = 0;
+	for (unsigned l = 0; l < LAT_COUNT; l++)
+		kv_hist_init(res->lat[l]);
+	for (unsigned k = 0; k < b->nranks; off += ns[k], k++) {
+		struct rank_result *rr = &res->per_rank[k];
+
+		if ((r = unpack_rank(all + off, ns[k], rr)) < 0)
+			goto out;
+		if (rr->elapsed_ns > res->elapsed_ns)
+			res->elapsed_ns = rr->elapsed_ns;
+		res->ops += rr->ops;
+		res->bytes += rr->bytes;
+		res->reads += rr->reads;
+		res->writes += rr->writes;
+		res->hits += rr->hits;
+		res->misses += rr->misses;
+		for (unsigned l = 0; l < LAT_COUNT; l++)
+			kv_hist_merge(res->lat[l], rr->lat[l]);
+		if (rank_rate(rr) < rank_rate(&res->per_rank[res->slowest]))
+			res->slowest = k;
+	}
+out:
+	if (r < 0)
+		snprintf(b->err, sizeof(b->err), "cannot gather the ranks' results: %s",
+			 kv_strerror(r));
+	free(mine);
+	free(all);
+	free(ns);
+	return r;
 }
 
 static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
@@ -846,6 +1045,10 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 	atomic_store(&sh->cursor, 0);
 	atomic_store(&sh->stop, 0);
 	sh->total_ops = ph == PH_LOOKUP ? b->o.lookups : b->files;
+	/* Every rank starts together, or the first would have the storage
+	 * to itself for a while. */
+	ranks_wall_arm();
+	ranks_barrier();
 	start = kv_monotonic_ns();
 	sh->deadline_ns = b->o.duration_ns ? start + (int64_t)b->o.duration_ns : 0;
 	atomic_store(&sh->running, b->o.threads);
@@ -859,9 +1062,10 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 		started++;
 	}
 	r = sample_loop(b, sh, ws, start);
+	res->elapsed_ns = (uint64_t)(kv_monotonic_ns() - start);
+	ranks_wall_done();
 	for (i = 0; i < started; i++)
 		pthread_join(ws[i].tid, NULL);
-	res->elapsed_ns = (uint64_t)(kv_monotonic_ns() - start);
 	res->ran = 1;
 	for (l = 0; l < LAT_COUNT; l++) {
 		if (!res->lat[l] && (r = kv_hist_new(&res->lat[l])) < 0)
@@ -880,6 +1084,10 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 	if (sh->err) {
 		r = sh->err;
 		snprintf(b->err, sizeof(b->err), "%s", sh->errmsg);
+	}
+	if (!r) {
+		ranks_wall_drain();
+		r = gather_ranks(b, res);
 	}
 out:
 	for (i = 0; i < b->o.threads; i++)
@@ -929,34 +1137,37 @@ static int mkdirs_for(int rootfd, const char *relpath)
 	return 0;
 }
 
-static int make_paths(struct bench *b, struct shared *sh)
+/* The working set of a rank, in its own rank dir, as a TP rank's. */
+static int make_paths(struct bench *b, struct shared *sh, unsigned rank, char ***pathsp,
+		      char ***missingp)
 {
 	uint64_t i, seed = b->o.seed;
 	char hash[HASH_HEX + 1], path[PATH_MAX];
+	char **paths, **missing;
 	int r;
 
-	sh->paths = calloc(b->files, sizeof(char *));
-	sh->missing = calloc(b->files, sizeof(char *));
-	if (!sh->paths || !sh->missing)
+	paths = *pathsp = calloc(b->files, sizeof(char *));
+	missing = *missingp = calloc(b->files, sizeof(char *));
+	if (!paths || !missing)
 		return -ENOMEM;
 	for (i = 0; i < b->files; i++) {
 		uint64_t h = splitmix(&seed);
 
 		snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
-		r = kv_layout_block_path(b->model_dir, 0, 0, hash, path, sizeof(path));
+		r = kv_layout_block_path(b->model_dir, rank, 0, hash, path, sizeof(path));
 		if (r < 0)
 			return r;
 		if ((r = mkdirs_for(sh->rootfd, path)) < 0)
 			return r;
-		if (!(sh->paths[i] = strdup(path)))
+		if (!(paths[i] = strdup(path)))
 			return -ENOMEM;
 		/* An absent key in the same bucket: only the name differs. */
 		snprintf(hash + 5, sizeof(hash) - 5, "%011llx",
 			 (unsigned long long)(~h & 0xfffffffffffULL));
-		r = kv_layout_block_path(b->model_dir, 0, 0, hash, path, sizeof(path));
+		r = kv_layout_block_path(b->model_dir, rank, 0, hash, path, sizeof(path));
 		if (r < 0)
 			return r;
-		if (!(sh->missing[i] = strdup(path)))
+		if (!(missing[i] = strdup(path)))
 			return -ENOMEM;
 	}
 	return 0;
@@ -1000,6 +1211,9 @@ static void cleanup(struct bench *b, struct shared *sh)
 
 	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++)
 		unlinkat(sh->rootfd, sh->paths[i], 0);
+	/* What a failed or stonewalled metadata phase left. */
+	for (i = 0; i < b->files && sh->missing && sh->missing[i]; i++)
+		unlinkat(sh->rootfd, sh->missing[i], 0);
 	/* Bucket dirs, rank dir, then the model dir: rmdir leaves any that
 	 * hold something that is not ours. */
 	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++) {
@@ -1061,6 +1275,13 @@ static int populate(struct bench *b, struct shared *sh)
 	return r;
 }
 
+static void free_paths(const struct bench *b, char **paths)
+{
+	for (uint64_t i = 0; i < b->files && paths; i++)
+		free(paths[i]);
+	free(paths);
+}
+
 int bench_run(struct bench *b)
 {
 	struct shared sh = { .rootfd = -1 };
@@ -1082,12 +1303,24 @@ int bench_run(struct bench *b)
 	if ((r = probe_direct(b, sh.rootfd)) < 0)
 		goto out;
 	b->direct = r;
-	if ((r = make_model_dir(b, sh.rootfd)) < 0) {
+	/* Rank 0 writes config.json; the others find it there. */
+	if (b->rank == 0)
+		r = make_model_dir(b, sh.rootfd);
+	ranks_barrier();
+	if (b->rank != 0)
+		r = make_model_dir(b, sh.rootfd);
+	if (r < 0) {
 		snprintf(b->err, sizeof(b->err), "cannot create a model dir in '%s': %s",
 			 b->o.dir, kv_strerror(r));
 		goto out;
 	}
-	if ((r = make_paths(b, &sh)) < 0) {
+	r = make_paths(b, &sh, (unsigned)b->rank, &sh.paths, &sh.missing);
+	sh.rpaths = sh.paths;
+	sh.rmissing = sh.missing;
+	if (r >= 0 && b->o.cross_read && b->nranks > 1)
+		r = make_paths(b, &sh, ((unsigned)b->rank + 1) % b->nranks, &sh.rpaths,
+			       &sh.rmissing);
+	if (r < 0) {
 		snprintf(b->err, sizeof(b->err), "cannot lay out files in '%s': %s",
 			 b->o.dir, kv_strerror(r));
 		goto out;
@@ -1095,11 +1328,13 @@ int bench_run(struct bench *b)
 	for (ph = 0; ph < PH_COUNT; ph++) {
 		if (!(b->o.phases & (1u << ph)))
 			continue;
-		if (ph != PH_WRITE && (r = populate(b, &sh)) < 0)
+		if (ph != PH_WRITE && ph < PH_CREATE && (r = populate(b, &sh)) < 0)
 			goto out;
 		if ((r = run_phase(b, &sh, ph)) < 0)
 			goto out;
 	}
+	/* No rank removes files another may still read. */
+	ranks_barrier();
 	r = 0;
 out:
 	if (sh.rootfd >= 0) {
@@ -1107,12 +1342,12 @@ out:
 			cleanup(b, &sh);
 		close(sh.rootfd);
 	}
-	for (uint64_t i = 0; i < b->files && sh.paths; i++)
-		free(sh.paths[i]);
-	for (uint64_t i = 0; i < b->files && sh.missing; i++)
-		free(sh.missing[i]);
-	free(sh.paths);
-	free(sh.missing);
+	if (sh.rpaths != sh.paths) {
+		free_paths(b, sh.rpaths);
+		free_paths(b, sh.rmissing);
+	}
+	free_paths(b, sh.paths);
+	free_paths(b, sh.missing);
 	pthread_mutex_destroy(&sh.lock);
 	pthread_cond_destroy(&sh.cond);
 	return r;
@@ -1120,8 +1355,13 @@ out:
 
 void bench_free(struct bench *b)
 {
-	for (int ph = 0; ph < PH_COUNT; ph++)
+	for (int ph = 0; ph < PH_COUNT; ph++) {
 		for (int l = 0; l < LAT_COUNT; l++)
 			kv_hist_free(b->res[ph].lat[l]);
+		for (unsigned k = 0; b->res[ph].per_rank && k < b->nranks; k++)
+			for (int l = 0; l < LAT_COUNT; l++)
+				kv_hist_free(b->res[ph].per_rank[k].lat[l]);
+		free(b->res[ph].per_rank);
+	}
 	free(b->samples);
 }

@@ -410,6 +410,26 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	[[ "$stderr" == *"cannot open"*"No such file or directory"* ]]
 }
 
+@test "metadata phases alone: every block key created, found and removed once" {
+	run tiny --phases meta -J
+	assert_success
+	assert_equal "$(jq -c '[.phases[] | [.phase, .ops]]' <<<"$output")" \
+		'[["create",4],["stat",4],["unlink",4]]'
+	assert_equal "$(jq -c '[.phases[1,2] | [.hits, .misses]]' <<<"$output")" '[[4,0],[4,0]]'
+	assert_equal "$(jq '.phases[0].latency.create.count' <<<"$output")" 4
+	assert_equal "$(jq '.phases[2].latency.unlink.count' <<<"$output")" 4
+	# Without a create, nothing is there to find or remove.
+	run tiny --phases stat,unlink -J
+	assert_success
+	assert_equal "$(jq -c '[.phases[] | [.hits, .misses]]' <<<"$output")" '[[0,4],[0,4]]'
+	# "all" stays the four data phases, and one process has no ranks.
+	run tiny -J
+	assert_equal "$(jq -c '.config.phases' <<<"$output")" '["write","read","lookup","mixed"]'
+	assert_equal "$(jq '.config.ranks' <<<"$output")" null
+	assert_equal "$(jq '[.phases[] | has("ranks")] | any' <<<"$output")" false
+	[ -z "$(ls -A "$D")" ]
+}
+
 @test "verdict: break-even, bandwidth needed and the context table, by hand" {
 	# 131072 B/token, 10000 tokens/s, 2 GiB/s, 10 ms: per token load is
 	# 131072/2^31 s = 61.03515625 us against 100 us of prefill, so
@@ -436,29 +456,82 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_output --partial "1310720000 B/s"
 }
 
-@test "verdict: prefill estimated from params, FLOP/s and MFU" {
-	# 1000e12 * 0.4 / (2 * 8e9) = 25000 tokens/s; at 1 GiB/s a token
-	# loads in 122 us but recomputes in 40 us: loading never wins.
+@test "verdict: prefill modelled from params, attention, FLOP/s and MFU" {
+	# Llama-3.1-8B, 1000 TFLOP/s at the default MFU 0.5: 1024 tokens cost
+	# 2 * 8e9 * 1024 FLOPs of matmuls plus causal attention,
+	# 2 * 32 layers * 32 heads * 128 * 1024 * 1025 FLOPs.
 	run kvbench verdict --hf-config "$HF/llama-3.1-8b.json" --params 8B \
-		--gpu-tflops 1000 --read-bandwidth 1G -J
+		--gpu-tflops 1000 --read-bandwidth 2G -J
 	assert_success
-	assert_equal "$(jq .prefill_tokens_per_s <<<"$output")" 25000
-	assert_equal "$(jq .prefill_estimate.mfu <<<"$output")" 0.4
-	assert_equal "$(jq .required_read_Bps <<<"$output")" 3276800000
-	assert_equal "$(jq .break_even_tokens <<<"$output")" null
-	assert_equal "$(jq -c '[.contexts[].faster] | unique' <<<"$output")" '["recompute"]'
-	# tp 8 of DeepSeek-V3 (70272 B/token on each of 8 GPUs), 37B active,
-	# 500 TFLOP/s, MFU 0.5: 8 * 500e12 * 0.5 / 74e9 = 27027.03 tokens/s.
+	assert_equal "$(jq .prefill_estimate.mfu <<<"$output")" 0.5
+	assert_equal "$(jq -c .prefill_estimate.attention <<<"$output")" \
+		'{"head_dim":128,"heads":32,"layers":32,"sliding_layers":0,"sliding_window_tokens":0}'
+	assert_equal "$(jq .contexts[0].recompute_ns <<<"$output")" \
+		"$(awk 'BEGIN { printf "%.0f", (2 * 8e9 * 1024 + 2 * 32 * 32 * 128 * 1024 * 1025) / 500e12 * 1e9 }')"
+	# At 2 GiB/s n tokens load in n * 61.03515625 us = n * 30517578125
+	# FLOPs' worth, against 16e9 n + 262144 n (n + 1): loading wins once
+	# n + 1 > 14517578125 / 262144 = 55380.2, from 55380 tokens up.
+	assert_equal "$(jq -c '[.contexts[] | .faster]' <<<"$output")" \
+		'["recompute","recompute","recompute","recompute","recompute","recompute","load","load"]'
+	assert_equal "$(jq .break_even_tokens <<<"$output")" 55380
+	# The bandwidth that keeps up at every length is the short prefixes'.
+	assert_equal "$(jq .required_read_Bps <<<"$output")" \
+		"$(awk 'BEGIN { printf "%.0f", 131072 * 1024 / ((2 * 8e9 * 1024 + 262144 * 1024 * 1025) / 500e12) }')"
+	# tp 8 of DeepSeek-V3 (MLA: the attention term is left out), 37B
+	# active, 500 TFLOP/s, MFU 0.5: 8 * 500e12 * 0.5 / 74e9 tokens/s.
 	run kvbench verdict --hf-config "$HF/deepseek-v3.json" --tp 8 --params 37e9 \
 		--gpu-tflops 500 --mfu 0.5 --read-bandwidth 4G -J
 	assert_success
-	jq -e '.prefill_tokens_per_s | . > 27027.02 and . < 27027.03' <<<"$output" >/dev/null
+	assert_equal "$(jq .prefill_estimate.attention <<<"$output")" null
 	assert_equal "$(jq .required_read_Bps <<<"$output")" \
 		"$(awk 'BEGIN { printf "%.0f", 70272 * 8 * 500e12 * 0.5 / 74e9 }')"
+	# Gemma 3: sliding layers see at most their window of keys.
+	run kvbench verdict --hf-config "$HF/gemma-3-27b.json" --params 27B \
+		--gpu-tflops 1000 --read-bandwidth 1G -J
+	assert_success
+	jq -e '.prefill_estimate.attention | .sliding_layers > 0 and .sliding_window_tokens > 0' \
+		<<<"$output" >/dev/null
 	# A bare block size: 4 MiB per 256-token file is 16384 B/token.
 	run kvbench verdict --block-size 4M --prefill-tokens-per-s 1000 --read-bandwidth 1G -J
 	assert_equal "$(jq .bytes_per_token <<<"$output")" 16384
 	assert_equal "$(jq .break_even_tokens <<<"$output")" 1
+}
+
+@test "verdict: Llama-3-70B on 4 x H100 (TP 4) recomputes 128k tokens in about 20 s, as measured" {
+	# IBM measured almost 20 s to compute the KV of 128,000 tokens of
+	# Llama-3-70B on 4 x H100 (989 TFLOP/s dense bf16 each).
+	run kvbench verdict --hf-config "$HF/llama-3.3-70b.json" --params 70B --tp 4 \
+		--gpu-tflops 989 --read-bandwidth 10G -J
+	assert_success
+	jq -e '.contexts[-1] | .tokens == 131072 and .recompute_ns > 16e9 and .recompute_ns < 24e9' \
+		<<<"$output" >/dev/null || fail "128k tokens: $(jq .contexts[-1].recompute_ns <<<"$output") ns"
+	# Loading's advantage grows with the prefix, as the published gains do.
+	jq -e '.contexts[-1].speedup > 2 * .contexts[0].speedup' <<<"$output" >/dev/null
+	# The linear term alone (no config, so no attention) misses it by half.
+	run kvbench verdict --block-size 20M --params 70B --tp 4 --gpu-tflops 989 \
+		--read-bandwidth 10G -J
+	assert_success
+	jq -e '.contexts[-1].recompute_ns < 12e9' <<<"$output" >/dev/null
+}
+
+@test "verdict --measured-prefill: a tokens-vs-seconds curve instead of the model" {
+	printf '# tokens seconds\n2000 3.0\n1000 1.0\n\n' > "$BATS_TEST_TMPDIR/curve"
+	run kvbench verdict --block-size 256K --measured-prefill "$BATS_TEST_TMPDIR/curve" \
+		--read-bandwidth 1G -J
+	assert_success
+	assert_equal "$(jq -c .prefill_measured.points <<<"$output")" 2
+	# 1024 tokens: 1.0 + 2.0 * 24/1000 s between the points; 131072:
+	# along the last segment, 3.0 + 2.0 * 129072/1000 s.
+	assert_equal "$(jq .contexts[0].recompute_ns <<<"$output")" 1048000000
+	assert_equal "$(jq .contexts[-1].recompute_ns <<<"$output")" 261144000000
+	printf '1000 fast\n' > "$BATS_TEST_TMPDIR/bad"
+	run --separate-stderr kvbench verdict --block-size 256K --read-bandwidth 1G \
+		--measured-prefill "$BATS_TEST_TMPDIR/bad"
+	assert_equal "$status" 3
+	[[ "$stderr" == *"line 1"* ]]
+	run --separate-stderr kvbench verdict --block-size 256K --read-bandwidth 1G \
+		--measured-prefill "$BATS_TEST_TMPDIR/curve" --prefill-tokens-per-s 10
+	assert_equal "$status" 2
 }
 
 @test "verdict: bandwidth and latency from a kvbench run" {
@@ -493,9 +566,10 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .verdict.required_read_Bps <<<"$doc")" $((1024 * 5000))
 	assert_equal "$(jq .verdict.read_Bps <<<"$doc")" "$bw"
 	assert_equal "$(jq .verdict.latency_ns <<<"$doc")" "$lat"
+	# No model config: 2 * 8e9 FLOPs a token at 1000e12 * 0.5 FLOP/s.
 	run tiny --phases write,read --params 8B --gpu-tflops 1000 --ndjson
 	assert_success
-	assert_equal "$(jq -s '[.[] | select(.type == "verdict")][0].prefill_tokens_per_s' <<<"$output")" 25000
+	assert_equal "$(jq -s '[.[] | select(.type == "verdict")][0].contexts[0].recompute_ns' <<<"$output")" 32768000
 	run tiny --phases read --prefill-tokens-per-s 5000
 	assert_success
 	assert_output --partial "break-even prefix"
