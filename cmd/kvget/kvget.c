@@ -143,23 +143,6 @@ static int is_miss(int err)
 	return err == -ENOENT || err == -ENOTDIR;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= n;
-	}
-	return 0;
-}
-
 /* FILE appears whole or not at all: a temp beside it, then rename. */
 static int write_atomic(const char *path, const void *buf, size_t len)
 {
@@ -174,7 +157,7 @@ static int write_atomic(const char *path, const void *buf, size_t len)
 		return -errno;
 	mask = umask(0);
 	umask(mask);
-	ret = fchmod(fd, 0666 & ~mask) < 0 ? -errno : write_full(fd, buf, len);
+	ret = fchmod(fd, 0666 & ~mask) < 0 ? -errno : kv_write_full(fd, buf, len);
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
 	if (ret == 0 && rename(tmp, path) < 0)
@@ -213,7 +196,7 @@ static int emit(struct get *get, const void *buf, size_t len)
 		if (ret < 0)
 			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
 	} else {
-		ret = write_full(STDOUT_FILENO, buf, len);
+		ret = kv_write_full(STDOUT_FILENO, buf, len);
 		if (ret < 0)
 			tool_err("write error: %s", kv_strerror(ret));
 	}

@@ -614,6 +614,31 @@ int kv_offd_has_many(struct kv_offd *c, const struct kv_offd_keys *k, int *where
 /* Entries the batch could not finish without waiting (a read-through,
  * a slot that write-behind must free: -EAGAIN) go one at a time, where
  * the daemon parks the request until it can answer. */
+/* Entry i of a LOOKUP or ALLOC batch's reply into *out and *status: 0
+ * when the batch settled it, 1 when it answered EAGAIN (it would have
+ * waited) and the caller must run it alone, with *ref made for that. */
+static int batch_took(const struct kv_offd *c, const struct kv_offd_keys *k,
+		      const struct kv_offd_result *res, size_t i,
+		      struct kv_offd_block *out, int *status, struct kv_block_ref *ref)
+{
+	memset(out, 0, sizeof(*out));
+	*status = res->status;
+	if (!*status) {
+		out->slot = res->slot;
+		out->ptr = c->pool + res->offset;
+		out->len = (size_t)res->len;
+		return 0;
+	}
+	if (*status != -EAGAIN)
+		return 0;
+	memset(ref, 0, sizeof(*ref));
+	ref->rank = k->rank;
+	ref->group = k->group;
+	snprintf(ref->model_dir, sizeof(ref->model_dir), "%s", k->model_dir);
+	snprintf(ref->hash, sizeof(ref->hash), "%s", k->hashes[i]);
+	return 1;
+}
+
 int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
 			struct kv_offd_block *out, int *status)
 {
@@ -624,21 +649,11 @@ int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		return -ENOMEM;
 	err = batch_keys(c, KV_OFFD_LOOKUP, k, NULL, res);
 	for (size_t i = 0; !err && i < k->n; i++) {
-		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+		struct kv_block_ref ref;
 		const void *ptr;
 
-		memset(&out[i], 0, sizeof(out[i]));
-		status[i] = res[i].status;
-		if (!status[i]) {
-			out[i].slot = res[i].slot;
-			out[i].ptr = c->pool + res[i].offset;
-			out[i].len = (size_t)res[i].len;
+		if (!batch_took(c, k, &res[i], i, &out[i], &status[i], &ref))
 			continue;
-		}
-		if (status[i] != -EAGAIN)
-			continue;
-		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
-		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
 		status[i] = kv_offd_lookup(c, &ref, &out[i].slot, &ptr, &out[i].len);
 		out[i].ptr = (void *)ptr;
 		if (status[i] && c->broken)
@@ -658,20 +673,10 @@ int kv_offd_alloc_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		return -ENOMEM;
 	err = batch_keys(c, KV_OFFD_ALLOC, k, lens, res);
 	for (size_t i = 0; !err && i < k->n; i++) {
-		struct kv_block_ref ref = { .rank = k->rank, .group = k->group };
+		struct kv_block_ref ref;
 
-		memset(&out[i], 0, sizeof(out[i]));
-		status[i] = res[i].status;
-		if (!status[i]) {
-			out[i].slot = res[i].slot;
-			out[i].ptr = c->pool + res[i].offset;
-			out[i].len = (size_t)res[i].len;
+		if (!batch_took(c, k, &res[i], i, &out[i], &status[i], &ref))
 			continue;
-		}
-		if (status[i] != -EAGAIN)
-			continue;
-		snprintf(ref.model_dir, sizeof(ref.model_dir), "%s", k->model_dir);
-		snprintf(ref.hash, sizeof(ref.hash), "%s", k->hashes[i]);
 		status[i] = kv_offd_alloc(c, &ref, lens[i], &out[i].slot, &out[i].ptr);
 		out[i].len = lens[i];
 		if (status[i] && c->broken)

@@ -19,6 +19,7 @@
 #include <emmintrin.h>
 #endif
 #include <kv/archive.h>
+#include <kv/kv.h>
 #include <kv/config.h>
 #include <kv/errors.h>
 #include <kv/geometry.h>
@@ -180,23 +181,6 @@ static int ref_ok(const struct kv_block_ref *ref)
 		(!strcmp(back.dtype, ref->dtype) && back.group_dir == ref->group_dir));
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Room for len bytes in a buffer that only grows. */
 static int grow(void **buf, size_t *cap, size_t len)
 {
@@ -242,9 +226,9 @@ static int write_record(struct kv_archive_writer *w, unsigned char *content, siz
 	put_le(content + len - SUM_BYTES, kv_xxh3(content, len - SUM_BYTES), SUM_BYTES);
 	put_le(put_le(head, SKIP_MAGIC, 4), len, 4);
 	if (!w->err)
-		w->err = write_full(w->fd, head, sizeof(head));
+		w->err = kv_write_full(w->fd, head, sizeof(head));
 	if (!w->err)
-		w->err = write_full(w->fd, content, len);
+		w->err = kv_write_full(w->fd, content, len);
 	return w->err;
 }
 
@@ -436,7 +420,7 @@ int kv_archive_write(struct kv_archive_writer *w, struct kv_archive_entry *e,
 		memcpy(p, e->config, e->config_len);
 	ret = write_record(w, w->rec, rl);
 	if (ret == 0)
-		ret = w->err = write_full(w->fd, w->out, (size_t)stored);
+		ret = w->err = kv_write_full(w->fd, w->out, (size_t)stored);
 	if (ret == 0)
 		w->entries++;
 	return ret;

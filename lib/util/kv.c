@@ -1,7 +1,9 @@
 /* Library identity, error strings and the error-detail channel. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <kv/errors.h>
 #include <kv/kv.h>
 #include "error.h"
@@ -28,6 +30,23 @@ void kvi_error_clear(void)
 const char *kv_error_detail(void)
 {
 	return detail;
+}
+
+int kv_write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
 }
 
 const char *kv_version(void)

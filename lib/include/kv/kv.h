@@ -10,6 +10,8 @@
 #ifndef KV_KV_H
 #define KV_KV_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,6 +27,10 @@ const char *kv_strerror(int err);
  * last call that could set it failed without detail or succeeded.  Read it
  * before the thread's next libkv call. */
 const char *kv_error_detail(void);
+
+/* Write all len bytes of buf to fd, through short writes and EINTR:
+ * 0, or -errno. */
+int kv_write_full(int fd, const void *buf, size_t len);
 
 #ifdef __cplusplus
 }
