@@ -453,8 +453,19 @@ static int put_commit(struct kv_io *io, struct slot *s)
 		return finish(io, s, -errno);
 	/* Within the dir opened beneath the root: a dir swapped for a
 	 * symlink since cannot move the block elsewhere. */
-	if (renameat(s->dirfd, s->tmp, s->dirfd, rel + dir_len(rel)) < 0)
-		return finish(io, s, -errno);
+	if (renameat(s->dirfd, s->tmp, s->dirfd, rel + dir_len(rel)) < 0) {
+		struct stat st;
+		int err = errno, tries = 0;
+
+		/* A distributed filesystem (GlusterFS's DHT) may fail a rename
+		 * over a target that another node unlinks at that moment with
+		 * ENOENT, though our temp is there: try again. */
+		while (err == ENOENT && tries++ < MKDIR_TRIES &&
+		       fstatat(s->dirfd, s->tmp, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			err = renameat(s->dirfd, s->tmp, s->dirfd, rel + dir_len(rel)) < 0 ? errno : 0;
+		if (err)
+			return finish(io, s, -err);
+	}
 	s->temp_made = 0;
 	if (!(io->flags & KV_IO_FSYNC))
 		return finish(io, s, 0);

@@ -45,7 +45,11 @@ teardown_file() {
 	[ -n "${GL_VOL:-}" ] || return 0
 	gluster --mode=script volume stop "$GL_VOL" force >/dev/null 2>&1 || true
 	gluster --mode=script volume delete "$GL_VOL" >/dev/null 2>&1 || true
-	[ -z "${GL_STARTED:-}" ] || pkill -x glusterd || true
+	if [ -n "${GL_STARTED:-}" ]; then
+		pkill -x glusterd || true
+		# gone before another run looks for one
+		while pgrep -x glusterd >/dev/null; do sleep 0.1; done
+	fi
 	[ -z "${GL_DUMMY:-}" ] || ip link del "$GL_DUMMY" 2>/dev/null || true
 }
 
@@ -63,19 +67,11 @@ setup() {
 	rm -rf "${A:?}/$DIR"
 	mkdir "$A/$DIR"
 	A=$A/$DIR B=$B/$DIR
-	export KV_ROOT=$A
-	make_config > "$BATS_TEST_TMPDIR/config.json"
-	CFG=$BATS_TEST_TMPDIR/config.json
-	SOCK=$BATS_TEST_TMPDIR/offd.sock
-	DPID=
+	sv_env
 }
 
 teardown() {
-	kill_daemon
-	for m in "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"; do
-		mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
-	done
-	common_teardown
+	sv_teardown "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"
 }
 
 @test "glusterfs: put, list, get, verify, check and evict" {

@@ -21,19 +21,11 @@ setup() {
 	"$LATFS" "$SRC" "$A" -o delay_us=200 -o max_threads=64 ||
 		skip "cannot mount a FUSE filesystem here"
 	"$LATFS" "$SRC" "$B" -o delay_us=200 -o max_threads=64
-	export KV_ROOT=$A
-	make_config > "$BATS_TEST_TMPDIR/config.json"
-	CFG=$BATS_TEST_TMPDIR/config.json
-	SOCK=$BATS_TEST_TMPDIR/offd.sock
-	DPID=
+	sv_env
 }
 
 teardown() {
-	kill_daemon
-	for m in "$A" "$B"; do
-		mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
-	done
-	common_teardown
+	sv_teardown "$A" "$B"
 }
 
 @test "latfs: put, list, get, verify, check and evict where every operation waits" {

@@ -2,6 +2,25 @@
 # $A and $B (two nodes): latency.bats runs them on latfs, gluster.bats
 # on a GlusterFS volume.  Needs $CFG, $BATS_TEST_TMPDIR; $SOCK for kvoffd.
 
+# sv_env: after the mounts, what the checks use.
+sv_env() {
+	export KV_ROOT=$A
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	CFG=$BATS_TEST_TMPDIR/config.json
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	DPID=
+}
+
+# sv_teardown MOUNT...: a daemon a failed test left, then the mounts.
+sv_teardown() {
+	local m
+	kill_daemon
+	for m in "$@"; do
+		mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
+	done
+	common_teardown
+}
+
 # manifest N PREFIX: N blocks of 64 KiB with hashes PREFIX<i>.
 manifest() {
 	local i
