@@ -73,7 +73,6 @@ struct dir_name {
 
 struct kv_events {
 	struct kv_events_opts o;
-	int bind;
 	char *ipc_path;			/* a socket file we bound: unlinked at close */
 	void *zctx, *pub, *mon;
 	int wakefd;
@@ -822,7 +821,6 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 		ev->o.flush_ns = DEFAULT_FLUSH_NS;
 	if (!ev->o.linger_ns)
 		ev->o.linger_ns = DEFAULT_LINGER_NS;
-	ev->bind = bind;
 	ev->queue = calloc(ev->o.queue_max, sizeof(*ev->queue));
 	ev->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ev->zctx = zmq_ctx_new();
