@@ -76,6 +76,15 @@ void tool_store_close(struct tool_store *s);
  * missing one is most often a volume not mounted. */
 int tool_root_open(const char *root);
 
+/* kvoffd's claim on a file tier it bounds and keeps the LRU of: this
+ * file under the tier's root, flock()ed while kvoffd runs, holding
+ * "pid PID socket PATH". */
+#define TOOL_OFFD_LOCK	".kvoffd.lock"
+
+/* 1 when a live kvoffd manages root (its words in who), 0 when none
+ * does (no claim, or a stale one), -errno. */
+int tool_root_managed(const char *root, char *who, size_t len);
+
 /* The exit status for a failed store call: 4 when the daemon cannot be
  * reached or went away, else 3. */
 int tool_store_exit(const struct tool_store *s, int err);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include "tool.h"
 
 /* How long the daemon may take: $KV_DAEMON_TIMEOUT (a duration, "0"
@@ -167,4 +168,30 @@ int tool_root_open(const char *root)
 	else
 		tool_err("cannot open '%s': %s", root, strerror(errno));
 	exit(EXIT_RUNTIME);
+}
+
+int tool_root_managed(const char *root, char *who, size_t len)
+{
+	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd, err;
+	ssize_t n;
+
+	if (dfd < 0)
+		return -errno;
+	fd = openat(dfd, TOOL_OFFD_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	err = fd < 0 ? -errno : 0;
+	close(dfd);
+	if (err == -ENOENT)
+		return 0;
+	if (err)
+		return err;
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		close(fd);
+		return 0;
+	}
+	err = errno == EWOULDBLOCK ? 1 : -errno;
+	n = err == 1 ? read(fd, who, len - 1) : 0;
+	who[n > 0 ? n : 0] = '\0';
+	who[strcspn(who, "\n")] = '\0';
+	close(fd);
+	return err;
 }

@@ -36,7 +36,8 @@ static const char usage_text[] =
 	"                           (default 60m; 0 disables)\n"
 	"      --orphans-after DUR  remove temp files older than DUR (default 1h; under\n"
 	"                           1m, which can catch writers at work, needs --force)\n"
-	"      --force              allow --orphans-after under 1m\n"
+	"      --force              allow --orphans-after under 1m, and eviction on a\n"
+	"                           file tier that a running kvoffd manages\n"
 	"      --dir-grace DUR      remove empty bucket dirs older than DUR (default 10m)\n"
 	"  -n, --dry-run            list what would go, change nothing\n"
 	"      --once               one pass, for cron (default)\n"
@@ -407,6 +408,18 @@ int main(int argc, char **argv)
 	if (!use_stdin && o.high_pct < 0 && !o.max_bytes && !o.nquotas)
 		tool_usage_fail("nothing to do: give --high, --max-bytes, --model-max-bytes or --stdin");
 
+	/* A tier kvoffd bounds is evicted by kvoffd, in its own LRU order;
+	 * files removed under it would still count against its capacity. */
+	if (!o.dry_run && !force) {
+		char who[256];
+
+		rc = tool_root_managed(s.root, who, sizeof(who));
+		if (rc == 1) {
+			tool_err("'%s' is a tier kvoffd manages (%s): it evicts there itself; "
+				 "add --force to evict all the same", s.root, who);
+			return EXIT_USAGE;
+		}
+	}
 	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
 	if (!o.dry_run) {
 		rc = kv_evict_lock(s.root, wait, &lockfd);

@@ -147,33 +147,45 @@ static void drop_altered(struct offd *d, uint32_t i)
 	d->st.altered++;
 	if (kv_slots_indexed(d->store, i)) {
 		kv_slots_remove(d->store, i);
-		report_event(d, "BlockRemoved", "cpu", i);
+		report_event(d, "BlockRemoved", TIER_NONE, i);
 	}
 	tool_err("dropping '%s': altered after it was committed", kv_slots_key(d->store, i));
 }
 
 static void evict(struct offd *d, uint32_t i)
 {
-	report_event(d, "BlockRemoved", "cpu", i);
+	report_event(d, "BlockRemoved", TIER_NONE, i);
 	d->st.evictions++;
 	free_slot(d, i);
 }
 
-static int queue_write(struct offd *d, uint32_t i)
+/* Write slot i's block into file tier t: write-behind as it leaves RAM
+ * (tier 0), write-through (the last tier) or a promotion (tier 0).
+ * -EAGAIN when the queue is full, or while tier t moves the key out. */
+static int queue_write(struct offd *d, uint32_t i, unsigned t, int promote)
 {
 	struct slot *s = &d->slots[i];
-	struct job j = { .kind = JOB_WRITE, .slot = i, .len = kv_slots_len(d->store, i),
-			 .sum = s->sum };
+	struct job j = { .kind = JOB_WRITE, .slot = i, .tier = t, .promote = promote,
+			 .len = kv_slots_len(d->store, i), .sum = s->sum };
 
-	if (d->wb_inflight >= d->wr.wcap)
+	if (d->wb_inflight >= d->wr.wcap || tier_moving(d, t, kv_slots_key(d->store, i)))
 		return -EAGAIN;
 	snprintf(j.path, sizeof(j.path), "%s", kv_slots_key(d->store, i));
 	if (writer_push(d, &j))
 		return -EAGAIN;
 	s->wb_pending = 1;
+	s->wb_tier = t;
 	s->wb_refused = 0;
 	d->wb_inflight++;
 	return 0;
+}
+
+/* A block leaving RAM goes to the first file tier if it was put here
+ * and is not there yet, or if no tier holds it; one read through from a
+ * lower tier stays there (promotion copies it up, when it does). */
+static int needs_write(const struct slot *s)
+{
+	return !(s->held & 1u) && (s->put_here || !s->held);
 }
 
 /* Storage is behind when the queue is full, or when no write has landed
@@ -210,14 +222,16 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 
 		if (s->pins || s->wb_pending)
 			continue;
-		if (!s->on_disk) {
-			if (spills < budget && !queue_write(d, i)) {
+		if (needs_write(s)) {
+			if (spills < budget && !queue_write(d, i, 0, 0)) {
 				spills++;
 				continue;
 			}
 			if (!behind)
 				continue;
-			d->st.wb_drops++;
+			/* Lost only if no tier had it. */
+			if (!s->held)
+				d->st.wb_drops++;
 		}
 		evict(d, i);
 		return kv_slots_alloc(d->store, len, path, out);
@@ -240,7 +254,7 @@ static void spill_ahead(struct offd *d, unsigned cls)
 	     i = kv_slots_newer(d->store, i), seen++) {
 		struct slot *s = &d->slots[i];
 
-		if (!s->on_disk && !s->pins && !s->wb_pending && queue_write(d, i))
+		if (needs_write(s) && !s->pins && !s->wb_pending && queue_write(d, i, 0, 0))
 			return;
 	}
 }
@@ -469,10 +483,12 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i)
 	d->st.puts++;
 	d->st.put_bytes += len;
 	report_transfer(d, DIR_PUT, len, kv_monotonic_ns() - s->start_ns);
-	report_event(d, "BlockStored", "cpu", i);
+	report_event(d, "BlockStored", TIER_NONE, i);
 	/* Not a drop: the block stays in RAM and catch_up queues it once
 	 * the queue has room; wb_drops counts blocks lost from RAM. */
-	if ((d->write_flags & KV_TIER_WRITE_THROUGH) && queue_write(d, i)) {
+	s->put_here = 1;
+	s->held = 0;
+	if ((d->write_flags & KV_TIER_WRITE_THROUGH) && queue_write(d, i, d->ntiers - 1, 0)) {
 		s->wb_refused = 1;
 		d->catchup = 1;
 	}
@@ -552,13 +568,14 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 
 static int op_has(struct offd *d, const char *path, struct kv_offd_result *r)
 {
+	uint64_t size;
 	int err = 0;
 
 	if (kv_slots_find(d->store, path) != KV_SLOT_NONE)
 		r->len = KV_OFFD_IN_RAM;
-	else if (!(err = kv_io_has(d->io, path)))
+	else if ((err = tiers_locate(d, path, &size)) >= 0)
 		r->len = KV_OFFD_ON_DISK;
-	return err;
+	return err < 0 ? err : 0;
 }
 
 static void reply_result(struct offd *d, struct client *c, uint16_t type, int err,
@@ -631,22 +648,26 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		wait_load(d, c, f, i);
 		return;
 	}
-	if (d->nclasses == 1) {
+	/* Bounded tiers answer from their index: a key none of the tiers
+	 * can hold costs no slot and no job. */
+	j.probe = tiers_probe(d, path);
+	if (!j.probe)
+		err = -ENOENT;
+	else if (d->nclasses == 1) {
 		/* Its size is known once read: a slot of the one class.  Room
 		 * for a read-through may cost an unwritten block when storage
-		 * is behind: never for a key the file tier does not hold. */
+		 * is behind: never for a key no file tier holds. */
 		load_bytes = d->slot_bytes;
 		if (!kv_slots_nfree(d->store, 0) && storage_behind(d))
-			err = kv_io_has(d->io, path);
+			err = tiers_locate(d, path, &(uint64_t){ 0 });
 	} else {
 		/* The file's size picks the class it is read into: one stat
-		 * on the loop, as a HAS costs; a key the file tier lacks
-		 * costs no slot. */
-		err = kv_io_size(d->io, path, &load_bytes);
-		if (!err && kv_slots_class(d->store, load_bytes) < 0)
+		 * on the loop (none for a bounded tier), as a HAS costs. */
+		err = tiers_locate(d, path, &load_bytes);
+		if (err >= 0 && kv_slots_class(d->store, load_bytes) < 0)
 			err = -EFBIG;
 	}
-	if (err) {
+	if (err < 0) {
 		reply_status(d, c, f->type, err);
 		return;
 	}
@@ -695,16 +716,17 @@ static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
 	uint32_t i = find_ready(d, path);
+	uint64_t size;
 	int err;
 
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
 		return op_pin(d, c, i, 0, r);
 	if (i != KV_SLOT_NONE)
 		return -EAGAIN;
-	err = kv_io_has(d->io, path);
+	err = tiers_locate(d, path, &size);
 	if (err == -ENOENT)
 		d->st.misses++;
-	return err ? err : -EAGAIN;
+	return err < 0 ? err : -EAGAIN;
 }
 
 static int batch_entry(struct offd *d, struct client *c, unsigned op,
@@ -798,7 +820,7 @@ static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame
 		r.len = kv_slots_len(d->store, (uint32_t)i);
 		r.rank = s->ref.rank;
 		r.group = s->ref.group;
-		r.arg = s->pins | (uint64_t)(s->on_disk != 0) << 32;
+		r.arg = s->pins | (uint64_t)(s->held != 0) << 32;
 		strcpy(r.model_dir, s->ref.model_dir);
 		strcpy(r.hash, s->ref.hash);
 		reply(d, c, &r);
@@ -833,6 +855,14 @@ static void dispatch(struct offd *d, struct client *c, const struct kv_offd_fram
 		break;
 	case KV_OFFD_STATS:
 		report_fill_stats(d, &r.stats);
+		reply(d, c, &r);
+		break;
+	case KV_OFFD_TIER_STATS:
+		if (f->arg >= d->ntiers) {
+			reply_status(d, c, f->type, -ENOENT);
+			break;
+		}
+		report_fill_tier_stats(d, (unsigned)f->arg, &r.tier_stats);
 		reply(d, c, &r);
 		break;
 	case KV_OFFD_LIST:
@@ -1141,7 +1171,8 @@ static void catch_up(struct offd *d)
 		/* A replaced block (out of the index) must not overwrite its
 		 * successor's file. */
 		if (s->wb_refused && s->state == SLOT_READY && kv_slots_indexed(d->store, i) &&
-		    !s->on_disk && !s->wb_pending && queue_write(d, i))
+		    !(s->held & (1u << (d->ntiers - 1))) && !s->wb_pending &&
+		    queue_write(d, i, d->ntiers - 1, 0))
 			return;
 		d->catchup_at = (i + 1) % d->nslots;
 	}
@@ -1167,6 +1198,28 @@ static void wake_waiters(struct offd *d, struct client *w, int status, int detac
 	}
 }
 
+/* Whether a block read through from below goes up to the first file
+ * tier: PROMOTE_SECOND_HIT remembers first hits by key hash, a slot
+ * per hash, so a flood of one-off reads forgets the oldest. */
+static int want_promote(struct offd *d, const char *path)
+{
+	uint64_t h;
+	size_t k;
+
+	if (d->promote == PROMOTE_FIRST_HIT)
+		return 1;
+	if (d->promote != PROMOTE_SECOND_HIT)
+		return 0;
+	h = kv_xxh3(path, strlen(path)) | 1;
+	k = (size_t)(h % SEEN_SLOTS);
+	if (d->seen[k] == h) {
+		d->seen[k] = 0;
+		return 1;
+	}
+	d->seen[k] = h;
+	return 0;
+}
+
 static void load_done(struct offd *d, const struct job *j)
 {
 	struct slot *s = &d->slots[j->slot];
@@ -1175,22 +1228,37 @@ static void load_done(struct offd *d, const struct job *j)
 
 	s->waiters = NULL;
 	d->loads_inflight--;
+	for (unsigned t = 0; t < d->ntiers; t++)
+		if (j->missed & (1u << t))
+			d->tiers[t].st.misses++;
 	if (!j->result) {
+		struct ftier *ft = &d->tiers[j->tier];
+
 		s->state = SLOT_READY;
 		kv_slots_set_len(d->store, j->slot, j->len);
 		s->sum = j->sum;
-		s->on_disk = 1;
+		s->held = 1u << j->tier;
+		s->put_here = 0;
+		ft->st.hits++;
+		ft->st.read_bytes += j->len;
+		tier_touch(d, j->tier, j->path);
 		d->st.readthroughs++;
 		d->st.readthrough_bytes += j->len;
 		report_transfer(d, DIR_READTHROUGH, j->len, j->ns);
 		if (!detached) {
 			kv_slots_touch(d->store, j->slot);
-			report_event(d, "BlockStored", "cpu", j->slot);
+			report_event(d, "BlockStored", TIER_NONE, j->slot);
+			/* Served first, copied up after: the copy is a write
+			 * like write-behind, skipped when the queue is full. */
+			if (j->tier > 0 && d->tiers[0].capacity && want_promote(d, j->path))
+				queue_write(d, j->slot, 0, 1);
 		}
 	} else {
 		free_slot(d, j->slot);
-		if (j->result != -ENOENT)
+		if (j->result != -ENOENT) {
+			d->tiers[j->tier].st.errors++;
 			tool_err("cannot read '%s': %s", j->path, kv_strerror(j->result));
+		}
 	}
 	wake_waiters(d, waiters, j->result, detached);
 	if (!j->result)
@@ -1202,21 +1270,31 @@ static void drain_step(struct offd *d);
 static void write_done(struct offd *d, const struct job *j)
 {
 	struct slot *s = &d->slots[j->slot];
+	struct ftier *ft = &d->tiers[j->tier];
 
 	s->wb_pending = 0;
 	d->wb_inflight--;
 	d->wb_landed++;
 	d->wb_stalled = 0;
 	if (!j->result) {
-		s->on_disk = 1;
-		d->st.spills++;
-		d->st.spill_bytes += j->len;
-		report_transfer(d, DIR_SPILL, j->len, j->ns);
-		report_event(d, "BlockStored", "fs", j->slot);
+		s->held |= 1u << j->tier;
+		ft->st.writes++;
+		ft->st.write_bytes += j->len;
+		if (j->promote) {
+			ft->st.promotions++;
+		} else {
+			d->st.spills++;
+			d->st.spill_bytes += j->len;
+			report_transfer(d, DIR_SPILL, j->len, j->ns);
+		}
+		report_event(d, "BlockStored", j->tier, j->slot);
+		tier_stored(d, j->tier, j->path, j->len);
 	} else if (j->result == -KV_ECHECKSUM) {
 		drop_altered(d, j->slot);
 	} else {
-		d->st.wb_errors++;
+		ft->st.errors++;
+		if (!j->promote)
+			d->st.wb_errors++;
 		tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));
 	}
 	try_release(d, j->slot);
@@ -1232,6 +1310,8 @@ static void jobs_done(struct offd *d)
 	while (!writer_pop_done(d, &j)) {
 		if (j.kind == JOB_LOAD)
 			load_done(d, &j);
+		else if (j.kind == JOB_DEMOTE)
+			tier_demoted(d, &j);
 		else
 			write_done(d, &j);
 	}
@@ -1290,9 +1370,9 @@ static void drain_step(struct offd *d)
 	for (uint32_t i = 0; i < d->nslots; i++) {
 		struct slot *s = &d->slots[i];
 
-		if (s->state != SLOT_READY || s->on_disk || s->wb_pending || s->drain_tried)
+		if (s->state != SLOT_READY || s->held || s->wb_pending || s->drain_tried)
 			continue;
-		if (queue_write(d, i))
+		if (queue_write(d, i, 0, 0))
 			return;
 		s->drain_tried = 1;
 	}

@@ -12,6 +12,8 @@
 
 #define PATH_BYTES	512		/* a block's relative path */
 #define SIZE_CLASSES_MAX	16	/* --size-classes */
+#define FILE_TIERS_MAX	4		/* --tier */
+#define TIER_NONE	0xffu
 
 enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
 
@@ -22,8 +24,12 @@ struct client;
 struct slot {
 	enum slot_state state;
 	uint32_t pins;
-	int on_disk;		/* the file tier holds these bytes */
+	unsigned held;		/* file tiers known to hold these bytes, a bit
+				   per tier; 0: only RAM has them */
+	int put_here;		/* a client put it (not read through): it
+				   goes to the first file tier as it leaves */
 	int wb_pending;		/* a worker may read the slot: not reusable */
+	unsigned wb_tier;	/* wb_pending: the tier it is written to */
 	int wb_refused;		/* always: the full queue refused it at commit */
 	int drain_tried;	/* SIGTERM drain queued it once already */
 	int64_t start_ns;	/* ALLOC time, for put seconds */
@@ -66,18 +72,84 @@ struct client {
 	struct client *prev, *next;	/* all clients */
 };
 
-enum job_kind { JOB_WRITE, JOB_LOAD };
+/* WRITE: a RAM block to one file tier; LOAD: a miss read through the
+ * file tiers into its slot; DEMOTE: a block out of a full tier into the
+ * next that takes it. */
+enum job_kind { JOB_WRITE, JOB_LOAD, JOB_DEMOTE };
 
 struct job {
 	enum job_kind kind;
-	uint32_t slot;
-	uint64_t len;		/* WRITE: bytes; LOAD: bytes read (out) */
+	uint32_t slot;		/* WRITE, LOAD */
+	unsigned tier;		/* WRITE: the destination; LOAD: the tier that
+				   served it (out); DEMOTE: the source */
+	unsigned probe;		/* LOAD: the tiers to try, in order */
+	unsigned missed;	/* LOAD: tiers that lacked it (out) */
+	unsigned refused;	/* DEMOTE: tiers that failed to take it (out) */
+	unsigned dest;		/* DEMOTE: the tier now holding it (out), or
+				   TIER_NONE: dropped */
+	int existed;		/* DEMOTE: dest had it already (out) */
+	int promote;		/* WRITE: a copy up from a lower tier */
+	uint64_t len;		/* WRITE: bytes; LOAD: bytes read (out);
+				   DEMOTE: the file's size as indexed */
 	uint64_t sum;		/* WRITE: the payload's xxh3 at COMMIT;
 				   LOAD: of what was read (out) */
 	int result;
 	int64_t ns;		/* time the I/O took */
 	char path[PATH_BYTES];
 };
+
+/* A bounded file tier's blocks in exact LRU order (tiers.c): a hash
+ * index on the path and a list, oldest first, in one array. */
+struct tier_entry {
+	uint64_t hash;		/* xxh3 of path */
+	uint64_t size;
+	uint32_t older, newer;	/* INDEX_NONE at the ends */
+	int moving;		/* a DEMOTE job holds it */
+	char *path;		/* NULL: a free entry */
+};
+#define INDEX_NONE	UINT32_MAX
+
+struct tier_index {
+	struct tier_entry *e;
+	uint32_t n, cap;	/* entries used or freed, allocated */
+	uint32_t free_head;	/* freed entries, linked by newer */
+	uint32_t *table;	/* entry + 1 per bucket, 0 empty; linear probe */
+	uint32_t mask;
+	uint32_t oldest, newest;
+	uint64_t count, bytes;
+};
+
+enum tier_kind { TIER_LOCAL, TIER_SHARED };
+
+/* Per-tier counters, in --stats and the metrics file. */
+struct tier_stats {
+	uint64_t hits;		/* read-throughs it served */
+	uint64_t misses;	/* read-throughs that tried it and found nothing */
+	uint64_t read_bytes;
+	uint64_t writes;	/* blocks written into it: write-behind,
+				   write-through, promotion or demotion */
+	uint64_t write_bytes;
+	uint64_t promotions;	/* blocks copied up into it from below */
+	uint64_t demotions;	/* blocks moved out of it to a lower tier */
+	uint64_t drops;		/* blocks that left it with no lower tier
+				   taking them */
+	uint64_t errors;	/* writes, reads or removals that failed */
+};
+
+struct ftier {
+	enum tier_kind kind;
+	char *root;
+	uint64_t capacity;	/* bytes; 0: unbounded, not indexed */
+	struct kv_io *io;	/* the loop's handle (HAS, sizes) */
+	int lockfd;		/* bounded: the claim on the root */
+	struct tier_index idx;	/* bounded tiers only */
+	uint64_t moving_bytes;	/* DEMOTE jobs in flight */
+	uint64_t walk_blocks, walk_bytes;	/* found at start */
+	struct tier_stats st;
+};
+
+enum promote_policy { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
+#define SEEN_SLOTS	4096	/* PROMOTE_SECOND_HIT's memory of first hits */
 
 /* Directions of the transfer metrics. */
 enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
@@ -97,12 +169,16 @@ struct writer {
 	int efd;		/* eventfd: completions ready */
 	unsigned nthreads;
 	pthread_t *threads;
-	struct kv_io **ios;
+	struct kv_io **ios;	/* nthreads x ntiers handles */
 };
 
 struct offd {
 	/* configuration */
-	const char *root;
+	const char *root;		/* the first file tier's */
+	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
+	unsigned ntiers;
+	enum promote_policy promote;
+	uint64_t *seen;			/* PROMOTE_SECOND_HIT: key hashes */
 	const char *socket_path;
 	const char *metrics_path;
 	const char *events_path;
@@ -148,11 +224,38 @@ struct offd {
 	const char *events_endpoint;	/* --events tcp://|ipc://, or $KV_EVENTS */
 	struct kv_events *publisher;	/* KV events for llm-d's indexer */
 	int rootfd;			/* the publisher's model names */
+	const char *pod;		/* the node's name in local topics */
 	struct kv_offd_stats st;
 	double seconds[DIR_COUNT];
 	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
 	int64_t start_ns;
 };
+
+/* tiers.c */
+/* Parse --tier KIND:PATH[:SIZE] into d->tiers; exits 2 on a bad one. */
+void tiers_parse(struct offd *d, const char *arg);
+/* Open every tier, claim and index the bounded ones; says why and
+ * returns -errno when one cannot be. */
+int tiers_open(struct offd *d);
+void tiers_close(struct offd *d);
+const char *tier_name(const struct offd *d, unsigned t);
+/* The bounded tiers holding path, as a mask; *size from the first. */
+unsigned tiers_indexed(struct offd *d, const char *path, uint64_t *size);
+/* The first tier holding path (bounded ones by their index, others by a
+ * stat on the loop) and its size there; -ENOENT in none. */
+int tiers_locate(struct offd *d, const char *path, uint64_t *size);
+/* The tiers a read-through of path tries, in order. */
+unsigned tiers_probe(struct offd *d, const char *path);
+/* Whether a write of path into tier t must wait: a DEMOTE holds it. */
+int tier_moving(struct offd *d, unsigned t, const char *path);
+/* A block landed in tier t (write, promotion, demotion): index it. */
+void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size);
+/* Queue DEMOTE jobs while tier t is over its capacity. */
+void tier_trim(struct offd *d, unsigned t);
+/* A DEMOTE job finished. */
+void tier_demoted(struct offd *d, const struct job *j);
+/* A read-through served path from tier t: it is the newest there. */
+void tier_touch(struct offd *d, unsigned t, const char *path);
 
 /* writer.c */
 int writer_start(struct offd *d, unsigned nthreads, size_t wcap);
@@ -165,11 +268,16 @@ void writer_stop(struct offd *d);
 
 /* report.c */
 int report_open_events(struct offd *d);
-void report_event(struct offd *d, const char *event, const char *tier, uint32_t i);
+/* tier: TIER_NONE for RAM, else a file tier. */
+void report_event(struct offd *d, const char *event, unsigned tier, uint32_t i);
+/* The same for a block of file tier t known by its path only. */
+void report_tier_event(struct offd *d, const char *event, unsigned t, const char *path,
+		       uint64_t size);
 /* AllBlocksCleared for each model the RAM tier held, as it goes away. */
 void report_ram_cleared(struct offd *d);
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);
 void report_fill_stats(struct offd *d, struct kv_offd_stats *out);
+void report_fill_tier_stats(struct offd *d, unsigned t, struct kv_offd_tier_stats *out);
 int report_write_metrics(struct offd *d);
 
 /* daemon.c */

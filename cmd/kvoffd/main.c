@@ -45,7 +45,8 @@ static unsigned parse_classes(const char *arg, struct kv_slots_class *out)
 
 static void usage(void)
 {
-	printf("Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE\n"
+	printf("Usage: kvoffd [--root DIR | --tier KIND:DIR[:SIZE]...] --socket PATH\n"
+	       "              --cpu-bytes SIZE [--promote first-hit|second-hit|never]\n"
 	       "              [--slot-bytes SIZE | --size-classes SIZE,SIZE...]\n"
 	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
@@ -53,10 +54,17 @@ static void usage(void)
 	       "       kvoffd --stats SOCK\n"
 	       "\n"
 	       "Serve a shared CPU tier of KV-cache blocks over a Unix socket, writing\n"
-	       "blocks behind to the file tier under DIR and reading misses through.\n"
+	       "blocks behind to the file tiers below it and reading misses through.\n"
 	       "\n"
 	       "Options:\n"
-	       "  -r, --root DIR            cache root (default $KV_ROOT)\n"
+	       "  -r, --root DIR            the one file tier, unbounded (default $KV_ROOT)\n"
+	       "      --tier KIND:DIR[:SIZE]\n"
+	       "                            a file tier, in order from RAM down: KIND is local\n"
+	       "                            (this node's disk) or shared; SIZE bounds it (e.g.\n"
+	       "                            6T), and blocks past it move to the next tier.\n"
+	       "                            Every tier but the last needs a SIZE\n"
+	       "      --promote POLICY      a hit below the first tier is copied up to it:\n"
+	       "                            first-hit (default), second-hit or never\n"
 	       "  -s, --socket PATH         Unix socket to listen on (default $KV_DAEMON)\n"
 	       "  -c, --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
 	       "      --slot-bytes SIZE     largest block, one pool slot (default 2M)\n"
@@ -64,8 +72,9 @@ static void usage(void)
 	       "                            (e.g. 16K,512K,2M,8M), each with an equal share\n"
 	       "                            of the pool; a block takes the smallest that\n"
 	       "                            holds it, the largest is the largest block\n"
-	       "      --write-policy POLICY always: queue every put to the file tier;\n"
-	       "                            on-evict: write blocks as they leave RAM (default)\n"
+	       "      --write-policy POLICY always: also write every put to the last tier\n"
+	       "                            at once; on-evict: write blocks to the first tier\n"
+	       "                            as they leave RAM (default; both do that)\n"
 	       "      --write-threads N     file tier workers (default 2)\n"
 	       "      --fsync               fsync each block and its directory\n"
 	       "      --ready-fd N          write a newline on fd N once serving\n"
@@ -99,6 +108,26 @@ static const char *events_pod(char *buf, size_t len)
 	return buf;
 }
 
+/* "tiers": one object per file tier; a daemon from before tiers closes
+ * the connection at the request, and the list ends there. */
+static json_t *tier_stats_json(struct kv_offd *c)
+{
+	json_t *tiers = json_array();
+	struct kv_offd_tier_stats ts;
+
+	for (unsigned t = 0; t < 64 && !kv_offd_tier_stats(c, t, &ts); t++) {
+		json_t *o = json_object();
+
+		for (size_t i = 0; i < KV_OFFD_TIER_STATS_COUNT; i++)
+			json_object_set_new(o, kv_offd_tier_stats_name(i),
+					    json_integer((json_int_t)kv_offd_tier_stats_value(&ts, i)));
+		json_object_set_new(o, "kind", json_string(ts.kind == KV_OFFD_TIER_SHARED ?
+							   "shared" : "local"));
+		json_array_append_new(tiers, o);
+	}
+	return tiers;
+}
+
 static int print_stats(const char *sock)
 {
 	struct kv_offd_stats st;
@@ -108,8 +137,8 @@ static int print_stats(const char *sock)
 
 	c = tool_daemon_connect(sock);
 	err = kv_offd_stats(c, &st);
-	kv_offd_close(c);
 	if (err) {
+		kv_offd_close(c);
 		tool_err("cannot get statistics from '%s': %s", sock, kv_strerror(err));
 		return tool_daemon_exit(err);
 	}
@@ -117,19 +146,10 @@ static int print_stats(const char *sock)
 	for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++)
 		json_object_set_new(o, kv_offd_stats_name(i),
 				    json_integer((json_int_t)kv_offd_stats_value(&st, i)));
+	json_object_set_new(o, "tiers", tier_stats_json(c));
+	kv_offd_close(c);
 	json_object_set_new(o, "socket", json_string(sock));
 	tool_json_print(o);
-	return 0;
-}
-
-static int count_block(const struct kv_walk_entry *e, void *arg)
-{
-	struct kv_offd_stats *st = arg;
-
-	if (e->kind == KV_WALK_BLOCK) {
-		st->disk_blocks++;
-		st->disk_bytes += e->size_bytes;
-	}
 	return 0;
 }
 
@@ -199,9 +219,11 @@ static void sd_notify_ready(void)
 int main(int argc, char **argv)
 {
 	enum { OPT_SLOT = 256, OPT_CLASSES, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
-	       OPT_METRICS, OPT_EVENTS, OPT_STATS };
+	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE };
 	static const struct option longopts[] = {
 		{ "root", required_argument, NULL, 'r' },
+		{ "tier", required_argument, NULL, OPT_TIER },
+		{ "promote", required_argument, NULL, OPT_PROMOTE },
 		{ "socket", required_argument, NULL, 's' },
 		{ "cpu-bytes", required_argument, NULL, 'c' },
 		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
@@ -220,8 +242,6 @@ int main(int argc, char **argv)
 	static struct offd d;
 	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
 	int slot_opt = 0;
-	struct kv_io_opts io_opts = { .queue_depth = 4 };
-	struct kv_walk_opts walk_opts = { .rank = -1 };
 	const char *root_opt = NULL, *stats_sock = NULL;
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
 	int ready_fd = -1, opt, err;
@@ -231,11 +251,26 @@ int main(int argc, char **argv)
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
 	d.write_flags = KV_TIER_SPILL;
+	d.promote = PROMOTE_FIRST_HIT;
 	d.socket_path = getenv("KV_DAEMON");
 	while ((opt = getopt_long(argc, argv, "r:s:c:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r':
 			root_opt = optarg;
+			break;
+		case OPT_TIER:
+			tiers_parse(&d, optarg);
+			break;
+		case OPT_PROMOTE:
+			if (!strcmp(optarg, "first-hit"))
+				d.promote = PROMOTE_FIRST_HIT;
+			else if (!strcmp(optarg, "second-hit"))
+				d.promote = PROMOTE_SECOND_HIT;
+			else if (!strcmp(optarg, "never"))
+				d.promote = PROMOTE_NEVER;
+			else
+				tool_usage_fail("invalid --promote '%s' (first-hit, second-hit "
+						"or never)", optarg);
 			break;
 		case 's':
 			d.socket_path = optarg;
@@ -302,7 +337,22 @@ int main(int argc, char **argv)
 	if (stats_sock)
 		return print_stats(stats_sock);
 
-	d.root = tool_root(root_opt);
+	if (d.ntiers && root_opt)
+		tool_usage_fail("--root and --tier exclude each other");
+	if (!d.ntiers) {
+		/* Today's one file tier: the shared one, unbounded. */
+		d.tiers[0].kind = TIER_SHARED;
+		d.tiers[0].root = strdup(tool_root(root_opt));
+		d.tiers[0].lockfd = -1;
+		d.ntiers = 1;
+	}
+	for (unsigned k = 0; k + 1 < d.ntiers; k++)
+		if (!d.tiers[k].capacity)
+			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
+					"unbounded", tier_name(&d, k), d.tiers[k].root);
+	d.root = d.tiers[0].root;
+	if (d.promote == PROMOTE_SECOND_HIT && !(d.seen = calloc(SEEN_SLOTS, sizeof(*d.seen))))
+		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);
 	if (!d.socket_path || !*d.socket_path)
 		tool_usage_fail("no socket: give --socket or set KV_DAEMON");
@@ -339,17 +389,8 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	io_opts.flags = d.io_flags;
-	err = kv_io_open(d.root, &io_opts, &d.io);
-	if (err) {
-		tool_err("cannot open '%s': %s", d.root, kv_strerror(err));
+	if (tiers_open(&d))
 		return EXIT_RUNTIME;
-	}
-	err = kv_walk(d.root, &walk_opts, count_block, &d.st);
-	if (err) {
-		tool_err("cannot walk '%s': %s", d.root, kv_strerror(err));
-		return EXIT_RUNTIME;
-	}
 	err = offd_pool_init(&d);
 	if (err) {
 		tool_err("cannot create a %llu-byte pool: %s",
@@ -359,7 +400,7 @@ int main(int argc, char **argv)
 	err = writer_start(&d, (unsigned)threads,
 			   d.nslots / 2 < WRITE_QUEUE_MAX ? (d.nslots + 1) / 2 : WRITE_QUEUE_MAX);
 	if (err) {
-		tool_err("cannot start writers on '%s': %s", d.root, kv_strerror(err));
+		tool_err("cannot start writers: %s", kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
 	err = report_open_events(&d);
@@ -368,7 +409,9 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 	if (d.events_endpoint) {
-		d.rootfd = tool_root_open(d.root);
+		/* Model names from the last tier's config.json files: the
+		 * shared volume's, which the model servers write. */
+		d.rootfd = tool_root_open(d.tiers[d.ntiers - 1].root);
 		d.publisher = tool_events_open(d.events_endpoint, events_pod(pod, sizeof(pod)));
 	}
 	err = listen_on(d.socket_path, &d.lfd);
@@ -382,6 +425,16 @@ int main(int argc, char **argv)
 		 d.socket_path, d.nslots, d.nclasses, (unsigned long long)d.slot_bytes,
 		 d.hugepages ? " (huge pages)" : "", d.root,
 		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
+	for (unsigned k = 0; d.ntiers > 1 && k < d.ntiers; k++) {
+		char cap[64] = ", unbounded";
+
+		if (d.tiers[k].capacity)
+			snprintf(cap, sizeof(cap), " of %llu",
+				 (unsigned long long)d.tiers[k].capacity);
+		tool_err("tier %u, %s, %s: %llu blocks, %llu bytes%s", k, tier_name(&d, k),
+			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks,
+			 (unsigned long long)d.tiers[k].walk_bytes, cap);
+	}
 	sd_notify_ready();
 	err = offd_serve(&d, ready_fd);
 	if (d.lfd >= 0)
@@ -394,6 +447,7 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 	err = report_write_metrics(&d);
+	tiers_close(&d);
 	if (err) {
 		tool_err("cannot write '%s': %s", d.metrics_path, kv_strerror(err));
 		return EXIT_RUNTIME;

@@ -4,6 +4,7 @@
  * stats body of a STATS reply.  All of it runs on the event loop thread.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,28 +35,43 @@ int report_open_events(struct offd *d)
 	return 0;
 }
 
-void report_event(struct offd *d, const char *event, const char *tier, uint32_t i)
+/* The NDJSON "tier" of RAM and of each file tier: "fs" is the shared
+ * tier's name from before there were several. */
+static const char *event_tier(const struct offd *d, unsigned t)
 {
-	const struct slot *s = &d->slots[i];
+	if (t == TIER_NONE)
+		return "cpu";
+	return d->tiers[t].kind == TIER_SHARED ? "fs" : "local";
+}
+
+/* The RAM and local tiers are the node's (their topics name it); the
+ * shared tier is shared storage. */
+static const char *event_medium(const struct offd *d, unsigned t)
+{
+	if (t == TIER_NONE)
+		return KV_EVENTS_CPU;
+	return d->tiers[t].kind == TIER_SHARED ? KV_EVENTS_SHARED_STORAGE : KV_EVENTS_LOCAL_DISK;
+}
+
+static void emit(struct offd *d, const char *event, unsigned t, const struct kv_block_ref *ref,
+		 uint64_t size)
+{
 	json_t *o;
 
-	/* The RAM tier is the node's (KV_EVENTS_CPU, its topic naming the
-	 * node); the file tier is shared storage. */
 	if (d->publisher)
 		kv_events_publish_block(d->publisher,
 					strcmp(event, "BlockStored") ? KV_EVENT_BLOCK_REMOVED
 								     : KV_EVENT_BLOCK_STORED,
-					strcmp(tier, "cpu") ? KV_EVENTS_SHARED_STORAGE : KV_EVENTS_CPU,
-					d->rootfd, &s->ref);
+					event_medium(d, t), d->rootfd, ref);
 	if (!d->events)
 		return;
 	o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I}",
-		      "event", event, "tier", tier,
-		      "model_dir", s->ref.model_dir,
-		      "rank", (json_int_t)s->ref.rank,
-		      "group", (json_int_t)s->ref.group,
-		      "hash", s->ref.hash,
-		      "size_bytes", (json_int_t)kv_slots_len(d->store, i),
+		      "event", event, "tier", event_tier(d, t),
+		      "model_dir", ref->model_dir,
+		      "rank", (json_int_t)ref->rank,
+		      "group", (json_int_t)ref->group,
+		      "hash", ref->hash,
+		      "size_bytes", (json_int_t)size,
 		      "time_ns", (json_int_t)kv_now_ns());
 	if (!o)
 		return;
@@ -63,6 +79,21 @@ void report_event(struct offd *d, const char *event, const char *tier, uint32_t 
 	json_decref(o);
 	fputc('\n', d->events);
 	fflush(d->events);
+}
+
+void report_event(struct offd *d, const char *event, unsigned tier, uint32_t i)
+{
+	emit(d, event, tier, &d->slots[i].ref, kv_slots_len(d->store, i));
+}
+
+void report_tier_event(struct offd *d, const char *event, unsigned t, const char *path,
+		       uint64_t size)
+{
+	struct kv_block_ref ref;
+
+	if ((!d->publisher && !d->events) || kv_layout_block_parse(path, &ref))
+		return;
+	emit(d, event, t, &ref, size);
 }
 
 void report_ram_cleared(struct offd *d)
@@ -99,7 +130,7 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 		if (s->state == SLOT_READY && kv_slots_indexed(d->store, i)) {
 			blocks++;
 			bytes += kv_slots_len(d->store, i);
-			dirty += !s->on_disk;
+			dirty += !s->held;
 		}
 	}
 	kv_slots_usage(d->store, &u);
@@ -123,11 +154,65 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 	*out = *st;
 }
 
+void report_fill_tier_stats(struct offd *d, unsigned t, struct kv_offd_tier_stats *out)
+{
+	const struct ftier *ft = &d->tiers[t];
+
+	*out = (struct kv_offd_tier_stats){
+		.tier = t,
+		.kind = ft->kind == TIER_SHARED ? KV_OFFD_TIER_SHARED : KV_OFFD_TIER_LOCAL,
+		.capacity_bytes = ft->capacity,
+		.blocks = ft->capacity ? ft->idx.count : ft->walk_blocks,
+		.bytes = ft->capacity ? ft->idx.bytes : ft->walk_bytes,
+		.hits = ft->st.hits, .misses = ft->st.misses, .read_bytes = ft->st.read_bytes,
+		.writes = ft->st.writes, .write_bytes = ft->st.write_bytes,
+		.promotions = ft->st.promotions, .demotions = ft->st.demotions,
+		.drops = ft->st.drops, .errors = ft->st.errors,
+	};
+}
+
 static void metric(FILE *f, const char *name, const char *type, const char *help,
 		   uint64_t v)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type,
 		name, (unsigned long long)v);
+}
+
+/* One family per tier stats member but the tier's place and kind,
+ * which are its labels. */
+#define TS(member)	(offsetof(struct kv_offd_tier_stats, member) / sizeof(uint64_t))
+static void tier_metrics(struct offd *d, FILE *f)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fam[KV_OFFD_TIER_STATS_COUNT] = {
+		[TS(capacity_bytes)] = { "kv_offload_tier_capacity_bytes", "gauge", "Bytes a file tier may hold; 0 unbounded." },
+		[TS(blocks)] = { "kv_offload_tier_blocks", "gauge", "Blocks in a file tier (bounded: its LRU; else found at start)." },
+		[TS(bytes)] = { "kv_offload_tier_bytes", "gauge", "Bytes of those blocks." },
+		[TS(hits)] = { "kv_offload_tier_hits_total", "counter", "Read-throughs a file tier served." },
+		[TS(misses)] = { "kv_offload_tier_misses_total", "counter", "Read-throughs that asked a file tier in vain." },
+		[TS(read_bytes)] = { "kv_offload_tier_read_bytes_total", "counter", "Bytes read through from a file tier." },
+		[TS(writes)] = { "kv_offload_tier_writes_total", "counter", "Blocks written into a file tier." },
+		[TS(write_bytes)] = { "kv_offload_tier_write_bytes_total", "counter", "Bytes written into a file tier." },
+		[TS(promotions)] = { "kv_offload_tier_promotions_total", "counter", "Blocks copied up into a file tier." },
+		[TS(demotions)] = { "kv_offload_tier_demotions_total", "counter", "Blocks moved out of a file tier to a lower one." },
+		[TS(drops)] = { "kv_offload_tier_drops_total", "counter", "Blocks that left a file tier with no lower tier taking them." },
+		[TS(errors)] = { "kv_offload_tier_errors_total", "counter", "Reads, writes and removals on a file tier that failed." },
+	};
+	struct kv_offd_tier_stats ts[FILE_TIERS_MAX];
+
+	for (unsigned t = 0; t < d->ntiers; t++)
+		report_fill_tier_stats(d, t, &ts[t]);
+	for (size_t m = 0; m < KV_OFFD_TIER_STATS_COUNT; m++) {
+		if (!fam[m].name)
+			continue;
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[m].name, fam[m].help, fam[m].name,
+			fam[m].type);
+		for (unsigned t = 0; t < d->ntiers; t++)
+			fprintf(f, "%s{tier=\"%u\",kind=\"%s\"} %llu\n", fam[m].name, t,
+				tier_name(d, t),
+				(unsigned long long)kv_offd_tier_stats_value(&ts[t], m));
+	}
 }
 
 int report_write_metrics(struct offd *d)
@@ -206,6 +291,7 @@ int report_write_metrics(struct offd *d)
 	       "ALLOCs left uncommitted too long, taken back.", st.allocs_reclaimed);
 	metric(f, "kv_offload_altered_total", "counter",
 	       "Blocks written into after COMMIT, dropped unserved.", st.altered);
+	tier_metrics(d, f);
 	if (fflush(f) != 0 || ferror(f))
 		err = errno ? -errno : -EIO;
 	if (fclose(f) != 0 && !err)

@@ -14,30 +14,93 @@
 
 struct worker_arg {
 	struct offd *d;
-	struct kv_io *io;
+	struct kv_io **io;	/* one per file tier */
+	void *buf;		/* DEMOTE: the block in transit */
+	size_t cap;
 };
 
-static void run_job(struct offd *d, struct kv_io *io, struct job *j)
+/* Read through the tiers in j->probe, in order, into the slot. */
+static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned char *mem,
+		     uint64_t cap)
 {
-	unsigned char *mem = d->pool + kv_slots_offset(d->store, j->slot);
-	uint64_t cap = kv_slots_capacity(d->store, j->slot);
-	int64_t t0 = kv_monotonic_ns();
 	uint64_t size;
 	size_t got = 0;
+
+	j->result = -ENOENT;
+	for (unsigned t = 0; t < d->ntiers && j->result == -ENOENT; t++) {
+		if (!(j->probe & (1u << t)))
+			continue;
+		j->result = kv_io_size(io[t], j->path, &size);
+		if (!j->result && size > cap)
+			j->result = -EFBIG;
+		if (!j->result)
+			j->result = kv_io_get(io[t], j->path, mem, (size_t)cap, &got);
+		if (j->result == -ENOENT)
+			j->missed |= 1u << t;
+		j->tier = t;
+	}
+	j->len = j->result ? 0 : got;
+	j->sum = j->result ? 0 : kv_xxh3(mem, got);
+}
+
+/* Move a block out of tier j->tier: into the first lower tier that has
+ * it or takes it (copy, then remove), else remove it all the same. */
+static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
+{
+	struct kv_io **io = a->io;
+	size_t got = 0, need;
+	uint64_t size;
+	int err;
+
+	err = kv_io_size(io[j->tier], j->path, &size);
+	if (!err && (need = (size_t)size + KV_IO_ALIGN) > a->cap) {
+		kv_io_buf_free(a->buf);
+		a->cap = 0;
+		a->buf = kv_io_buf_alloc(need);
+		if (!a->buf)
+			err = -ENOMEM;
+		else
+			a->cap = need;
+	}
+	if (!err)
+		err = kv_io_get(io[j->tier], j->path, a->buf, a->cap, &got);
+	if (err == -ENOENT) {
+		j->result = err;
+		return;
+	}
+	j->len = got;
+	for (unsigned t = j->tier + 1; !err && t < d->ntiers; t++) {
+		if (!kv_io_has(io[t], j->path)) {
+			j->existed = 1;
+		} else if (kv_io_put(io[t], j->path, a->buf, got)) {
+			j->refused |= 1u << t;
+			continue;
+		}
+		j->dest = t;
+		break;
+	}
+	/* Unreadable (damaged, or gone bad) blocks leave too: counted as
+	 * errors, never read through again. */
+	j->result = err;
+	err = kv_io_del(io[j->tier], j->path);
+	if (err && err != -ENOENT && !j->result)
+		j->result = err;
+}
+
+static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
+{
+	unsigned char *mem = d->pool + kv_slots_offset(d->store, j->slot);
+	int64_t t0 = kv_monotonic_ns();
 
 	if (j->kind == JOB_WRITE) {
 		/* A client that wrote into a committed slot must not get
 		 * its bytes onto disk under a fresh checksum. */
 		j->result = kv_xxh3(mem, (size_t)j->len) != j->sum ? -KV_ECHECKSUM :
-			    kv_io_put(io, j->path, mem, (size_t)j->len);
+			    kv_io_put(a->io[j->tier], j->path, mem, (size_t)j->len);
+	} else if (j->kind == JOB_LOAD) {
+		run_load(d, a->io, j, mem, kv_slots_capacity(d->store, j->slot));
 	} else {
-		j->result = kv_io_size(io, j->path, &size);
-		if (!j->result && size > cap)
-			j->result = -EFBIG;
-		if (!j->result)
-			j->result = kv_io_get(io, j->path, mem, (size_t)cap, &got);
-		j->len = j->result ? 0 : got;
-		j->sum = j->result ? 0 : kv_xxh3(mem, got);
+		run_demote(d, a, j);
 	}
 	j->ns = kv_monotonic_ns() - t0;
 }
@@ -67,7 +130,7 @@ static void *worker(void *p)
 		}
 		w->running++;
 		pthread_mutex_unlock(&w->lock);
-		run_job(d, a->io, &j);
+		run_job(d, a, &j);
 		pthread_mutex_lock(&w->lock);
 		w->running--;
 		w->done[(w->dhead + w->dcount) % (w->wcap + w->lcap)] = j;
@@ -78,6 +141,7 @@ static void *worker(void *p)
 			break;
 	}
 	pthread_mutex_unlock(&w->lock);
+	kv_io_buf_free(a->buf);
 	free(a);
 	return NULL;
 }
@@ -98,23 +162,26 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	w->loads = calloc(w->lcap, sizeof(struct job));
 	w->done = calloc(w->wcap + w->lcap, sizeof(struct job));
 	w->threads = calloc(nthreads, sizeof(pthread_t));
-	w->ios = calloc(nthreads, sizeof(struct kv_io *));
+	w->ios = calloc((size_t)nthreads * d->ntiers, sizeof(struct kv_io *));
 	if (!w->writes || !w->loads || !w->done || !w->threads || !w->ios)
 		return -ENOMEM;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
 		return -errno;
 	for (unsigned i = 0; i < nthreads; i++) {
+		struct kv_io **io = w->ios + (size_t)i * d->ntiers;
 		struct worker_arg *a;
 
-		err = kv_io_open(d->root, &opts, &w->ios[i]);
-		if (err)
-			return err;
-		a = malloc(sizeof(*a));
+		for (unsigned t = 0; t < d->ntiers; t++) {
+			err = kv_io_open(d->tiers[t].root, &opts, &io[t]);
+			if (err)
+				return err;
+		}
+		a = calloc(1, sizeof(*a));
 		if (!a)
 			return -ENOMEM;
 		a->d = d;
-		a->io = w->ios[i];
+		a->io = io;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {
 			free(a);
@@ -184,7 +251,7 @@ void writer_stop(struct offd *d)
 	pthread_mutex_unlock(&w->lock);
 	for (unsigned i = 0; i < w->nthreads; i++)
 		pthread_join(w->threads[i], NULL);
-	for (unsigned i = 0; i < w->nthreads; i++)
+	for (size_t i = 0; i < (size_t)w->nthreads * d->ntiers; i++)
 		kv_io_close(w->ios[i]);
 	w->nthreads = 0;
 }

@@ -336,6 +336,18 @@ int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out)
 	return 0;
 }
 
+int kv_offd_tier_stats(struct kv_offd *c, unsigned tier, struct kv_offd_tier_stats *out)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_TIER_STATS, .arg = tier }, rep;
+	int err;
+
+	err = request(c, &req, &rep);
+	if (err)
+		return err;
+	*out = rep.tier_stats;
+	return 0;
+}
+
 int kv_offd_list(struct kv_offd *c,
 		 int (*fn)(const struct kv_offd_entry *e, void *arg), void *arg)
 {

@@ -8,7 +8,8 @@
  *  40 model_len u16   42 hash_len u16   44 reserved u32 (zero)
  *  48 body: key frames  model_dir[256] hash[128], zero to the end;
  *           BATCH requests of keyed ops the same with no hash;
- *           stats frames u64 x KV_OFFD_STATS_COUNT, zero to the end.
+ *           stats frames u64 x KV_OFFD_STATS_COUNT, tier stats frames
+ *           u64 x KV_OFFD_TIER_STATS_COUNT, zero to the end.
  *
  * A BATCH frame's payload follows it on the stream: entries of a fixed
  * stride (batch_stride), or in the reply KV_OFFD_RESULT_BYTES results.
@@ -36,13 +37,14 @@
 #define OFF_HASH	(OFF_MODEL + MODEL_FIELD)
 #define HASH_FIELD	128
 #define KEY_END		(OFF_HASH + HASH_FIELD)
-#define STATS_END	(OFF_BODY + 8 * (int)KV_OFFD_STATS_COUNT)
 
 _Static_assert(KV_OFFD_MODEL_MAX < MODEL_FIELD + 1, "model field too small");
 _Static_assert(KV_OFFD_HASH_MAX <= HASH_FIELD, "hash field too small");
 _Static_assert(KEY_END <= KV_OFFD_FRAME_BYTES, "key body overflows frame");
 _Static_assert(OFF_BODY + 8 * KV_OFFD_STATS_COUNT <= KV_OFFD_FRAME_BYTES,
 	       "stats body overflows frame");
+_Static_assert(OFF_BODY + 8 * KV_OFFD_TIER_STATS_COUNT <= KV_OFFD_FRAME_BYTES,
+	       "tier stats body overflows frame");
 
 /* Which fields a frame type carries; everything else must be zero. */
 enum {
@@ -69,6 +71,7 @@ static const struct {
 	[KV_OFFD_STATS] = { F_ARG, F_STATUS | F_STATS },
 	[KV_OFFD_LIST] = { F_ARG, F_STATUS | F_SLOT | F_KEY | F_LEN | F_ARG },
 	[KV_OFFD_BATCH] = { F_MODEL | F_LEN | F_ARG, F_STATUS | F_LEN | F_ARG },
+	[KV_OFFD_TIER_STATS] = { F_ARG, F_STATUS | F_STATS },
 };
 
 static const char *const stats_names[] = {
@@ -97,6 +100,40 @@ uint64_t kv_offd_stats_value(const struct kv_offd_stats *st, size_t i)
 	if (i < KV_OFFD_STATS_COUNT)
 		memcpy(&v, (const char *)st + i * sizeof(uint64_t), sizeof(v));
 	return v;
+}
+
+static const char *const tier_stats_names[] = {
+	"tier", "kind", "capacity_bytes", "blocks", "bytes", "hits", "misses",
+	"read_bytes", "writes", "write_bytes", "promotions", "demotions", "drops",
+	"errors",
+};
+
+_Static_assert(sizeof(tier_stats_names) / sizeof(tier_stats_names[0]) ==
+	       KV_OFFD_TIER_STATS_COUNT, "a tier stats member without a name");
+
+const char *kv_offd_tier_stats_name(size_t i)
+{
+	return i < KV_OFFD_TIER_STATS_COUNT ? tier_stats_names[i] : NULL;
+}
+
+uint64_t kv_offd_tier_stats_value(const struct kv_offd_tier_stats *st, size_t i)
+{
+	uint64_t v = 0;
+
+	if (i < KV_OFFD_TIER_STATS_COUNT)
+		memcpy(&v, (const char *)st + i * sizeof(uint64_t), sizeof(v));
+	return v;
+}
+
+/* A stats frame's body: the struct its type carries, as u64s. */
+static uint64_t *stats_body(struct kv_offd_frame *f, size_t *count)
+{
+	if ((f->type & ~KV_OFFD_REPLY) == KV_OFFD_TIER_STATS) {
+		*count = KV_OFFD_TIER_STATS_COUNT;
+		return (uint64_t *)&f->tier_stats;
+	}
+	*count = KV_OFFD_STATS_COUNT;
+	return (uint64_t *)&f->stats;
 }
 
 static void put16(unsigned char *p, uint16_t v)
@@ -372,9 +409,13 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 	put16(p + OFF_HASH_LEN, (uint16_t)hl);
 	memcpy(p + OFF_MODEL, f->model_dir, ml);
 	memcpy(p + OFF_HASH, f->hash, hl);
-	if ((mask & F_STATS) && f->status == 0)
-		for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++)
-			put64(p + OFF_BODY + 8 * i, kv_offd_stats_value(&f->stats, i));
+	if ((mask & F_STATS) && f->status == 0) {
+		size_t n;
+		const uint64_t *body = stats_body((struct kv_offd_frame *)f, &n);
+
+		for (size_t i = 0; i < n; i++)
+			put64(p + OFF_BODY + 8 * i, body[i]);
+	}
 	return 0;
 }
 
@@ -425,14 +466,14 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 			return -KV_EPROTO;
 		memcpy(f.model_dir, p + OFF_MODEL, ml);
 	} else if ((mask & F_STATS) && f.status == 0) {
-		if (ml || hl || f.rank || f.group ||
-		    !all_zero(p + STATS_END, KV_OFFD_FRAME_BYTES - STATS_END))
-			return -KV_EPROTO;
-		for (size_t i = 0; i < KV_OFFD_STATS_COUNT; i++) {
-			uint64_t v = get64(p + OFF_BODY + 8 * i);
+		size_t n;
+		uint64_t *body = stats_body(&f, &n);
 
-			memcpy((char *)&f.stats + i * sizeof(uint64_t), &v, sizeof(v));
-		}
+		if (ml || hl || f.rank || f.group ||
+		    !all_zero(p + OFF_BODY + 8 * n, KV_OFFD_FRAME_BYTES - OFF_BODY - 8 * n))
+			return -KV_EPROTO;
+		for (size_t i = 0; i < n; i++)
+			body[i] = get64(p + OFF_BODY + 8 * i);
 	} else if (ml || hl || f.rank || f.group ||
 		   !all_zero(p + OFF_BODY, KV_OFFD_FRAME_BYTES - OFF_BODY)) {
 		return -KV_EPROTO;

@@ -846,3 +846,17 @@ int kv_io_touch(struct kv_io *io, const char *relpath)
 	close(dirfd);
 	return err;
 }
+
+int kv_io_del(struct kv_io *io, const char *relpath)
+{
+	int dirfd, err;
+
+	if (!relpath_ok(relpath))
+		return -KV_EBADPATH;
+	dirfd = open_dir_of(io, relpath, O_PATH | O_DIRECTORY, 0);
+	if (dirfd < 0)
+		return dirfd;
+	err = unlinkat(dirfd, relpath + dir_len(relpath), 0) < 0 ? -errno : 0;
+	close(dirfd);
+	return err;
+}

@@ -76,7 +76,7 @@ get_equals() {
 @test "kvoffd: --help, --version and usage errors" {
 	run kvoffd --help
 	assert_success
-	assert_output --partial "Usage: kvoffd [--root DIR] --socket PATH --cpu-bytes SIZE"
+	assert_output --partial "Usage: kvoffd [--root DIR | --tier KIND:DIR[:SIZE]...] --socket PATH"
 	run kvoffd --version
 	assert_success
 	assert_output --regexp "^kvoffd \(kvtools\) [0-9]"

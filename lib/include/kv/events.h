@@ -31,6 +31,7 @@ extern "C" {
 
 #define KV_EVENTS_SHARED_STORAGE "SHARED_STORAGE"	/* the file tiers */
 #define KV_EVENTS_CPU		 "CPU"			/* kvoffd's RAM tier */
+#define KV_EVENTS_LOCAL_DISK	 "LOCAL_DISK"		/* kvoffd's local file tiers */
 
 enum kv_event_kind {
 	KV_EVENT_BLOCK_STORED,

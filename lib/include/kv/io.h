@@ -75,6 +75,9 @@ int kv_io_has(struct kv_io *io, const char *relpath);
 /* Stamp atime to now, mtime untouched (utimensat). */
 int kv_io_touch(struct kv_io *io, const char *relpath);
 
+/* Remove a block; its bucket dirs stay.  -ENOENT when absent. */
+int kv_io_del(struct kv_io *io, const char *relpath);
+
 enum kv_io_op { KV_IO_OP_PUT, KV_IO_OP_GET, KV_IO_OP_GET_TAIL, KV_IO_OP_HAS };
 
 struct kv_io_req {

@@ -48,6 +48,8 @@ enum kv_offd_type {
 				   reply arg: pins | on_disk << 32 */
 	KV_OFFD_BATCH,		/* arg op | hash_len << 8, len entries, the
 				   keyed ops' model_dir/rank/group; payload */
+	KV_OFFD_TIER_STATS,	/* arg file tier -> its stats body; -ENOENT
+				   past the last */
 	KV_OFFD_TYPE_MAX
 };
 
@@ -107,6 +109,35 @@ const char *kv_offd_stats_name(size_t i);
 /* Member i of a stats struct (i < KV_OFFD_STATS_COUNT). */
 uint64_t kv_offd_stats_value(const struct kv_offd_stats *st, size_t i);
 
+/* One file tier's counters and gauges (TIER_STATS replies), every
+ * member a uint64_t as in kv_offd_stats. */
+struct kv_offd_tier_stats {
+	uint64_t tier;			/* its place, 0 nearest RAM */
+	uint64_t kind;			/* KV_OFFD_TIER_LOCAL or _SHARED */
+	uint64_t capacity_bytes;	/* 0: unbounded */
+	uint64_t blocks;		/* bounded: in its LRU now; else found at start */
+	uint64_t bytes;
+	uint64_t hits;			/* read-throughs it served */
+	uint64_t misses;		/* read-throughs that asked it in vain */
+	uint64_t read_bytes;
+	uint64_t writes;		/* blocks written into it, every way */
+	uint64_t write_bytes;
+	uint64_t promotions;		/* blocks copied up into it */
+	uint64_t demotions;		/* blocks moved out of it, down */
+	uint64_t drops;			/* blocks that left it, no tier below taking them */
+	uint64_t errors;		/* reads, writes, removals that failed */
+};
+
+#define KV_OFFD_TIER_LOCAL	0
+#define KV_OFFD_TIER_SHARED	1
+#define KV_OFFD_TIER_STATS_COUNT (sizeof(struct kv_offd_tier_stats) / sizeof(uint64_t))
+
+/* The tier stats member names in order ("tier", ...); NULL past the end. */
+const char *kv_offd_tier_stats_name(size_t i);
+
+/* Member i of a tier stats struct (i < KV_OFFD_TIER_STATS_COUNT). */
+uint64_t kv_offd_tier_stats_value(const struct kv_offd_tier_stats *st, size_t i);
+
 /* A decoded frame.  model_dir and hash are NUL-terminated; which fields
  * carry meaning depends on type (see kvoffd(8)); the rest are zero. */
 struct kv_offd_frame {
@@ -120,6 +151,7 @@ struct kv_offd_frame {
 	char model_dir[KV_OFFD_MODEL_MAX + 1];
 	char hash[KV_OFFD_HASH_MAX + 1];
 	struct kv_offd_stats stats;	/* STATS replies only */
+	struct kv_offd_tier_stats tier_stats;	/* TIER_STATS replies only */
 };
 
 /* Encode f into buf (KV_OFFD_FRAME_BYTES).  -KV_EPROTO if f would not
@@ -251,6 +283,9 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 int kv_offd_release(struct kv_offd *c, uint32_t slot);
 
 int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out);
+
+/* File tier number tier's counters; -ENOENT past the last tier. */
+int kv_offd_tier_stats(struct kv_offd *c, unsigned tier, struct kv_offd_tier_stats *out);
 
 /*
  * Batches: one request per up to KV_OFFD_BATCH_MAX keys, all of one

@@ -1,0 +1,299 @@
+#!/usr/bin/env bats
+# kvoffd over several file tiers: RAM, then a small bounded "local" tier,
+# then a larger "shared" one, each its own tmpfs.  Blocks leaving RAM go
+# to the local tier; past its capacity its oldest move down; a hit below
+# is copied up; a full or failing shared tier costs counted drops, never
+# a failed or stalled put; kill -9 loses nothing that reached a tier.
+
+load test_helper
+
+MODEL=meta-llama_Llama-3.1-8B_0123456789ab
+FI_LIB=$KV_BIN/../tests/libfaultinj.so
+BLOCK=900000	# bytes: one per 1 MiB slot, four to the 4 MiB local tier
+
+setup() {
+	common_setup
+	requires mount python3
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	EVENTS=$BATS_TEST_TMPDIR/events
+	METRICS=$BATS_TEST_TMPDIR/metrics
+	LOCAL=$BATS_TEST_TMPDIR/local
+	SHARED=$BATS_TEST_TMPDIR/shared
+	mkdir -p "$LOCAL" "$SHARED"
+	mount -t tmpfs -o size=64m tmpfs "$LOCAL"
+	mount -t tmpfs -o "size=${SHARED_SIZE:-256m}" tmpfs "$SHARED"
+	DPID=
+}
+
+teardown() {
+	kill_daemon
+	umount -l "$LOCAL" "$SHARED" 2>/dev/null || true
+	common_teardown
+}
+
+# start_tiers [ARGS...]: RAM of 4 slots of 1 MiB over local (4 MiB) and
+# shared, as start_daemon does it; $PRELOAD runs it under the injector.
+start_tiers() {
+	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
+	mkfifo "$fifo"
+	env ${PRELOAD:+LD_PRELOAD="$PRELOAD"} \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		kvoffd --tier "local:$LOCAL:4M" --tier "shared:$SHARED" --socket "$SOCK" \
+		--ready-fd 3 --cpu-bytes 4M --slot-bytes 1M --write-threads 1 \
+		--events "$EVENTS" --metrics-file "$METRICS" "$@" \
+		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	read -r line <"$fifo"
+	rm -f "$fifo"
+	kill -0 "$DPID"
+}
+
+block_file() {
+	echo "$1/${MODEL}_r0/${2:0:3}/${2:3:2}_g0/$2.bin"
+}
+
+# put_all HASH...: one kvput each, in order, each with its own content.
+put_all() {
+	local h
+	for h in "$@"; do
+		random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
+		kvput --daemon "$SOCK" --model-dir "$MODEL" "$h" "$BATS_TEST_TMPDIR/blk.$h" ||
+			fail "kvput $h failed"
+	done
+}
+
+# get_same HASH: kvget through the daemon returns the bytes put.
+get_same() {
+	kvget --daemon "$SOCK" --model-dir "$MODEL" "$1" > "$BATS_TEST_TMPDIR/out.$1" ||
+		fail "kvget $1 failed"
+	cmp "$BATS_TEST_TMPDIR/out.$1" "$BATS_TEST_TMPDIR/blk.$1" || fail "$1 differs"
+}
+
+# tier_stat TIER NAME: a member of --stats' tiers[TIER].
+tier_stat() {
+	kvoffd --stats "$SOCK" |
+		python3 -c "import json,sys; print(json.load(sys.stdin)['tiers'][$1]['$2'])"
+}
+
+stat_of() {
+	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
+}
+
+# settle: until no write, load or move is queued or running.
+settle() {
+	local n=0
+	while [ "$(stat_of wb_queue_depth)" != 0 ]; do
+		sleep 0.05
+		n=$((n + 1))
+		[ "$n" -lt 2000 ] || fail "the write queue never drained"
+	done
+}
+
+count_blocks() {
+	find "$1" -name '*.bin' | wc -l
+}
+
+hashes() {
+	local i
+	for i in $(seq "$1" "$2"); do
+		echo "abcdef$i"
+	done
+}
+
+@test "kvoffd --tier: usage errors say what is wrong" {
+	run kvoffd --tier "local:$LOCAL" --tier "shared:$SHARED" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	assert_output --partial "needs a SIZE: only the last tier may be unbounded"
+	run kvoffd --tier "nvme:$LOCAL:1G" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	assert_output --partial "the kind is local or shared"
+	run kvoffd --tier "local:$LOCAL:0" --tier "shared:$SHARED" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	run kvoffd --root "$KV_ROOT" --tier "shared:$SHARED" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	assert_output --partial "exclude each other"
+	run kvoffd --tier "shared:$SHARED" --promote sometimes --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	run kvoffd --tier "local:$LOCAL:1X" --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 2
+	run kvoffd --tier "local:$BATS_TEST_TMPDIR/none:1G" --tier "shared:$SHARED" \
+		--socket "$SOCK" --cpu-bytes 4M
+	assert_failure 3
+}
+
+@test "kvoffd tiers: past the local capacity the oldest move to shared, each block in one place, every byte readable" {
+	start_tiers --promote never
+	put_all $(hashes 10 29)
+	settle
+	# RAM holds the 4 newest; local at most 4 MiB; the rest are below.
+	[ "$(count_blocks "$LOCAL")" -le 4 ] || fail "local holds $(count_blocks "$LOCAL")"
+	[ "$(du -sb "$LOCAL" | cut -f1)" -le $((4 << 20 + 64 << 10)) ]
+	for h in $(hashes 10 15); do
+		[ -f "$(block_file "$SHARED" "$h")" ] || fail "$h not demoted"
+		[ ! -e "$(block_file "$LOCAL" "$h")" ] || fail "$h still local"
+	done
+	demoted=$(tier_stat 0 demotions)
+	[ "$demoted" -eq "$(count_blocks "$SHARED")" ]
+	[ "$(tier_stat 0 blocks)" -eq "$(count_blocks "$LOCAL")" ]
+	[ "$(tier_stat 0 drops)" -eq 0 ]
+	# Leaving local is announced there, arriving below too.
+	[ "$(grep -c '"event":"BlockRemoved".*"tier":"local"' "$EVENTS")" -eq "$demoted" ]
+	[ "$(grep -c '"event":"BlockStored".*"tier":"fs"' "$EVENTS")" -eq "$demoted" ]
+	for h in $(hashes 10 29); do
+		get_same "$h"
+	done
+	stop_daemon
+	grep -q '^kv_offload_tier_demotions_total{tier="0",kind="local"} [1-9]' "$METRICS"
+	grep -q '^kv_offload_tier_blocks{tier="1",kind="shared"} ' "$METRICS"
+}
+
+@test "kvoffd tiers: a block only shared storage has is read through and copied up on the first hit" {
+	h=abcdef77
+	random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
+	# As another node's writer left it: a plain file in the layout.
+	mkdir -p "$(dirname "$(block_file "$SHARED" "$h")")"
+	cp "$BATS_TEST_TMPDIR/blk.$h" "$(block_file "$SHARED" "$h")"
+	start_tiers
+	get_same "$h"
+	settle
+	[ "$(tier_stat 1 hits)" -eq 1 ]
+	[ "$(tier_stat 0 promotions)" -eq 1 ]
+	cmp "$(block_file "$LOCAL" "$h")" "$BATS_TEST_TMPDIR/blk.$h"
+	grep -q '"event":"BlockStored".*"hash":"abcdef77".*"tier":"local"' "$EVENTS"
+	# Out of RAM again, the next miss is served by the local tier.
+	put_all $(hashes 10 14)
+	settle
+	get_same "$h"
+	[ "$(tier_stat 0 hits)" -eq 1 ]
+	[ "$(tier_stat 1 hits)" -eq 1 ]
+}
+
+@test "kvoffd tiers: --promote second-hit copies up on the second miss, never never" {
+	h=abcdef77
+	random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
+	# As another node's writer left it: a plain file in the layout.
+	mkdir -p "$(dirname "$(block_file "$SHARED" "$h")")"
+	cp "$BATS_TEST_TMPDIR/blk.$h" "$(block_file "$SHARED" "$h")"
+	start_tiers --promote second-hit
+	get_same "$h"
+	settle
+	[ ! -e "$(block_file "$LOCAL" "$h")" ]
+	put_all $(hashes 10 14)		# pushes it out of RAM
+	settle
+	get_same "$h"
+	settle
+	[ "$(tier_stat 1 hits)" -eq 2 ]
+	[ "$(tier_stat 0 promotions)" -eq 1 ]
+	[ -f "$(block_file "$LOCAL" "$h")" ]
+	stop_daemon
+	rm -f "$(block_file "$LOCAL" "$h")"
+	start_tiers --promote never
+	for i in 1 2 3; do
+		get_same "$h"
+		put_all $(hashes 10 14)
+		settle
+	done
+	[ "$(tier_stat 1 hits)" -eq 3 ]
+	[ "$(tier_stat 0 promotions)" -eq 0 ]
+	[ ! -e "$(block_file "$LOCAL" "$h")" ]
+}
+
+@test "kvoffd tiers: a full shared tier costs counted drops, never a failed put" {
+	umount "$SHARED"
+	mount -t tmpfs -o size=3m tmpfs "$SHARED"
+	start_tiers
+	put_all $(hashes 10 29)
+	settle
+	drops=$(tier_stat 0 drops)
+	[ "$drops" -gt 0 ]
+	[ "$(tier_stat 0 errors)" -eq 0 ]
+	[ "$(tier_stat 1 errors)" -eq "$drops" ]
+	[ "$(count_blocks "$LOCAL")" -le 4 ]
+	# What a tier still holds reads back whole; nothing torn anywhere.
+	for h in $(hashes 10 29); do
+		if [ -e "$(block_file "$LOCAL" "$h")" ] || [ -e "$(block_file "$SHARED" "$h")" ]; then
+			get_same "$h"
+		fi
+	done
+	[ -z "$(find "$SHARED" "$LOCAL" -name '*.tmp')" ]
+	grep -q "no lower tier took it" "$BATS_TEST_TMPDIR/kvoffd.log"
+}
+
+@test "kvoffd tiers: a failing shared tier under the injector: puts succeed, errors and drops counted" {
+	[ -f "$FI_LIB" ] || skip "no $FI_LIB (make all builds it)"
+	PRELOAD=$FI_LIB KVFI_FAIL="write:EIO:path=$SHARED/,uring_write:EIO:path=$SHARED/" \
+		start_tiers
+	put_all $(hashes 10 25)
+	settle
+	[ "$(tier_stat 0 drops)" -gt 0 ]
+	[ "$(tier_stat 1 errors)" -eq "$(tier_stat 0 drops)" ]
+	[ "$(count_blocks "$SHARED")" -eq 0 ]
+	[ "$(count_blocks "$LOCAL")" -le 4 ]
+	for h in $(hashes 22 25); do
+		get_same "$h"		# RAM still has the newest
+	done
+}
+
+@test "kvoffd tiers: kill -9 and restart: both tiers re-indexed, nothing that reached a tier lost" {
+	start_tiers
+	put_all $(hashes 10 29)
+	settle
+	kill -KILL "$DPID"
+	wait "$DPID" || true
+	DPID=
+	on_tiers=$(find "$LOCAL" "$SHARED" -name '*.bin' | sed 's|.*/||; s|\.bin$||' | sort -u)
+	[ "$(echo "$on_tiers" | wc -l)" -ge 16 ]
+	local_n=$(count_blocks "$LOCAL")
+	start_tiers
+	grep -q "tier 0, local, $LOCAL: $local_n blocks" "$BATS_TEST_TMPDIR/kvoffd.log"
+	[ "$(tier_stat 0 blocks)" -eq "$local_n" ]
+	for h in $on_tiers; do
+		get_same "$h"
+	done
+	# The rebuilt LRU still bounds the tier.
+	put_all $(hashes 40 49)
+	settle
+	[ "$(du -sb "$LOCAL" | cut -f1)" -le $((4 << 20 + 64 << 10)) ]
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+}
+
+@test "kvoffd tiers: --write-policy always puts every block on shared storage at once" {
+	start_tiers --write-policy always
+	put_all abcdef10 abcdef11
+	settle
+	cmp "$(block_file "$SHARED" abcdef10)" "$BATS_TEST_TMPDIR/blk.abcdef10"
+	cmp "$(block_file "$SHARED" abcdef11)" "$BATS_TEST_TMPDIR/blk.abcdef11"
+	[ "$(count_blocks "$LOCAL")" -eq 0 ]
+	# Leaving RAM they go to the local tier as well, as a cache of shared.
+	put_all $(hashes 12 17)
+	settle
+	[ -f "$(block_file "$LOCAL" abcdef10)" ] || [ -f "$(block_file "$LOCAL" abcdef11)" ]
+	[ "$(tier_stat 0 drops)" -eq 0 ]
+}
+
+@test "kvevict refuses a tier kvoffd manages unless --force; a second kvoffd refuses it too" {
+	start_tiers
+	put_all $(hashes 10 19)
+	settle
+	before=$(count_blocks "$LOCAL")
+	run kvevict --root "$LOCAL" --max-bytes 1M
+	assert_failure 2
+	assert_output --partial "is a tier kvoffd manages (pid $DPID socket $SOCK)"
+	[ "$(count_blocks "$LOCAL")" -eq "$before" ]
+	run kvevict --root "$LOCAL" --max-bytes 1M --dry-run
+	assert_success
+	run kvoffd --tier "local:$LOCAL:4M" --tier "shared:$BATS_TEST_TMPDIR" \
+		--socket "$BATS_TEST_TMPDIR/other.sock" --cpu-bytes 4M --slot-bytes 1M
+	assert_failure 3
+	assert_output --partial "another kvoffd does"
+	run kvevict --root "$SHARED" --max-bytes 1M
+	assert_success
+	run kvevict --root "$LOCAL" --max-bytes 1M --force
+	assert_success
+	stop_daemon
+	# A claim its daemon left behind binds nobody.
+	[ -f "$LOCAL/.kvoffd.lock" ]
+	run kvevict --root "$LOCAL" --max-bytes 1
+	assert_success
+}
