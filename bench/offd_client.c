@@ -27,10 +27,18 @@
  *   offd_client fill SOCK MODEL_DIR BYTES COUNT
  *       put_many COUNT blocks of BYTES (keys per size), then the
  *       daemon's pool_bytes_used and block_bytes
+ *   offd_client zipf SOCK MODEL_DIR KEYS OPS SKEW SEED
+ *       OPS gets of keys zipf-0000000000000000 + i, i < KEYS drawn with
+ *       probability ~ 1/(i+1)^SKEW; a key no tier has is put (the
+ *       recompute), with content that gets check; prints gets, misses
+ *       and ns
+ *   offd_client zipf-fill SOCK MODEL_DIR KEYS
+ *       put every one of those KEYS keys once
  *
  * Exit: 0 ok, 1 block absent, 3 failure or mismatch, 4 daemon unreachable.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,6 +536,102 @@ out:
 	return err;
 }
 
+/* The content of zipf key i, for the put on a miss and the check on a hit. */
+static void zipf_ref(struct kv_block_ref *ref, const char *model, unsigned i)
+{
+	char hash[32];
+
+	snprintf(hash, sizeof(hash), "%016x", 0x5a000000u + i);
+	make_ref(ref, model, 0, 0, hash);
+}
+
+static int cmd_zipf(char **a)
+{
+	unsigned keys = (unsigned)atoi(a[2]), ops = (unsigned)atoi(a[3]);
+	double skew = atof(a[4]), *cdf = calloc(keys ? keys : 1, sizeof(double)), sum = 0;
+	uint64_t x = (uint64_t)atoll(a[5]) * 0x9e3779b97f4a7c15ull + 7, misses = 0;
+	unsigned char *buf = NULL;
+	struct kv_block_ref ref;
+	struct kv_offd *c;
+	size_t cap, len;
+	int64_t t0, t1;
+	int err = 0;
+
+	if (!cdf || !keys)
+		return fail("zipf", -EINVAL);
+	for (unsigned i = 0; i < keys; i++)
+		cdf[i] = sum += 1.0 / pow(i + 1.0, skew);
+	connect_to(a[0], &c);
+	cap = kv_offd_slot_bytes(c);
+	buf = malloc(cap);
+	if (!buf)
+		return fail("malloc", -ENOMEM);
+	t0 = now_ns();
+	for (unsigned n = 0; !err && n < ops; n++) {
+		double u;
+		unsigned lo = 0, hi = keys - 1;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		u = (double)(x >> 11) / 9007199254740992.0 * sum;
+		while (lo < hi) {
+			unsigned mid = (lo + hi) / 2;
+
+			if (cdf[mid] < u)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		zipf_ref(&ref, a[1], lo);
+		err = kv_offd_get(c, &ref, buf, cap, &len);
+		if (err == -ENOENT) {
+			misses++;
+			fill(buf, cap, lo);
+			err = kv_offd_put(c, &ref, buf, cap);
+		} else if (!err) {
+			unsigned char want[64];
+
+			fill(want, sizeof(want), lo);
+			if (len != cap || memcmp(buf, want, sizeof(want)))
+				err = -KV_ECHECKSUM;
+		}
+		if (err)
+			err = fail("zipf", err);
+	}
+	t1 = now_ns();
+	kv_offd_close(c);
+	free(buf);
+	free(cdf);
+	if (!err)
+		printf("{\"gets\":%u,\"misses\":%llu,\"ns\":%lld}\n", ops,
+		       (unsigned long long)misses, (long long)(t1 - t0));
+	return err;
+}
+
+static int cmd_zipf_fill(char **a)
+{
+	unsigned keys = (unsigned)atoi(a[2]);
+	struct kv_block_ref ref;
+	unsigned char *buf;
+	struct kv_offd *c;
+	size_t cap;
+	int err = 0;
+
+	connect_to(a[0], &c);
+	cap = kv_offd_slot_bytes(c);
+	buf = malloc(cap);
+	for (unsigned i = 0; buf && !err && i < keys; i++) {
+		zipf_ref(&ref, a[1], i);
+		fill(buf, cap, i);
+		if ((err = kv_offd_put(c, &ref, buf, cap)))
+			err = fail("put", err);
+	}
+	kv_offd_close(c);
+	free(buf);
+	return buf ? err : fail("malloc", -ENOMEM);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -539,7 +643,8 @@ int main(int argc, char **argv)
 		{ "hog", 3, cmd_hog }, { "scribble", 5, cmd_scribble },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
 		{ "memcpy", 3, cmd_memcpy }, { "batch", 6, cmd_batch },
-		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill },
+		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill }, { "zipf", 6, cmd_zipf },
+		{ "zipf-fill", 3, cmd_zipf_fill },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(cmds[0]); i++)

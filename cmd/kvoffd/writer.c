@@ -43,47 +43,60 @@ static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned 
 	j->sum = j->result ? 0 : kv_xxh3(mem, got);
 }
 
-/* Move a block out of tier j->tier: into the first lower tier that has
- * it or takes it (copy, then remove), else remove it all the same. */
-static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
+/* Read the block being moved into the worker's buffer, grown to fit. */
+static int demote_read(struct worker_arg *a, struct kv_io *io, const char *path, size_t *got)
 {
-	struct kv_io **io = a->io;
-	size_t got = 0, need;
 	uint64_t size;
-	int err;
+	size_t need;
+	int err = kv_io_size(io, path, &size);
 
-	err = kv_io_size(io[j->tier], j->path, &size);
 	if (!err && (need = (size_t)size + KV_IO_ALIGN) > a->cap) {
 		kv_io_buf_free(a->buf);
 		a->cap = 0;
 		a->buf = kv_io_buf_alloc(need);
 		if (!a->buf)
-			err = -ENOMEM;
-		else
-			a->cap = need;
+			return -ENOMEM;
+		a->cap = need;
 	}
-	if (!err)
-		err = kv_io_get(io[j->tier], j->path, a->buf, a->cap, &got);
+	return err ? err : kv_io_get(io, path, a->buf, a->cap, got);
+}
+
+/* Move a block out of tier j->tier: into the first lower tier that has
+ * it (nothing to copy: the usual case of a cache of shared storage) or
+ * takes a copy, then remove it here, whether or not one did. */
+static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
+{
+	struct kv_io **io = a->io;
+	int err = kv_io_has(io[j->tier], j->path), read = 0;
+	size_t got = 0;
+
 	if (err == -ENOENT) {
 		j->result = err;
 		return;
 	}
-	j->len = got;
 	for (unsigned t = j->tier + 1; !err && t < d->ntiers; t++) {
 		if (!kv_io_has(io[t], j->path)) {
 			j->existed = 1;
-		} else if (kv_io_put(io[t], j->path, a->buf, got)) {
-			j->refused |= 1u << t;
-			continue;
+		} else {
+			if (!read && (err = demote_read(a, io[j->tier], j->path, &got)))
+				break;
+			read = 1;
+			j->len = got;
+			if (kv_io_put(io[t], j->path, a->buf, got)) {
+				j->refused |= 1u << t;
+				continue;
+			}
 		}
 		j->dest = t;
 		break;
 	}
 	/* Unreadable (damaged, or gone bad) blocks leave too: counted as
 	 * errors, never read through again. */
-	j->result = err;
+	j->result = err == -ENOENT ? 0 : err;
 	err = kv_io_del(io[j->tier], j->path);
-	if (err && err != -ENOENT && !j->result)
+	if (err == -ENOENT && j->dest == TIER_NONE && !j->refused)
+		j->result = -ENOENT;
+	else if (err && err != -ENOENT && !j->result)
 		j->result = err;
 }
 

@@ -349,7 +349,26 @@ class Client:
             if not name:
                 break
             out[name.decode()] = buf[i]
+        out["tiers"] = self.tier_stats()
         return out
+
+    def tier_stats(self):
+        """Each file tier's counters, nearest RAM first, as dicts."""
+        tiers = []
+        while True:
+            buf = (ctypes.c_uint64 * 32)()
+            err = lib.kv_offd_tier_stats(self._h, len(tiers), buf)
+            if err == -_errno.ENOENT:
+                return tiers
+            _check(err, "tier stats")
+            t = {}
+            for i in range(32):
+                name = lib.kv_offd_tier_stats_name(i)
+                if not name:
+                    break
+                t[name.decode()] = buf[i]
+            t["kind"] = "shared" if t["kind"] == 1 else "local"
+            tiers.append(t)
 
 
 def _raise_first(status, n, hashes, what, absent_ok=False):

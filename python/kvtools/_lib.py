@@ -45,6 +45,8 @@ for _name, _res, _args in [
     ("kv_offd_slot_bytes", _SZ, [_P]),
     ("kv_offd_stats", _I, [_P, _P]),
     ("kv_offd_stats_name", ctypes.c_char_p, [_SZ]),
+    ("kv_offd_tier_stats", _I, [_P, ctypes.c_uint, _P]),
+    ("kv_offd_tier_stats_name", ctypes.c_char_p, [_SZ]),
     ("kv_offd_has_many", _I, [_P, _P, _P]),
     ("kv_offd_lookup_many", _I, [_P, _P, _P, _P]),
     ("kv_offd_alloc_many", _I, [_P, _P, _P, _P, _P]),

@@ -336,3 +336,41 @@ for l in sys.stdin: print(json.loads(l)["hash"])' | low64 "$MODEL")
 	run hashes BlockStored
 	refute_output --partial evil
 }
+
+@test "kvoffd --tier: LOCAL_DISK on the node's topic for the local tier, SHARED_STORAGE for blocks it moves down" {
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	LOCAL=$BATS_TEST_TMPDIR/local
+	mkdir -p "$LOCAL"
+	kvput --config "$CFG" --batch < /dev/null
+	md=$(kvls -J | $PY -c 'import json, sys; print(json.load(sys.stdin)["models"][0]["model_dir"])')
+	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
+	fifo=$BATS_TEST_TMPDIR/ready
+	mkfifo "$fifo"
+	KV_EVENTS_POD=node-7 kvoffd --tier "local:$LOCAL:8K" --tier "shared:$KV_ROOT" \
+		--socket "$SOCK" --cpu-bytes 128K --slot-bytes 64K --write-threads 1 \
+		--events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock" --ready-fd 3 3>"$fifo" &
+	DPID=$!
+	read -r line < "$fifo"
+	head -c 4096 /dev/urandom > "$BATS_TEST_TMPDIR/b"
+	for h in 1111111111111111 2222222222222222 3333333333333333 4444444444444444; do
+		kvput --daemon "$SOCK" --model-dir "$md" "$h" "$BATS_TEST_TMPDIR/b"
+	done
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	stop_sub
+	run $PY -c '
+import json, sys
+seen = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    seen.setdefault((r["topic"], r["type"], r.get("medium")), set()).update(r.get("hashes", []))
+for k, v in sorted(seen.items()): print(k + (len(v),))
+moved = seen[("kv@node-7@" + sys.argv[2], "BlockRemoved", "LOCAL_DISK")]
+assert moved == seen[("kv@SHARED_STORAGE@" + sys.argv[2], "BlockStored", "SHARED_STORAGE")]
+' "$BATS_TEST_TMPDIR/sub.out" "$MODEL"
+	assert_success
+	assert_line "('kv@node-7@$MODEL', 'BlockStored', 'CPU', 4)"
+	assert_line "('kv@node-7@$MODEL', 'BlockStored', 'LOCAL_DISK', 4)"
+	assert_line "('kv@node-7@$MODEL', 'BlockRemoved', 'LOCAL_DISK', 2)"
+	assert_line "('kv@SHARED_STORAGE@$MODEL', 'BlockStored', 'SHARED_STORAGE', 2)"
+}

@@ -115,15 +115,14 @@ run_example() {
 	[ -s hot.kva ]
 }
 
-@test "README: the kvoffd examples run as written" {
-	requires kvoffd
+# run_daemon_examples SECTION: its first line starts the daemon in the
+# background, until its socket is up; the others run in turn.
+run_daemon_examples() {
 	local line first=1
-	kvput --config config.json "$HASH" block.bin
 	while IFS= read -r line; do
 		if ((first)); then
-			# The daemon itself, in the background until its socket is up.
 			first=0
-			line=$(sed -E -e "s#/var/cache/kv#$KV_ROOT#g" \
+			line=$(sed -E -e "s#/var/cache/kv#$KV_ROOT#g" -e "s#/nvme/kv#$W/nvme#g" \
 				-e "s#/run/kvoffd/kvoffd.sock#$SOCK#g" -e 's#64G#64M#' <<<"$line")
 			bash -c "$line" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
 			DPID=$!
@@ -133,10 +132,27 @@ run_example() {
 			done
 			continue
 		fi
-		run_example "$line"
+		run_example "${line//\/nvme\/kv/$W/nvme}"
 		[ "$status" -eq 0 ] || fail "'$line' exited $status: $output"
-	done < <(examples kvoffd)
+	done < <(examples "$1")
+}
+
+@test "README: the kvoffd examples run as written" {
+	requires kvoffd
+	kvput --config config.json "$HASH" block.bin
+	run_daemon_examples kvoffd
 	[ "$(ls blocks | wc -l)" -ge 1 ]
+}
+
+@test "README: the file tier examples run as written" {
+	requires kvoffd
+	mkdir -p "$W/nvme"
+	kvput --config config.json "$HASH" block.bin
+	run_daemon_examples "Tiers below RAM"
+	[ -f "$W/nvme/.kvoffd.lock" ]
+	run kvoffd --stats "$SOCK"
+	assert_success
+	[ "$(jq '.tiers | length' <<<"$output")" -eq 2 ]
 }
 
 @test "README: the Python connector example runs as written" {

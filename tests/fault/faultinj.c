@@ -16,14 +16,16 @@
  * OP is write (write, pwrite, writev, pwritev), fsync (fsync, fdatasync),
  * rename (rename, renameat, renameat2), link (linkat), open (open,
  * openat, creat with O_CREAT or a write mode), fsetxattr, mkdir (mkdir,
- * mkdirat), or any of those with the prefix "uring_" to hit the same
+ * mkdirat), read (pread, pread64), or any of those with the prefix
+ * "uring_" to hit the same
  * operation submitted through io_uring (io_uring bypasses libc, so those
  * are rewritten in the submission queue at io_uring_submit time:
  * a failing request becomes a NOP that completes with -ERRNO, a short
  * write has its length halved, a delayed one is submitted only after the
  * delay, by the thread that submits it).  ERRNO is a name (EIO, ENOSPC,
  * EROFS, EACCES, EDQUOT, ENOTSUP, ...) or a number.  A delay sleeps MS
- * milliseconds (1 to 3600000) before the call goes on, and a FAIL or
+ * milliseconds (1 to 3600000; or microseconds written Nus, which models
+ * a device's latency) before the call goes on, and a FAIL or
  * SHORT rule may still hit it then; with until=FILE the sleep ends as
  * soon as FILE exists, so a test can hold calls back for as long as it
  * needs and let them all go at once, MS only bounding the wait.  after=N lets the first N matching calls through;
@@ -50,15 +52,15 @@
 #include <unistd.h>
 
 enum fi_op {
-	OP_WRITE, OP_FSYNC, OP_RENAME, OP_LINK, OP_OPEN, OP_XATTR, OP_MKDIR,
+	OP_WRITE, OP_FSYNC, OP_RENAME, OP_LINK, OP_OPEN, OP_XATTR, OP_MKDIR, OP_READ,
 	OP_URING_WRITE, OP_URING_FSYNC, OP_URING_RENAME, OP_URING_LINK,
-	OP_URING_OPEN, OP_URING_MKDIR, OP_COUNT
+	OP_URING_OPEN, OP_URING_MKDIR, OP_URING_READ, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
-	"write", "fsync", "rename", "link", "open", "fsetxattr", "mkdir",
+	"write", "fsync", "rename", "link", "open", "fsetxattr", "mkdir", "read",
 	"uring_write", "uring_fsync", "uring_rename", "uring_link", "uring_open",
-	"uring_mkdir",
+	"uring_mkdir", "uring_read",
 };
 
 /* What a rule does to the calls it matches. */
@@ -72,7 +74,7 @@ struct fi_rule {
 	enum fi_op op;
 	enum fi_kind kind;
 	int err;		/* FI_FAIL: errno to fail with */
-	unsigned long delay_ms;	/* FI_DELAY */
+	unsigned long delay_us;	/* FI_DELAY */
 	char until[PATH_MAX];	/* FI_DELAY: ends early once this exists */
 	unsigned long after;
 	unsigned long count;	/* 0: unlimited */
@@ -95,6 +97,8 @@ static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
 static ssize_t (*real_writev)(int, const struct iovec *, int);
 static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static ssize_t (*real_pwritev2)(int, const struct iovec *, int, off_t, int);
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static ssize_t (*real_pread64)(int, void *, size_t, off_t);
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
 static int (*real_rename)(const char *, const char *);
@@ -150,13 +154,18 @@ static void fi_log(const char *what, const struct fi_rule *r, const char *path)
 				  (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
-/* A delay in milliseconds, at most an hour; 0 for a bad one. */
-static unsigned long parse_ms(const char *s)
+/* A delay in milliseconds, or microseconds with "us", at most an hour;
+ * in microseconds, 0 for a bad one. */
+static unsigned long parse_delay_us(const char *s)
 {
 	char *end;
 	unsigned long v = strtoul(s, &end, 10);
 
-	return (*s >= '0' && *s <= '9' && !*end && v <= 3600000) ? v : 0;
+	if (*s < '0' || *s > '9')
+		return 0;
+	if (!strcmp(end, "us"))
+		return v <= 3600000000ul ? v : 0;
+	return !*end && v <= 3600000 ? v * 1000 : 0;
 }
 
 static int parse_errno(const char *s)
@@ -196,7 +205,7 @@ static void parse_rule(char *text, enum fi_kind kind)
 				    (r->op != OP_WRITE && r->op != OP_URING_WRITE))
 					goto bad;
 			} else if (kind == FI_DELAY) {
-				if (!(r->delay_ms = parse_ms(tok)))
+				if (!(r->delay_us = parse_delay_us(tok)))
 					goto bad;
 			} else if (!(r->err = parse_errno(tok))) {
 				goto bad;
@@ -259,6 +268,8 @@ static void resolve_all(void)
 	RESOLVE(real_writev, "writev");
 	RESOLVE(real_pwritev, "pwritev");
 	RESOLVE(real_pwritev2, "pwritev2");
+	RESOLVE(real_pread, "pread");
+	RESOLVE(real_pread64, "pread64");
 	RESOLVE(real_fsync, "fsync");
 	RESOLVE(real_fdatasync, "fdatasync");
 	RESOLVE(real_rename, "rename");
@@ -387,7 +398,7 @@ static ssize_t fail_with(int err)
 static void fi_sleep(const struct fi_rule *r)
 {
 	const int64_t poll_ns = 10 * 1000000LL;
-	int64_t left_ns, step_ns, total_ns = (int64_t)r->delay_ms * 1000000LL;
+	int64_t left_ns, step_ns, total_ns = (int64_t)r->delay_us * 1000LL;
 	struct timespec t0, now, ts;
 	int saved = errno;
 
@@ -498,6 +509,27 @@ ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 	if (cnt > 1 && match_fd(OP_WRITE, FI_SHORT, fd))
 		cnt /= 2;
 	return REAL(pwritev2)(fd, iov, cnt, off, flags);
+}
+
+/* Reads of block files: kv_io's path without io_uring. */
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	struct fi_rule *r;
+
+	delay_fd(OP_READ, fd);
+	if ((r = match_fd(OP_READ, FI_FAIL, fd)))
+		return fail_with(r->err);
+	return REAL(pread)(fd, buf, n, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	struct fi_rule *r;
+
+	delay_fd(OP_READ, fd);
+	if ((r = match_fd(OP_READ, FI_FAIL, fd)))
+		return fail_with(r->err);
+	return REAL(pread64)(fd, buf, n, off);
 }
 
 int fsync(int fd)
@@ -700,6 +732,8 @@ static enum fi_op uring_op(unsigned char opcode)
 		return OP_URING_OPEN;
 	case IORING_OP_MKDIRAT:
 		return OP_URING_MKDIR;
+	case IORING_OP_READ: case IORING_OP_READV: case IORING_OP_READ_FIXED:
+		return OP_URING_READ;
 	default:
 		return OP_COUNT;
 	}
@@ -721,7 +755,7 @@ static void uring_rewrite(struct io_uring *ring)
 			continue;
 		path[0] = '\0';
 		if (!(sqe->flags & IOSQE_FIXED_FILE) &&
-		    (op == OP_URING_WRITE || op == OP_URING_FSYNC))
+		    (op == OP_URING_WRITE || op == OP_URING_FSYNC || op == OP_URING_READ))
 			fd_path(sqe->fd, path, sizeof(path));
 		else if (op == OP_URING_OPEN || op == OP_URING_MKDIR)
 			snprintf(path, sizeof(path), "%s", (const char *)(uintptr_t)sqe->addr);

@@ -172,3 +172,17 @@ def test_one_class_pools_waste_what_classes_keep(daemon_with):
         c.put_many(MODEL_DIR, hashes(8), [bytes(16384)] * 8)
         st = c.stats()
     assert st["block_bytes"] < 0.01 * st["pool_bytes_used"]
+
+
+def test_tier_stats_count_read_throughs_of_the_file_tier(daemon):
+    hs = hashes(4, 5)
+    with kvtools.connect(daemon.sock) as c:
+        c.put_many(MODEL_DIR, hs, [bytes(16384)] * 4)
+    daemon.stop()
+    daemon.start()
+    with kvtools.connect(daemon.sock) as c:
+        c.get_many(MODEL_DIR, hs)
+        tiers = c.stats()["tiers"]
+    assert [t["kind"] for t in tiers] == ["shared"]
+    assert tiers[0]["hits"] == 4 and tiers[0]["capacity_bytes"] == 0
+    assert tiers[0]["blocks"] == 4
