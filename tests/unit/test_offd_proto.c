@@ -95,6 +95,21 @@ static void test_round_trips(void)
 	CHECK(!strcmp(kv_offd_stats_name(0), "pool_bytes"));
 	CHECK(!strcmp(kv_offd_stats_name(KV_OFFD_STATS_COUNT - 1), "pid"));
 	CHECK(kv_offd_stats_name(KV_OFFD_STATS_COUNT) == NULL);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_TIER_STATS, .arg = 1 };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_TIER_STATS | KV_OFFD_REPLY };
+	for (size_t i = 0; i < KV_OFFD_TIER_STATS_COUNT; i++)
+		memcpy((char *)&f.tier_stats + 8 * i, &(uint64_t){ 7 + i * 0x0102030405ull }, 8);
+	round_trip(&f);
+	CHECK(kv_offd_tier_stats_value(&f.tier_stats, 0) == 7);
+	CHECK(!strcmp(kv_offd_tier_stats_name(KV_OFFD_TIER_STATS_COUNT - 1), "errors"));
+	CHECK(kv_offd_tier_stats_name(KV_OFFD_TIER_STATS_COUNT) == NULL);
+	/* A tier stats reply past its body is not a frame. */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == 0);
+	buf[48 + 8 * KV_OFFD_TIER_STATS_COUNT] = 1;
+	CHECK(kv_offd_frame_decode(buf, sizeof(buf), &f) == -KV_EPROTO);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_TIER_STATS | KV_OFFD_REPLY, .status = -ENOENT };
+	round_trip(&f);
 }
 
 static void test_encode_rejects(void)
