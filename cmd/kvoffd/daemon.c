@@ -1325,6 +1325,9 @@ static void jobs_done(struct offd *d)
 		if (d->catchup)
 			catch_up(d);
 	}
+	/* Then a tier still over its capacity, which a full queue left so. */
+	for (unsigned t = 0; t < d->ntiers; t++)
+		tier_trim(d, t);
 }
 
 /*
