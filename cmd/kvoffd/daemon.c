@@ -1443,6 +1443,10 @@ int offd_serve(struct offd *d, int ready_fd)
 	err = report_write_metrics(d);
 	if (err)
 		tool_err("cannot write '%s': %s", d->metrics_path, kv_strerror(err));
+	/* A tier found over its capacity at start (a smaller SIZE than
+	 * before) moves its excess down from the first turn on. */
+	for (unsigned t = 0; t < d->ntiers; t++)
+		tier_trim(d, t);
 	if (ready_fd >= 0) {
 		if (write(ready_fd, "\n", 1) != 1)
 			tool_err("cannot write to --ready-fd: %s", strerror(errno));

@@ -297,3 +297,22 @@ hashes() {
 	run kvevict --root "$LOCAL" --max-bytes 1
 	assert_success
 }
+
+@test "kvoffd tiers: restarted with a smaller SIZE, the local tier moves its excess down at once" {
+	start_tiers
+	put_all $(hashes 10 29)
+	stop_daemon
+	[ "$(count_blocks "$LOCAL")" -ge 3 ]
+	fifo=$BATS_TEST_TMPDIR/ready2
+	mkfifo "$fifo"
+	kvoffd --tier "local:$LOCAL:1M" --tier "shared:$SHARED" --socket "$SOCK" \
+		--cpu-bytes 4M --slot-bytes 1M --ready-fd 3 3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	read -r line < "$fifo"
+	settle
+	[ "$(count_blocks "$LOCAL")" -eq 1 ]
+	[ "$(tier_stat 0 blocks)" -eq 1 ]
+	for h in $(hashes 10 29); do
+		get_same "$h"
+	done
+}
