@@ -93,13 +93,19 @@ const char *kv_offd_stats_name(size_t i)
 	return i < KV_OFFD_STATS_COUNT ? stats_names[i] : NULL;
 }
 
-uint64_t kv_offd_stats_value(const struct kv_offd_stats *st, size_t i)
+/* Member i of a struct of count uint64_t members; 0 past the end. */
+static uint64_t member(const void *st, size_t count, size_t i)
 {
 	uint64_t v = 0;
 
-	if (i < KV_OFFD_STATS_COUNT)
+	if (i < count)
 		memcpy(&v, (const char *)st + i * sizeof(uint64_t), sizeof(v));
 	return v;
+}
+
+uint64_t kv_offd_stats_value(const struct kv_offd_stats *st, size_t i)
+{
+	return member(st, KV_OFFD_STATS_COUNT, i);
 }
 
 static const char *const tier_stats_names[] = {
@@ -118,11 +124,7 @@ const char *kv_offd_tier_stats_name(size_t i)
 
 uint64_t kv_offd_tier_stats_value(const struct kv_offd_tier_stats *st, size_t i)
 {
-	uint64_t v = 0;
-
-	if (i < KV_OFFD_TIER_STATS_COUNT)
-		memcpy(&v, (const char *)st + i * sizeof(uint64_t), sizeof(v));
-	return v;
+	return member(st, KV_OFFD_TIER_STATS_COUNT, i);
 }
 
 /* A stats frame's body: the struct its type carries, as u64s. */

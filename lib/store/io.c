@@ -831,9 +831,10 @@ int kv_io_has(struct kv_io *io, const char *relpath)
 	return stat_block(io, relpath, &size);
 }
 
-int kv_io_touch(struct kv_io *io, const char *relpath)
+/* op on the last component of relpath, in its bucket dir. */
+static int in_dir_of(struct kv_io *io, const char *relpath,
+		     int (*op)(int dirfd, const char *name))
 {
-	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
 	int dirfd, err;
 
 	if (!relpath_ok(relpath))
@@ -841,22 +842,29 @@ int kv_io_touch(struct kv_io *io, const char *relpath)
 	dirfd = open_dir_of(io, relpath, O_PATH | O_DIRECTORY, 0);
 	if (dirfd < 0)
 		return dirfd;
-	err = utimensat(dirfd, relpath + dir_len(relpath), atime_now,
-			AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	err = op(dirfd, relpath + dir_len(relpath));
 	close(dirfd);
 	return err;
 }
 
+static int touch_at(int dirfd, const char *name)
+{
+	struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+
+	return utimensat(dirfd, name, atime_now, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+static int unlink_at(int dirfd, const char *name)
+{
+	return unlinkat(dirfd, name, 0) < 0 ? -errno : 0;
+}
+
+int kv_io_touch(struct kv_io *io, const char *relpath)
+{
+	return in_dir_of(io, relpath, touch_at);
+}
+
 int kv_io_del(struct kv_io *io, const char *relpath)
 {
-	int dirfd, err;
-
-	if (!relpath_ok(relpath))
-		return -KV_EBADPATH;
-	dirfd = open_dir_of(io, relpath, O_PATH | O_DIRECTORY, 0);
-	if (dirfd < 0)
-		return dirfd;
-	err = unlinkat(dirfd, relpath + dir_len(relpath), 0) < 0 ? -errno : 0;
-	close(dirfd);
-	return err;
+	return in_dir_of(io, relpath, unlink_at);
 }

@@ -344,13 +344,9 @@ for l in sys.stdin: print(json.loads(l)["hash"])' | low64 "$MODEL")
 	kvput --config "$CFG" --batch < /dev/null
 	md=$(kvls -J | $PY -c 'import json, sys; print(json.load(sys.stdin)["models"][0]["model_dir"])')
 	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
-	fifo=$BATS_TEST_TMPDIR/ready
-	mkfifo "$fifo"
-	KV_EVENTS_POD=node-7 kvoffd --tier "local:$LOCAL:8K" --tier "shared:$KV_ROOT" \
-		--socket "$SOCK" --cpu-bytes 128K --slot-bytes 64K --write-threads 1 \
-		--events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock" --ready-fd 3 3>"$fifo" &
-	DPID=$!
-	read -r line < "$fifo"
+	KV_EVENTS_POD=node-7 start_kvoffd --tier "local:$LOCAL:8K" --tier "shared:$KV_ROOT" \
+		--cpu-bytes 512K --slot-bytes 64K --write-threads 1 \
+		--events "connect:ipc://$BATS_TEST_TMPDIR/sub.sock"
 	head -c 4096 /dev/urandom > "$BATS_TEST_TMPDIR/b"
 	for h in 1111111111111111 2222222222222222 3333333333333333 4444444444444444; do
 		kvput --daemon "$SOCK" --model-dir "$md" "$h" "$BATS_TEST_TMPDIR/b"

@@ -35,20 +35,12 @@ teardown() {
 # (300 s at most, a bound for a test gone wrong that one that works never
 # reaches), or by $HOLD when that is set (a KVFI_DELAY rule's MS:... part).
 start_held_daemon() {
-	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
 	local hold=${HOLD:-300000:path=_r0/:until=$GATE}
-	mkfifo "$fifo"
-	env LD_PRELOAD="$FI_LIB" KVFI_LOG="$FI_LOG" \
-		KVFI_DELAY="write:$hold,uring_write:$hold" \
-		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-		kvoffd --root "$KV_ROOT" --socket "$SOCK" --ready-fd 3 \
-		--cpu-bytes 16M --slot-bytes 1M --write-threads 1 \
-		--events "$EVENTS" --metrics-file "$METRICS" "$@" \
-		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	read -r line <"$fifo"
-	rm -f "$fifo"
-	kill -0 "$DPID"
+	LD_PRELOAD="$FI_LIB" KVFI_LOG="$FI_LOG" \
+	KVFI_DELAY="write:$hold,uring_write:$hold" \
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		start_kvoffd --root "$KV_ROOT" --cpu-bytes 16M --slot-bytes 1M --write-threads 1 \
+		--events "$EVENTS" --metrics-file "$METRICS" "$@"
 }
 
 stat_of() {

@@ -32,20 +32,13 @@ teardown() {
 }
 
 # start_tiers [ARGS...]: RAM of 4 slots of 1 MiB over local (4 MiB) and
-# shared, as start_daemon does it; $PRELOAD runs it under the injector.
+# shared; $PRELOAD runs it under the injector.
 start_tiers() {
-	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
-	mkfifo "$fifo"
-	env ${PRELOAD:+LD_PRELOAD="$PRELOAD"} \
-		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-		kvoffd --tier "local:$LOCAL:4M" --tier "shared:$SHARED" --socket "$SOCK" \
-		--ready-fd 3 --cpu-bytes 4M --slot-bytes 1M --write-threads 1 \
-		--events "$EVENTS" --metrics-file "$METRICS" "$@" \
-		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	read -r line <"$fifo"
-	rm -f "$fifo"
-	kill -0 "$DPID"
+	LD_PRELOAD=${PRELOAD:-} \
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		start_kvoffd --tier "local:$LOCAL:4M" --tier "shared:$SHARED" \
+		--cpu-bytes 4M --slot-bytes 1M --write-threads 1 \
+		--events "$EVENTS" --metrics-file "$METRICS" "$@"
 }
 
 block_file() {
@@ -303,12 +296,7 @@ hashes() {
 	put_all $(hashes 10 29)
 	stop_daemon
 	[ "$(count_blocks "$LOCAL")" -ge 3 ]
-	fifo=$BATS_TEST_TMPDIR/ready2
-	mkfifo "$fifo"
-	kvoffd --tier "local:$LOCAL:1M" --tier "shared:$SHARED" --socket "$SOCK" \
-		--cpu-bytes 4M --slot-bytes 1M --ready-fd 3 3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	read -r line < "$fifo"
+	start_kvoffd --tier "local:$LOCAL:1M" --tier "shared:$SHARED" --cpu-bytes 4M --slot-bytes 1M
 	settle
 	[ "$(count_blocks "$LOCAL")" -eq 1 ]
 	[ "$(tier_stat 0 blocks)" -eq 1 ]

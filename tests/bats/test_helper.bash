@@ -99,18 +99,23 @@ os.close(fd)
 PY
 }
 
-# start_daemon ARGS...: kvoffd over $KV_ROOT on $SOCK, returning once it
+# start_kvoffd ARGS...: kvoffd with ARGS on $SOCK, returning once it
 # wrote its --ready-fd newline (a daemon that dies first fails the read);
-# its pid is $DPID.
-start_daemon() {
+# its pid is $DPID, its stderr in kvoffd.log.  Variables assigned on the
+# call (LD_PRELOAD=... KVFI_...=...) reach the daemon.
+start_kvoffd() {
 	local fifo=$BATS_TEST_TMPDIR/ready.$RANDOM line
 	mkfifo "$fifo"
-	kvoffd --root "$KV_ROOT" --socket "$SOCK" --ready-fd 3 "$@" \
-		3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	kvoffd --socket "$SOCK" --ready-fd 3 "$@" 3>"$fifo" 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
 	DPID=$!
 	read -r line <"$fifo"
 	rm -f "$fifo"
 	kill -0 "$DPID"
+}
+
+# start_daemon ARGS...: start_kvoffd over $KV_ROOT.
+start_daemon() {
+	start_kvoffd --root "$KV_ROOT" "$@"
 }
 
 # stop_daemon [SIGNAL]: signal it and leave its exit status in $DRC.
