@@ -9,7 +9,7 @@
 # --low 50; the pipeline frees the same bytes):
 #
 #   find ROOT -name '*.bin' -printf '%A@ %s %p\n' | sort -n |
-#       awk (take until enough bytes) | xargs rm -f
+#       awk (take until enough bytes) | xargs rm -f     (bench/lru_pipeline.sh)
 #
 # Reports seconds to reach the target, LRU precision (the fraction of
 # deleted files that are among the oldest that many) and kvevict's peak
@@ -66,17 +66,6 @@ precision() {
 
 now_ns() { date +%s%N; }
 
-# awk stops early, so sort dies of SIGPIPE: that is how it ends.
-pipeline() (
-	set +o pipefail
-	local used avail need
-	read -r used avail < <(df -B1 --output=used,avail "$mnt" | tail -1)
-	need=$((used - (used + avail) * LOW / 100))
-	find "$mnt" -name '*.bin' -type f -printf '%A@ %s %p\n' | sort -n |
-		awk -v need="$need" '{ if (freed >= need) exit; freed += $2; print $3 }' |
-		xargs -d '\n' rm -f
-)
-
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # cpu_s FILE: user + system seconds from a /usr/bin/time -v report.
@@ -106,7 +95,7 @@ for run in $(seq 1 "$RUNS"); do
 	make_tree
 	before=$(use_pct)
 	t0=$(now_ns)
-	/usr/bin/time -v -o "$work/time" bash -c "$(declare -f pipeline); mnt='$mnt' LOW=$LOW pipeline"
+	/usr/bin/time -v -o "$work/time" bench/lru_pipeline.sh "$mnt" "$LOW"
 	t1=$(now_ns)
 	cpu=$(cpu_s "$work/time")
 	read -r k prec < <(precision)
