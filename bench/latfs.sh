@@ -11,9 +11,11 @@
 #   1. kvls --blocks --ndjson against find -printf '%P %s %b %A@ %T@\n',
 #      the same fields (latfs only: FUSE operations per block, counted by
 #      latfs).  kvls's and kvevict's peak RSS are noted (/usr/bin/time).
-#   2. latfs only: the walk rate of kvls -t 8, 16, 32, 64, latfs's
-#      operations per second, against Q/L (Q = threads in flight, L =
-#      DELAY_US): rate / (Q/L), goal >= 0.8.
+#   2. latfs only: the walk rate of kvls -t 8, 16, 32, 64 (the model
+#      table: the same walk, a stat per block, without the per-block
+#      output that competes with latfs for the CPUs), latfs's operations
+#      per second, against Q/L (Q = threads in flight, L = DELAY_US):
+#      rate / (Q/L), goal >= 0.8.
 #   3. Evictions to one target, fs use from 90% down by half the data
 #      bytes (the oldest half of the blocks with data), each side on the
 #      same tree restored beforehand (kvtree -r: deleted blocks recreated
@@ -33,19 +35,34 @@
 #
 # The PVC evictor: llm-d-kv-cache's kv_connectors/pvc_evictor (Python,
 # standard library only; a daemon configured by environment variables).
-# PVC_EVICTOR=DIR names a copy of it (evictor.py, config.py, processes/,
-# utils/); unset or absent, its side is skipped and said so.  The copy
-# this was written against is the "N+2" version whose crawler reads the
-# layout of llm-d-kv-cache #585 (<model>_<d12>_r<rank>/<hhh>/<hh>_g<g>):
-# processes/crawler.py at commit 08cac803df0296a988cf338b907012c7f983d4f4
-# and the evictor.py, config.py, processes/{activator,deleter}.py,
-# utils/{system,logging_helpers}.py that call it with the same arguments
-# (file list, sizes and sha256 sums in its PROVENANCE file).  It is run
+# PVC_EVICTOR=DIR names a copy of it; unset or absent, its side is
+# skipped and said so.  The copy this was written against (kept outside
+# this repository, in /work/peers/pvc_evictor) is the "N+2" version
+# whose crawler reads the layout of llm-d-kv-cache #585
+# (<model>_<d12>_r<rank>/<hhh>/<hh>_g<g>/*.bin).  The code index it came
+# from stores each file's versions apart and names a commit for some, so
+# the files were matched by the arguments they pass each other:
+#
+#   file                       commit     chars  sha256 (first 8)
+#   processes/crawler.py       08cac803   12948  b6fb0de3
+#   evictor.py                 -          15552  a4f2df6f
+#   config.py                  -           4435  a1a1307d
+#   processes/activator.py     -           4039  69fdadbe
+#   processes/deleter.py       -          10919  204ea2c7
+#   utils/system.py            -           2693  1b6b9950
+#   utils/logging_helpers.py   -           4776  da431089
+#   processes/__init__.py      eadd380c      40
+#   utils/__init__.py          46bc0bc1      40
+#
+# (crawler.py's commit in full: 08cac803df0296a988cf338b907012c7f983d4f4.)
+# Later versions (4096 shards, a folder cleaner, several deleters, an LRU
+# mode) import llm-d's FileMapper or mock vllm modules.  It is run
 # once per side by bench/pvc_run.py: PVC_MOUNT_PATH=ROOT,
 # CACHE_DIRECTORY="", CLEANUP_THRESHOLD=80, TARGET_THRESHOLD=L, its
 # defaults otherwise (8 crawlers, 1 deleter, batches of 100 through
-# xargs rm, files read within 60 minutes kept); the clock stops when
-# statvfs shows L, and the evictor is then killed.  It deletes in the
+# xargs rm, files read within 60 minutes kept); the clock runs from its
+# start (Python and its 10 processes included, as kvevict's includes
+# its own) until statvfs shows L, and the evictor is then killed.  It deletes in the
 # order its crawlers find files, not oldest first.
 #
 # Usage: [FILES=20000] [DATA_PCT=100] [DELAY_US=500] [RUNS=3] [BUILD=build]
@@ -144,6 +161,7 @@ dir_of() { [ "$1" = tmpfs ] && echo "$src/root" || echo "$lat/root"; }
 kvls_blocks() {
 	/usr/bin/time -f %M -o "$work/rss" "$BIN/kvls" --root "$1" --blocks --ndjson "${@:2}" > /dev/null
 }
+kvls_table() { /usr/bin/time -f %M -o "$work/rss" "$BIN/kvls" --root "$1" "${@:2}" > /dev/null; }
 find_printf() { find "$1" -name '*.bin' -printf "$FIND_FMT" > /dev/null; }
 kvevict_side() {
 	/usr/bin/time -f %M -o "$work/rss" "$BIN/kvevict" --root "$1" --high 80 --low "$low" \
@@ -190,7 +208,7 @@ for run in $(seq 1 "$RUNS"); do
 		done
 		if [ "$fs" = latfs ]; then
 			for t in 8 16 32 64; do
-				timed latfs kvls_blocks "$root" -t "$t"
+				timed latfs kvls_table "$root" -t "$t"
 				rate=$(awk -v o="$OPS" -v s="$T_S" 'BEGIN { printf "%.0f", o / s }')
 				record latfs "kvls-t$t" "$T_S" "$(rss_note), $rate ops/s, rate/(Q/L) $(awk -v r="$rate" \
 					-v q="$t" -v l="$DELAY_US" 'BEGIN { printf "%.2f", r / (q * 1e6 / l) }')"
