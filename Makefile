@@ -144,6 +144,14 @@ $(BUILD)/bench/offd_client: $(BUILD)/bench/offd_client.o $(BUILD)/libkv.a
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 all: $(BUILD)/bench/offd_client
 
+# The benchmarks' tree builder (bench/kvtree.c): millions of blocks in
+# the layout, with real config.json, in seconds.
+$(BUILD)/bench/kvtree: $(BUILD)/bench/kvtree.o $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+all: $(BUILD)/bench/kvtree
+
 # latfs (tests/latfs/): a FUSE passthrough that delays every operation,
 # the tests' and benchmarks' high-latency filesystem; built where
 # libfuse3 is, outside tests/ so tests/run.sh does not take it for a

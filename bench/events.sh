@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/events.sh: what KV events cost kvevict.
 #
-# The kvevict bench tree (bench/evict_tree.py: FILES 8 KiB blocks, default
+# The kvevict bench tree (bench/kvtree: FILES 8 KiB blocks, default
 # 100,000, two models with real config.json) on a tmpfs; each run copies a
 # fresh tree from a template and evicts half its bytes (kvevict
 # --max-bytes and --low-bytes at half the tree: 800 MB to 400 MB).
@@ -24,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 KVEVICT=$PWD/$BUILD/bin/kvevict
+KVTREE=$PWD/$BUILD/bench/kvtree
 FILES=${FILES:-100000}
 RUNS=${RUNS:-5}
 SLOW_S=${SLOW_S:-0.5}
@@ -31,7 +32,9 @@ SUB=$PWD/tests/fixtures/kvsub.py
 half=$((FILES * 4096))
 
 [ "$(id -u)" -eq 0 ] || { echo "bench/events.sh: needs root to mount tmpfs" >&2; exit 77; }
-[ -x "$KVEVICT" ] || { echo "bench/events.sh: build $KVEVICT first" >&2; exit 2; }
+for b in "$KVEVICT" "$KVTREE"; do
+	[ -x "$b" ] || { echo "bench/events.sh: build $b first" >&2; exit 2; }
+done
 /usr/bin/python3 -c 'import zmq, msgpack' ||
 	{ echo "bench/events.sh: needs python3-zmq and python3-msgpack" >&2; exit 77; }
 [ -x /usr/bin/time ] || apt-get install -y time >/dev/null
@@ -44,7 +47,7 @@ trap '[ -z "$SPID" ] || kill -KILL "$SPID" 2>/dev/null; umount "$mnt" 2>/dev/nul
 # noatime: copying the template must not make its blocks hot
 mount -t tmpfs -o size=2g,noatime tmpfs "$mnt"
 mkdir -p "$mnt/template"
-python3 bench/evict_tree.py "$mnt/template" "$FILES" 86400 0 > /dev/null
+"$KVTREE" "$mnt/template" "$FILES" 2> /dev/null
 
 port() {
 	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

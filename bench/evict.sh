@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/evict.sh: kvevict against an exact-LRU shell pipeline.
 #
-# A FILES-file tree (default 100,000) of 8 KiB blocks in the vLLM/llm-d
+# A FILES-file tree (bench/kvtree, default 100,000) of 8 KiB blocks in the vLLM/llm-d
 # layout on an 850 MiB tmpfs, topped up to 92% use with a filler file,
 # every block with its own atime (spread over SPREAD_S seconds, in an
 # order unrelated to directory order).  Each side gets an identical,
@@ -9,7 +9,7 @@
 # --low 50; the pipeline frees the same bytes):
 #
 #   find ROOT -name '*.bin' -printf '%A@ %s %p\n' | sort -n |
-#       awk (take until enough bytes) | xargs rm -f
+#       awk (take until enough bytes) | xargs rm -f     (bench/lru_pipeline.sh)
 #
 # Reports seconds to reach the target, LRU precision (the fraction of
 # deleted files that are among the oldest that many) and kvevict's peak
@@ -27,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 KVEVICT=$PWD/$BUILD/bin/kvevict
+KVTREE=$PWD/$BUILD/bench/kvtree
 FILES=${FILES:-100000}
 RUNS=${RUNS:-5}
 SPREAD_S=${SPREAD_S:-86400}
@@ -35,7 +36,9 @@ HIGH=80
 LOW=50
 
 [ "$(id -u)" -eq 0 ] || { echo "bench/evict.sh: needs root to mount tmpfs" >&2; exit 77; }
-[ -x "$KVEVICT" ] || { echo "bench/evict.sh: build $KVEVICT first" >&2; exit 2; }
+for b in "$KVEVICT" "$KVTREE"; do
+	[ -x "$b" ] || { echo "bench/evict.sh: build $b first" >&2; exit 2; }
+done
 [ "$BUCKETS" -ge 0 ] && [ "$BUCKETS" -le 1048576 ] ||
 	{ echo "bench/evict.sh: BUCKETS must be 0 to 1048576" >&2; exit 2; }
 if [ ! -x /usr/bin/time ]; then
@@ -47,41 +50,21 @@ mnt=$work/mnt
 mkdir -p "$mnt"
 trap 'umount "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# A fresh tree, identical for the same seed; writes the manifest
-# ("atime_ns path" per block) to $work/manifest.
+# A fresh tree, identical for the same arguments (bench/kvtree).
 make_tree() {
 	umount "$mnt" 2>/dev/null || true
 	mount -t tmpfs -o size=850m tmpfs "$mnt"
-	python3 bench/evict_tree.py "$mnt" "$FILES" "$SPREAD_S" "$BUCKETS" 0.92 > "$work/manifest"
+	"$KVTREE" -s "$SPREAD_S" -b "$BUCKETS" -f 0.92 "$mnt" "$FILES" 2> /dev/null
 }
 
 use_pct() { df --output=pcent "$mnt" | tail -1 | tr -dc 0-9; }
 
-# Fraction of the deleted files that are among the oldest that many.
+# How many went, and the fraction of them among the oldest that many.
 precision() {
-	python3 - "$mnt" "$work/manifest" <<'PY'
-import os, sys
-root = sys.argv[1]
-rows = sorted((int(t), p) for t, p in (l.split() for l in open(sys.argv[2])))
-gone = [p for _, p in rows if not os.path.exists(os.path.join(root, p))]
-k = len(gone)
-oldest = {p for _, p in rows[:k]}
-print("%d %.4f" % (k, sum(p in oldest for p in gone) / k if k else 0.0))
-PY
+	"$KVTREE" -s "$SPREAD_S" -b "$BUCKETS" -c "$mnt" "$FILES" | awk '{ print $2, $4 }'
 }
 
 now_ns() { date +%s%N; }
-
-# awk stops early, so sort dies of SIGPIPE: that is how it ends.
-pipeline() (
-	set +o pipefail
-	local used avail need
-	read -r used avail < <(df -B1 --output=used,avail "$mnt" | tail -1)
-	need=$((used - (used + avail) * LOW / 100))
-	find "$mnt" -name '*.bin' -type f -printf '%A@ %s %p\n' | sort -n |
-		awk -v need="$need" '{ if (freed >= need) exit; freed += $2; print $3 }' |
-		xargs -d '\n' rm -f
-)
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
@@ -112,7 +95,7 @@ for run in $(seq 1 "$RUNS"); do
 	make_tree
 	before=$(use_pct)
 	t0=$(now_ns)
-	/usr/bin/time -v -o "$work/time" bash -c "$(declare -f pipeline); mnt='$mnt' LOW=$LOW pipeline"
+	/usr/bin/time -v -o "$work/time" bench/lru_pipeline.sh "$mnt" "$LOW"
 	t1=$(now_ns)
 	cpu=$(cpu_s "$work/time")
 	read -r k prec < <(precision)

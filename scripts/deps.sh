@@ -7,7 +7,8 @@ libxxhash-dev libisal-dev libjansson-dev libssl-dev libzmq3-dev libmsgpack-dev
 python3-zmq python3-msgpack python3-numpy python3-pytest redis-server redis-tools
 libfuse3-dev fuse3 glusterfs-server iproute2 openmpi-bin libopenmpi-dev
 bats bats-support bats-assert
-mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio"
+mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio
+time linux-perf"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
