@@ -17,6 +17,8 @@
 #   kvls --blocks --ndjson > /dev/null   every block listed
 #   kvls --verify                        every block opened and checksummed
 #   kvoffd --root                        start to --ready-fd: its re-index walk
+#   kvoffd --tier local:ROOT:1000T       the same as a bounded tier, whose
+#                                        walk also builds its LRU in memory
 #   kvevict --high 80 --low L            fs use down by half the data bytes
 #   kvevict --max-bytes --low-bytes      the same bytes freed as a budget
 #
@@ -114,19 +116,25 @@ timed() {
 }
 
 # kvoffd from start to its ready line; sets T_S, CPU_S, RSS_KIB.  With
-# "count", its syscalls (start-up, re-index, shutdown) instead.
+# "count", its syscalls (start-up, re-index, shutdown) instead.  The tree
+# is its --root, or with $BOUNDED set a bounded local tier (over an empty
+# shared one), which it indexes.
 offd() {
-	local t0 t1 fifo=$work/ready
+	local t0 t1 fifo=$work/ready tiers=(--root "$root")
 	rm -f "$fifo" "$work/offd.sock"
 	mkfifo "$fifo"
+	if [ -n "${BOUNDED:-}" ]; then
+		mkdir -p "$work/shared"
+		tiers=(--tier "local:$root:1000T" --tier "shared:$work/shared")
+	fi
 	t0=$(now_ns)
 	if [ "${1:-}" = count ]; then
 		perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf" -- \
-			"$BIN/kvoffd" --root "$root" --socket "$work/offd.sock" \
+			"$BIN/kvoffd" "${tiers[@]}" --socket "$work/offd.sock" \
 			--cpu-bytes 16M --slot-bytes 1M --ready-fd 3 3> "$fifo" 2> "$work/offd.err" &
 	else
 		/usr/bin/time -f '%M %U %S' -o "$work/time" \
-			"$BIN/kvoffd" --root "$root" --socket "$work/offd.sock" \
+			"$BIN/kvoffd" "${tiers[@]}" --socket "$work/offd.sock" \
 			--cpu-bytes 16M --slot-bytes 1M --ready-fd 3 3> "$fifo" 2> "$work/offd.err" &
 	fi
 	OPID=$!
@@ -227,6 +235,11 @@ for n in $SIZES; do
 		c=$(awk -F, '/raw_syscalls:sys_enter/ { print $1 }' "$work/perf")
 	fi
 	row "kvoffd re-index" "$t_s" "$cpu" "$rss" - "$(per_block "$c")" "$note"
+
+	BOUNDED=1 offd
+	row "kvoffd LRU index" "$T_S" "$CPU_S" "$RSS_KIB" - - \
+		"$(sed -n 's/.*tier 0, local, [^:]*: //p' "$work/offd.err")"
+	rm -f "$root/.kvoffd.lock"
 
 	for mode in threshold budget; do
 		[ "$mode" = budget ] || [ -n "$own_mount" ] || continue
