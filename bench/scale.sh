@@ -237,7 +237,7 @@ for n in $SIZES; do
 	row "kvoffd re-index" "$t_s" "$cpu" "$rss" - "$(per_block "$c")" "$note"
 
 	BOUNDED=1 offd
-	row "kvoffd LRU index" "$T_S" "$CPU_S" "$RSS_KIB" - - \
+	row "kvoffd lru-index" "$T_S" "$CPU_S" "$RSS_KIB" - - \
 		"$(sed -n 's/.*tier 0, local, [^:]*: //p' "$work/offd.err")"
 	rm -f "$root/.kvoffd.lock"
 
