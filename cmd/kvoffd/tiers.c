@@ -135,14 +135,17 @@ static void lru_append(struct tier_index *x, uint32_t i)
 	x->newest = i;
 }
 
-/* Add path (or refresh its size) as the newest entry. */
-static int index_put(struct tier_index *x, const char *path, uint64_t size)
+/* Add path (or refresh its size) as the newest entry; the index takes
+ * owned (a copy of path the caller gives up) or copies path itself. */
+static int index_put_owned(struct tier_index *x, const char *path, char *owned, uint64_t size)
 {
 	uint64_t h = path_hash(path);
 	uint32_t b, i;
 
-	if ((!x->table || 2 * (x->count + 1) > (uint64_t)x->mask + 1) && index_grow_table(x))
+	if ((!x->table || 2 * (x->count + 1) > (uint64_t)x->mask + 1) && index_grow_table(x)) {
+		free(owned);
 		return -ENOMEM;
+	}
 	b = index_bucket(x, path, h);
 	if (x->table[b]) {
 		i = x->table[b] - 1;
@@ -150,6 +153,7 @@ static int index_put(struct tier_index *x, const char *path, uint64_t size)
 		x->e[i].size = size;
 		lru_unlink(x, i);
 		lru_append(x, i);
+		free(owned);
 		return 0;
 	}
 	if (x->free_head != INDEX_NONE) {
@@ -160,14 +164,17 @@ static int index_put(struct tier_index *x, const char *path, uint64_t size)
 			uint32_t cap = x->cap ? 2 * x->cap : 1024;
 			struct tier_entry *e = realloc(x->e, cap * sizeof(*e));
 
-			if (!e)
+			if (!e) {
+				free(owned);
 				return -ENOMEM;
+			}
 			x->e = e;
 			x->cap = cap;
 		}
 		i = x->n++;
 	}
-	x->e[i] = (struct tier_entry){ .hash = h, .size = size, .path = strdup(path) };
+	x->e[i] = (struct tier_entry){ .hash = h, .size = size,
+				       .path = owned ? owned : strdup(path) };
 	if (!x->e[i].path) {
 		x->e[i].newer = x->free_head;
 		x->free_head = i;
@@ -178,6 +185,11 @@ static int index_put(struct tier_index *x, const char *path, uint64_t size)
 	x->count++;
 	x->bytes += size;
 	return 0;
+}
+
+static int index_put(struct tier_index *x, const char *path, uint64_t size)
+{
+	return index_put_owned(x, path, NULL, size);
 }
 
 /* Linear probing without tombstones: the entries after a removed one
@@ -280,8 +292,9 @@ static int reindex(struct ftier *t)
 		qsort(r.v, r.n, sizeof(*r.v), by_when);
 	for (size_t i = 0; i < r.n; i++) {
 		if (!err)
-			err = index_put(&t->idx, r.v[i].path, r.v[i].size);
-		free(r.v[i].path);
+			err = index_put_owned(&t->idx, r.v[i].path, r.v[i].path, r.v[i].size);
+		else
+			free(r.v[i].path);
 	}
 	free(r.v);
 	return err;
