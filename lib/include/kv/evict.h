@@ -21,7 +21,9 @@ extern "C" {
 #endif
 
 #define KV_EVICT_LOCK_NAME	".kvevict.lock"	/* at the root */
+#define KV_EVICT_STATE_DIR	".kvevict"	/* at the root: shards' state */
 #define KV_EVICT_MAX_QUOTAS	64
+#define KV_EVICT_MAX_SHARDS	KV_LAYOUT_TOP_BUCKETS
 
 /* A per-model byte budget: model is a model dir name or a model name
  * ('/' allowed) matching every fingerprint of it. */
