@@ -171,6 +171,12 @@ static unsigned share_of(unsigned i, unsigned count)
 	return hi - lo;
 }
 
+/* A write that failed for want of room, which eviction is there to make. */
+static int full(int err)
+{
+	return err == ENOSPC || err == EDQUOT;
+}
+
 static void nap(int64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / NS), (long)(ns % NS) };
@@ -180,8 +186,8 @@ static void nap(int64_t ns)
 }
 
 /* Read the state dir, calling fn for each entry of ours. */
-static int list(const struct kvi_round *r,
-		void (*fn)(const struct kvi_round *r, const char *name,
+static int list(struct kvi_round *r,
+		void (*fn)(struct kvi_round *r, const char *name,
 			   const struct name *n, void *arg), void *arg)
 {
 	int fd = openat(r->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -230,7 +236,7 @@ static void push(int64_t **v, size_t *n, size_t *cap, int64_t x, int *err)
 	(*v)[(*n)++] = x;
 }
 
-static void join_entry(const struct kvi_round *r, const char *name,
+static void join_entry(struct kvi_round *r, const char *name,
 		       const struct name *n, void *arg)
 {
 	struct join_scan *js = arg;
@@ -246,7 +252,7 @@ static void join_entry(const struct kvi_round *r, const char *name,
 }
 
 /* The newest round in the window that this shard is not in yet, or 0. */
-static int newest_open(const struct kvi_round *r, int64_t now_s, int64_t *round_s)
+static int newest_open(struct kvi_round *r, int64_t now_s, int64_t *round_s)
 {
 	struct join_scan js = {
 		.lo = now_s - (int64_t)(r->o.wait_ns / NS), .hi = now_s + SKEW_S,
@@ -292,7 +298,7 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 		return -ENOMEM;
 	r->dirfd = -1;
 	r->o = *o;
-	r->expect = calloc(4, map);
+	r->expect = calloc(3, map);
 	r->refused_ino = calloc(KV_EVICT_MAX_SHARDS, sizeof(*r->refused_ino));
 	if (!r->expect || !r->refused_ino) {
 		rc = -ENOMEM;
@@ -313,6 +319,14 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 		name_marker(r, at, name);
 		fd = openat(r->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 			    O_CLOEXEC, 0644);
+		if (fd < 0 && full(errno)) {
+			/* A full volume is when eviction matters most: go on in
+			 * a round of our own, unseen, rather than not at all. */
+			notice(r, "cannot open round '%s/%s': %s; going on alone",
+			       KV_EVICT_STATE_DIR, name, strerror(errno));
+			found = at;
+			break;
+		}
 		if (fd < 0 && errno != EEXIST) {
 			rc = kvi_fail(-errno, "opening round '%s/%s'", KV_EVICT_STATE_DIR, name);
 			goto fail;
@@ -458,10 +472,9 @@ static int take(struct kvi_round *r, const char *name, unsigned i,
 	return 0;
 }
 
-static void merge_entry(const struct kvi_round *cr, const char *name,
+static void merge_entry(struct kvi_round *r, const char *name,
 			const struct name *n, void *arg)
 {
-	struct kvi_round *r = (struct kvi_round *)cr;
 	struct merge_scan *ms = arg;
 
 	if (n->kind != NAME_STATE || n->dry != r->o.dry || n->round_s != r->round_s)
@@ -518,6 +531,13 @@ int kvi_round_exchange(struct kvi_round *r, struct kvi_shard_state *mine,
 		return rc;
 	name_state(r, mine->stage, r->o.index, name);
 	rc = write_state(r, name, buf, len);
+	if (rc < 0 && full(-rc)) {
+		/* The others will count this shard missing and free their
+		 * share; it still frees its own. */
+		notice(r, "cannot write '%s/%s': %s; the other shards go on without it",
+		       KV_EVICT_STATE_DIR, name, strerror(-rc));
+		rc = 0;
+	}
 	if (rc < 0)
 		kvi_fail(rc, "writing '%s/%s'", KV_EVICT_STATE_DIR, name);
 	if (rc == 0 && kvi_shard_decode(buf, len, &back) == 0)
@@ -560,7 +580,7 @@ int kvi_round_exchange(struct kvi_round *r, struct kvi_shard_state *mine,
 
 /* ---- leaving ---- */
 
-static void stale_entry(const struct kvi_round *r, const char *name,
+static void stale_entry(struct kvi_round *r, const char *name,
 			const struct name *n, void *arg)
 {
 	const int64_t *now_s = arg;
