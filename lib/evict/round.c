@@ -37,6 +37,7 @@
 #define STALE_S			3600	/* or twice the wait, if longer */
 #define POLL_FIRST_NS		(50 * 1000000ll)
 #define POLL_MAX_NS		(1 * NS)
+#define WAIT_MAX_NS		(30 * 86400 * NS)	/* keeps the sums in range */
 #define NAME_BYTES		96
 
 enum name_kind { NAME_OTHER, NAME_MARKER, NAME_STATE, NAME_TEMP };
@@ -298,6 +299,8 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 		return -ENOMEM;
 	r->dirfd = -1;
 	r->o = *o;
+	if (r->o.wait_ns > (uint64_t)WAIT_MAX_NS)
+		r->o.wait_ns = WAIT_MAX_NS;
 	r->expect = calloc(3, map);
 	r->refused_ino = calloc(KV_EVICT_MAX_SHARDS, sizeof(*r->refused_ino));
 	if (!r->expect || !r->refused_ino) {
