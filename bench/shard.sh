@@ -29,6 +29,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 KVEVICT=$PWD/$BUILD/bin/kvevict
 LATFS=$PWD/$BUILD/latfs/latfs
+KVTREE=$PWD/$BUILD/bench/kvtree
 FILES=${FILES:-100000}
 RUNS=${RUNS:-3}
 SPREAD_S=${SPREAD_S:-86400}
@@ -58,11 +59,16 @@ unmount_all() {
 }
 trap 'unmount_all; rm -rf "$work"' EXIT
 
-# A fresh tree, identical for the same arguments.
+# A fresh tree, identical for the same arguments: bench/kvtree's where the
+# build has one, else bench/evict_tree.py's.
 make_tree() {
 	unmount_all
 	mount -t tmpfs -o "size=${size_m}m" tmpfs "$mnt"
-	python3 bench/evict_tree.py "$mnt" "$FILES" "$SPREAD_S" 0 0.92 > /dev/null
+	if [ -x "$KVTREE" ]; then
+		"$KVTREE" -s "$SPREAD_S" -f 0.92 "$mnt" "$FILES" 2> /dev/null
+	else
+		python3 bench/evict_tree.py "$mnt" "$FILES" "$SPREAD_S" 0 0.92 > /dev/null
+	fi
 }
 
 # root_for FS I: the root shard I (or the unsharded run, I = 0) works on.
