@@ -203,7 +203,8 @@ check-asan:
 
 # libFuzzer harnesses tests/fuzz/fuzz_<name>.c, linked with a clang
 # ASan+UBSan libkv, each run FUZZ_SECONDS from its seeds in
-# tests/fuzz/corpus/<name>/ (new inputs go under $(FUZZ_BUILD), not the tree).
+# tests/fuzz/corpus/<name>/ (new inputs go under $(FUZZ_BUILD), not the tree);
+# -Ilib lets a harness reach an internal parser (evict/shard_state.h).
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build-fuzz
 FUZZERS      ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
@@ -214,7 +215,7 @@ fuzz:
 		CFLAGS='$(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link' $(FUZZ_BUILD)/libkv.a
 	@mkdir -p $(FUZZ_BUILD)/fuzz
 	set -e; for f in $(FUZZERS); do \
-		clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Ilib/include \
+		clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Ilib/include -Ilib \
 			-o $(FUZZ_BUILD)/fuzz/fuzz_$$f tests/fuzz/fuzz_$$f.c \
 			$(FUZZ_BUILD)/libkv.a $(filter-out -lcudart,$(LDLIBS)); \
 		mkdir -p $(FUZZ_BUILD)/fuzz/corpus-$$f; \

@@ -4,7 +4,7 @@
 set -eu
 pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
 libxxhash-dev libisal-dev libjansson-dev libssl-dev libzmq3-dev libmsgpack-dev
-python3-zmq python3-msgpack python3-numpy python3-pytest redis-server redis-tools
+python3-zmq python3-msgpack python3-numpy python3-pytest python3-yaml redis-server redis-tools
 libfuse3-dev fuse3 glusterfs-server iproute2 openmpi-bin libopenmpi-dev
 bats bats-support bats-assert
 mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio

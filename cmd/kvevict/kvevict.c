@@ -15,7 +15,7 @@ static const char usage_text[] =
 	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
 	"               [--hot DUR] [--orphans-after DUR [--force]] [--dir-grace DUR]\n"
 	"               [-n] [--once | -w INTERVAL] [--wait] [-t N] [-J | --ndjson]\n"
-	"               [--events ENDPOINT]\n"
+	"               [--events ENDPOINT] [--shard I/N [--shard-wait DUR]]\n"
 	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait] [-J | --ndjson]\n"
 	"               [--events ENDPOINT]\n"
 	"\n"
@@ -48,6 +48,11 @@ static const char usage_text[] =
 	"                           network filesystem, else one per CPU, at most 8)\n"
 	"  -J, --json               one JSON report\n"
 	"      --ndjson             one BlockRemoved event per deleted block\n"
+	"      --shard I/N          be shard I of N runs (one per node) that split the\n"
+	"                           root's buckets and agree on one LRU order through\n"
+	"                           ROOT/.kvevict/; each frees its share (see kvevict(8))\n"
+	"      --shard-wait DUR     wait at most DUR for the other shards (default 2m),\n"
+	"                           then free this shard's share by what is there\n"
 	"      --events ENDPOINT    publish BlockRemoved KV events for llm-d's indexer\n"
 	"                           on a ZMQ endpoint: tcp://HOST:PORT (connect),\n"
 	"                           tcp://*:PORT or ipc://PATH (bind); default\n"
@@ -61,12 +66,13 @@ static const char usage_text[] =
 enum {
 	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
 	OPT_HOT, OPT_ORPHANS, OPT_DIR_GRACE, OPT_ONCE, OPT_WAIT, OPT_STDIN, OPT_NDJSON,
-	OPT_FORCE, OPT_EVENTS,
+	OPT_FORCE, OPT_EVENTS, OPT_SHARD, OPT_SHARD_WAIT,
 };
 
 /* A temp younger than this may belong to a writer still at work on a slow
  * filesystem: removing it fails that put. */
 #define ORPHANS_FLOOR_NS	(60ull * 1000000000)
+#define SHARD_WAIT_NS		(120ull * 1000000000)
 
 static const struct option longopts[] = {
 	{ "root", required_argument, NULL, 'r' },
@@ -88,6 +94,8 @@ static const struct option longopts[] = {
 	{ "json", no_argument, NULL, 'J' },
 	{ "ndjson", no_argument, NULL, OPT_NDJSON },
 	{ "events", required_argument, NULL, OPT_EVENTS },
+	{ "shard", required_argument, NULL, OPT_SHARD },
+	{ "shard-wait", required_argument, NULL, OPT_SHARD_WAIT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
@@ -102,6 +110,7 @@ struct state {
 	const char *pause_fifo;
 	struct kv_events *events;	/* --events: BlockRemoved after each unlink */
 	int rootfd;			/* for the events' model names */
+	unsigned shard, shards;		/* --shard I/N; shards 0: not sharded */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -124,6 +133,30 @@ static double parse_pct(const char *opt, const char *text)
 	if (end == text || *end || errno || !(v >= 0 && v <= 100))
 		tool_usage_fail("invalid %s percentage '%s' (0 to 100)", opt, text);
 	return v;
+}
+
+/* "I/N" in canonical decimals, 0 <= I < N <= KV_EVICT_MAX_SHARDS. */
+static void parse_shard(const char *text, unsigned *index, unsigned *count)
+{
+	unsigned long i, n;
+	char *end;
+
+	errno = 0;
+	i = strtoul(text, &end, 10);
+	if (end != text && *end == '/' && text[0] >= '0' && text[0] <= '9' &&
+	    (text[0] != '0' || end == text + 1) && end[1] >= '0' && end[1] <= '9' &&
+	    end[1] != '0') {
+		const char *ns = end + 1;
+
+		n = strtoul(ns, &end, 10);
+		if (!*end && !errno && i < n && n <= KV_EVICT_MAX_SHARDS) {
+			*index = (unsigned)i;
+			*count = (unsigned)n;
+			return;
+		}
+	}
+	tool_usage_fail("invalid --shard '%s' (I/N: shard I of N, 0 <= I < N <= %d)", text,
+			KV_EVICT_MAX_SHARDS);
 }
 
 static void parse_quota(const char *text, struct kv_evict_quota *q)
@@ -187,6 +220,14 @@ static void on_removed(const struct kv_evict_block *b, void *arg)
 	}
 }
 
+/* A sharded run's notices: a shard missing, a state file ignored. */
+static void on_notice(const char *text, void *arg)
+{
+	const struct state *s = arg;
+
+	tool_err("shard %u/%u: %s", s->shard, s->shards, text);
+}
+
 static void report(const struct state *s, const struct kv_evict_report *r)
 {
 	char del[32], before[32], after[32];
@@ -201,6 +242,11 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 		SET(dirs_removed); SET(dirs_unreadable); SET(cache_bytes_before);
 		SET(cache_bytes_after); SET(bytes_needed); SET(walks);
 		SET(cutoff_atime_ns); SET(elapsed_ns);
+		if (s->shards) {
+			SET(shard_round); SET(shards_merged);
+			json_object_set_new(j, "shard_index", json_integer(s->shard));
+			json_object_set_new(j, "shard_count", json_integer(s->shards));
+		}
 #undef SET
 		json_object_set_new(j, "use_before_pct", json_real(r->use_before_pct));
 		json_object_set_new(j, "use_after_pct", json_real(r->use_after_pct));
@@ -222,6 +268,9 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 			       (unsigned long long)r->dirs_removed);
 		if (!r->target_reached)
 			printf(", target not reached");
+		if (s->shards)
+			printf(", shard %u/%u (%u of %u merged)", s->shard, s->shards,
+			       r->shards_merged, s->shards);
 		putchar('\n');
 	}
 	fflush(stdout);
@@ -329,8 +378,8 @@ int main(int argc, char **argv)
 	struct kv_evict_report r;
 	const char *root_opt = NULL, *events_opt = NULL, *endpoint;
 	uint64_t watch_ns = 0;
-	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd = -1, rc;
-	int force = 0;
+	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd[2] = { -1, -1 }, rc;
+	int force = 0, shard_wait_set = 0;
 
 	tool_init("kvevict");
 	while ((c = getopt_long(argc, argv, "r:nw:t:JhV", longopts, NULL)) != -1) {
@@ -369,6 +418,11 @@ int main(int argc, char **argv)
 		case 'J': s.out = OUT_JSON; break;
 		case OPT_NDJSON: s.out = OUT_NDJSON; break;
 		case OPT_EVENTS: events_opt = optarg; break;
+		case OPT_SHARD: parse_shard(optarg, &s.shard, &s.shards); break;
+		case OPT_SHARD_WAIT:
+			o.shard_wait_ns = tool_parse_duration_ns("--shard-wait", optarg);
+			shard_wait_set = 1;
+			break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'V': tool_version();
 		default: tool_usage_fail("unknown option");
@@ -407,6 +461,21 @@ int main(int argc, char **argv)
 				"still at work; add --force to mean it");
 	if (!use_stdin && o.high_pct < 0 && !o.max_bytes && !o.nquotas)
 		tool_usage_fail("nothing to do: give --high, --max-bytes, --model-max-bytes or --stdin");
+	if (shard_wait_set && !s.shards)
+		tool_usage_fail("--shard-wait needs --shard");
+	/* Shards meet in rounds that each run opens once: a watcher would
+	 * need its own schedule of rounds, a list on stdin has no buckets
+	 * to split. */
+	if (s.shards && (use_stdin || watch_ns))
+		tool_usage_fail("--shard runs once, from cron or an Indexed Job: it takes no %s",
+				use_stdin ? "--stdin" : "--watch");
+	if (s.shards) {
+		o.shard_index = s.shard;
+		o.shard_count = s.shards;
+		if (!shard_wait_set)
+			o.shard_wait_ns = SHARD_WAIT_NS;
+		o.notice = on_notice;
+	}
 
 	/* A tier kvoffd bounds is evicted by kvoffd, in its own LRU order;
 	 * files removed under it would still count against its capacity. */
@@ -422,13 +491,21 @@ int main(int argc, char **argv)
 	}
 	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
 	if (!o.dry_run) {
-		rc = kv_evict_lock(s.root, wait, &lockfd);
+		rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait, lockfd) :
+				kv_evict_lock(s.root, wait, &lockfd[0]);
+		if (rc == -EWOULDBLOCK && s.shards) {
+			tool_err("another kvevict (unsharded, or shard %u) holds the lock on '%s'",
+				 s.shard, s.root);
+			return EXIT_ANSWER_NO;
+		}
 		if (rc == -EWOULDBLOCK) {
 			tool_err("another kvevict holds the lock on '%s'", s.root);
 			return EXIT_ANSWER_NO;
 		}
 		if (rc < 0) {
-			tool_err("cannot open '%s': %s", s.root, kv_strerror(rc));
+			tool_err("cannot open '%s': %s%s%s%s", s.root, kv_strerror(rc),
+				 *kv_error_detail() ? " (" : "", kv_error_detail(),
+				 *kv_error_detail() ? ")" : "");
 			return EXIT_RUNTIME;
 		}
 	}
@@ -449,7 +526,9 @@ int main(int argc, char **argv)
 	} else {
 		rc = kv_evict_run(s.root, &o, &r);
 		if (rc < 0) {
-			tool_err("cannot walk '%s': %s", s.root, kv_strerror(rc));
+			tool_err("cannot walk '%s': %s%s%s%s", s.root, kv_strerror(rc),
+				 *kv_error_detail() ? " (" : "", kv_error_detail(),
+				 *kv_error_detail() ? ")" : "");
 			rc = EXIT_RUNTIME;
 		} else {
 			report(&s, &r);

@@ -9,23 +9,33 @@
  * boundary, then the boundary's oldest from a small heap until the target
  * is met.  Per-model quotas are rounds of their own over that model's
  * dirs, before the global round.
+ *
+ * Sharded, each round scans only the shard's buckets into a histogram
+ * keyed to the shards' shared reference time, swaps it with the other
+ * shards' through the state dir (round.c), and frees the shard's part of
+ * the merged LRU order: all of its candidates older than the global
+ * boundary bucket and its share of that bucket, oldest first.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <kv/integrity.h>
 #include <kv/layout.h>
 #include <kv/units.h>
 #include <kv/walk.h>
 #include <kv/evict.h>
+#include "evict/round.h"
 #include "store/beneath.h"
+#include "util/error.h"
 #include "util/loglin.h"
 
 /* First-level histogram: log-linear in age, 1/512 relative width. */
@@ -45,6 +55,10 @@
 #define STASH_MAX	8192u
 /* How often the fs-use target is re-read while deleting. */
 #define STATVFS_EVERY	256u
+#define NS_PER_S	1000000000ll
+
+/* Shards swap the first-level histogram as it is. */
+_Static_assert(LOG_BUCKETS == KVI_SHARD_BUCKETS, "shard state holds the scan's histogram");
 
 struct hist {
 	int linear;		/* 0: log-linear in age from now */
@@ -74,6 +88,7 @@ struct heap {
 };
 
 struct problem {
+	unsigned stage;		/* sharded: quotas 0.., then the global one */
 	const char *model;	/* walk filter, NULL: the whole root */
 	int global;		/* housekeeping, fs use and byte budget */
 	uint64_t max_bytes, low_bytes;
@@ -100,6 +115,7 @@ struct ctx {
 	struct hist h;
 	struct problem *p;
 	struct heap heap;
+	struct kvi_round *round;	/* sharded */
 };
 
 static int is_hot(const struct kv_evict_opts *o, int64_t now, int64_t atime, int64_t mtime)
@@ -148,19 +164,14 @@ static double pct(uint64_t used, uint64_t total)
 	return total ? 100.0 * (double)used / (double)total : 0.0;
 }
 
-int kv_evict_lock(const char *root, int wait, int *fd)
+/* Open (creating) dirfd/name and flock it with op. */
+static int lock_at(int dirfd, const char *name, int op, int wait, int *fd)
 {
-	int rootfd, lfd;
+	int lfd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
 
-	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (rootfd < 0)
-		return -errno;
-	lfd = openat(rootfd, KV_EVICT_LOCK_NAME,
-		     O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-	close(rootfd);
 	if (lfd < 0)
 		return -errno;
-	while (flock(lfd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
+	while (flock(lfd, op | (wait ? 0 : LOCK_NB)) < 0) {
 		int e = errno;
 
 		if (e == EINTR)
@@ -170,6 +181,45 @@ int kv_evict_lock(const char *root, int wait, int *fd)
 	}
 	*fd = lfd;
 	return 0;
+}
+
+int kv_evict_lock(const char *root, int wait, int *fd)
+{
+	int rootfd, rc;
+
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return -errno;
+	rc = lock_at(rootfd, KV_EVICT_LOCK_NAME, LOCK_EX, wait, fd);
+	close(rootfd);
+	return rc;
+}
+
+int kv_evict_lock_shard(const char *root, unsigned index, int wait, int fd[2])
+{
+	char name[32];
+	int rootfd, dirfd = -1, shared = -1, rc;
+
+	kvi_error_clear();
+	if (index >= KV_EVICT_MAX_SHARDS)
+		return -EINVAL;
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return -errno;
+	snprintf(name, sizeof(name), "lock.%u", index);
+	rc = lock_at(rootfd, KV_EVICT_LOCK_NAME, LOCK_SH, wait, &shared);
+	if (rc == 0)
+		rc = kvi_round_dir_open(rootfd, &dirfd);
+	if (rc == 0)
+		rc = lock_at(dirfd, name, LOCK_EX, wait, &fd[1]);
+	if (rc == 0)
+		fd[0] = shared;
+	else if (shared >= 0)
+		close(shared);
+	if (dirfd >= 0)
+		close(dirfd);
+	close(rootfd);
+	return rc;
 }
 
 /* ---- histograms ---- */
@@ -648,7 +698,9 @@ static int fs_target_met(struct ctx *c)
 	struct problem *p = c->p;
 	uint64_t used, total;
 
-	if (!p->global || c->o->dry_run || c->o->high_pct < 0 || c->o->max_bytes)
+	/* Shards free their share: the others' deletions show in statvfs. */
+	if (!p->global || c->o->dry_run || c->o->high_pct < 0 || c->o->max_bytes ||
+	    c->round)
 		return 0;
 	if (++p->since_statvfs < STATVFS_EVERY)
 		return 0;
@@ -706,6 +758,8 @@ static int walk(struct ctx *c, unsigned flags, kv_walk_fn fn)
 		.model = c->p->model,
 		.rank = -1,
 		.flags = flags,
+		.shard_index = c->o->shard_index,
+		.shard_count = c->round ? c->o->shard_count : 0,
 	};
 
 	c->r->walks++;
@@ -831,42 +885,139 @@ static void drain(struct ctx *c)
 	heap_free(h);
 }
 
-/* Bytes to free for the fs-use target now: 0 under --high. */
+/* Bytes to free for the fs-use target at that use: 0 under --high. */
+static uint64_t fs_need_at(const struct kv_evict_opts *o, uint64_t used, uint64_t total)
+{
+	uint64_t low;
+
+	if (o->high_pct < 0 || pct(used, total) < o->high_pct)
+		return 0;
+	low = (uint64_t)((double)total * o->low_pct / 100.0);
+	return used > low ? used - low : 0;
+}
+
+/* Bytes to free for the fs-use target now. */
 static int fs_need(struct ctx *c, uint64_t *need)
 {
-	const struct kv_evict_opts *o = c->o;
-	uint64_t used, total, low;
+	uint64_t used, total;
 	int rc;
 
 	*need = 0;
-	if (o->high_pct < 0)
+	if (c->o->high_pct < 0)
 		return 0;
 	rc = fs_bytes(c->rootfd, &used, &total);
-	if (rc < 0)
-		return rc;
-	if (pct(used, total) >= o->high_pct) {
-		low = (uint64_t)((double)total * o->low_pct / 100.0);
-		if (used > low)
-			*need = used - low;
-	}
-	return 0;
+	if (rc == 0)
+		*need = fs_need_at(c->o, used, total);
+	return rc;
+}
+
+/* The global need: the fs-use target's n, or the byte budget's for
+ * a cache of cache_bytes when that is more. */
+static uint64_t budget_need(const struct kv_evict_opts *o, uint64_t n, uint64_t cache_bytes)
+{
+	if (o->max_bytes && cache_bytes > o->max_bytes && cache_bytes - o->low_bytes > n)
+		n = cache_bytes - o->low_bytes;
+	return n;
 }
 
 /* The global need from fs use and the byte budget, after the scan. */
 static int global_need(struct ctx *c, uint64_t *need)
 {
-	const struct kv_evict_opts *o = c->o;
-	struct problem *p = c->p;
 	uint64_t n;
 	int rc;
 
 	rc = fs_need(c, &n);
-	if (rc < 0)
-		return rc;
-	if (o->max_bytes && p->cache_bytes > o->max_bytes && p->cache_bytes - o->low_bytes > n)
-		n = p->cache_bytes - o->low_bytes;
-	*need = n;
-	return 0;
+	if (rc == 0)
+		*need = budget_need(c->o, n, c->p->cache_bytes);
+	return rc;
+}
+
+/* ---- shards ---- */
+
+/* What every shard of a round must agree on for a stage: its targets. */
+static uint64_t targets_of(const struct kv_evict_opts *o, const struct problem *p)
+{
+	char t[2 * KV_NAME_MAX + 160];
+	int n;
+
+	if (p->global)
+		n = snprintf(t, sizeof(t), "global high=%.17g low=%.17g max=%llu low_bytes=%llu",
+			     o->high_pct, o->low_pct, (unsigned long long)o->max_bytes,
+			     (unsigned long long)o->low_bytes);
+	else
+		n = snprintf(t, sizeof(t), "quota %s max=%llu low_bytes=%llu", p->model,
+			     (unsigned long long)p->max_bytes, (unsigned long long)p->low_bytes);
+	return kv_xxh3(t, n < (int)sizeof(t) ? (size_t)n : sizeof(t) - 1);
+}
+
+/* Of need over the merged histogram g, the part in this shard's mine:
+ * every byte older than the bucket where need runs out, and of that
+ * bucket what is left in proportion to this shard's bytes there. */
+static uint64_t own_share(const struct hist *mine, const struct hist *g, uint64_t need)
+{
+	uint64_t acc = 0, own = 0;
+
+	if (!need)
+		return 0;
+	for (unsigned i = 0; i < g->n; i++) {
+		if (g->bytes[i] >= need - acc) {
+			unsigned __int128 left = need - acc;
+
+			if (g->bytes[i])
+				own += (uint64_t)((left * mine->bytes[i] + g->bytes[i] - 1) /
+						  g->bytes[i]);
+			return own;
+		}
+		acc += g->bytes[i];
+		own += mine->bytes[i];
+	}
+	return own;
+}
+
+/*
+ * After a sharded scan: publish it, merge the others', and set p->need
+ * to this shard's part of the whole volume's need.  Shards missing from
+ * the merge are taken to hold what those present hold per bucket, so
+ * that those present free their own share of the need and no more.
+ */
+static int shard_need(struct ctx *c, struct problem *p)
+{
+	const struct kv_evict_opts *o = c->o;
+	struct kvi_shard_state me = {
+		.stage = p->stage,
+		.targets = targets_of(o, p),
+		.cache_bytes = p->cache_bytes,
+		.cand_bytes = p->cand_bytes,
+	};
+	struct kvi_round_merge m = { 0 };
+	struct hist g = { 0 };
+	uint64_t cache, need;
+	int rc;
+
+	rc = fs_bytes(c->rootfd, &me.fs_used_bytes, &me.fs_total_bytes);
+	if (rc == 0)
+		rc = hist_init_log(&g, c->h.now);
+	if (rc == 0) {
+		m.count = g.count;
+		m.bytes = g.bytes;
+		rc = kvi_round_exchange(c->round, &me, c->h.count, c->h.bytes, &m);
+	}
+	if (rc == 0) {
+		c->r->shards_merged = m.present;
+		/* The whole cache, as the buckets present show it. */
+		cache = (uint64_t)((unsigned __int128)m.cache_bytes * KV_LAYOUT_TOP_BUCKETS /
+				   m.share_buckets);
+		if (p->global)
+			need = budget_need(o, fs_need_at(o, m.fs_used_bytes, m.fs_total_bytes),
+					   cache);
+		else
+			need = cache > p->max_bytes ? cache - p->low_bytes : 0;
+		need = (uint64_t)((unsigned __int128)need * m.share_buckets /
+				  KV_LAYOUT_TOP_BUCKETS);
+		p->need = own_share(&c->h, &g, need);
+	}
+	hist_free(&g);
+	return rc;
 }
 
 /* Narrow the boundary until the stash can hold it or it is one atime. */
@@ -932,16 +1083,20 @@ static int run_round(struct ctx *c, struct problem *p)
 
 	c->p = p;
 	/* With only an fs target the need is known before the scan, and the
-	 * scan keeps no more victims than cover it. */
-	rc = p->global && c->o->high_pct >= 0 && !c->o->max_bytes ? fs_need(c, &est) : 0;
+	 * scan keeps no more victims than cover it; a shard's is known only
+	 * after the merge. */
+	rc = p->global && c->o->high_pct >= 0 && !c->o->max_bytes && !c->round ?
+	     fs_need(c, &est) : 0;
 	c->now = kv_now_ns();
 	if (rc == 0)
-		rc = hist_init_log(&c->h, c->now);
+		rc = hist_init_log(&c->h, c->round ? kvi_round_id(c->round) * NS_PER_S : c->now);
 	heap_init(&c->heap, SCAN_HEAP_MAX,
 		  c->o->scan_heap_bytes ? c->o->scan_heap_bytes : SCAN_HEAP_BYTES, est);
 	if (rc == 0)
 		rc = walk(c, p->global ? KV_WALK_DIRS : 0, scan_cb);
-	if (rc == 0 && p->global)
+	if (rc == 0 && c->round)
+		rc = shard_need(c, p);
+	else if (rc == 0 && p->global)
 		rc = global_need(c, &p->need);
 	else if (rc == 0 && p->cache_bytes > p->max_bytes)
 		p->need = p->cache_bytes - p->low_bytes;
@@ -963,7 +1118,7 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		 struct kv_evict_report *r)
 {
 	struct ctx c = { .o = o, .r = r, .root = root };
-	struct problem g = { .global = 1 };
+	struct problem g = { .global = 1, .stage = o->nquotas };
 	uint64_t used0, total0, used, total, quota_freed = 0, gone;
 	int64_t t0 = kv_monotonic_ns();
 	struct stat st;
@@ -971,9 +1126,11 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 	int rc, reached = 1;
 
 	memset(r, 0, sizeof(*r));
+	kvi_error_clear();
 	if (o->nquotas > KV_EVICT_MAX_QUOTAS || o->high_pct > 100 ||
 	    (o->high_pct >= 0 && (o->low_pct < 0 || o->low_pct > o->high_pct)) ||
-	    o->low_bytes > o->max_bytes)
+	    o->low_bytes > o->max_bytes || o->shard_count > KV_EVICT_MAX_SHARDS ||
+	    (o->shard_count && o->shard_index >= o->shard_count))
 		return -EINVAL;
 	for (i = 0; i < o->nquotas; i++)
 		if (!o->quotas[i].model || o->quotas[i].low_bytes > o->quotas[i].max_bytes)
@@ -983,9 +1140,20 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		return -errno;
 	rc = fstat(c.rootfd, &st) < 0 ? -errno : fs_bytes(c.rootfd, &used0, &total0);
 	c.dev = st.st_dev;
+	if (rc == 0 && o->shard_count) {
+		struct kvi_round_opts ro = {
+			.index = o->shard_index, .count = o->shard_count, .dry = o->dry_run,
+			.wait_ns = o->shard_wait_ns, .notice = o->notice, .arg = o->arg,
+		};
+
+		rc = kvi_round_join(c.rootfd, &ro, &c.round);
+		if (rc == 0)
+			r->shard_round = kvi_round_id(c.round);
+	}
 	for (i = 0; rc == 0 && i < o->nquotas; i++) {
 		/* kv_walk maps a model name with '/' to its dirs. */
 		struct problem q = {
+			.stage = i,
 			.model = o->quotas[i].model,
 			.max_bytes = o->quotas[i].max_bytes,
 			.low_bytes = o->quotas[i].low_bytes,
@@ -1011,6 +1179,7 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		else if (fs_bytes(c.rootfd, &used, &total) == 0)
 			r->use_after_pct = pct(used, total);
 	}
+	kvi_round_leave(c.round);
 	close(c.rootfd);
 	r->elapsed_ns = kv_monotonic_ns() - t0;
 	return rc;

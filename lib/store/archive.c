@@ -27,6 +27,7 @@
 #include <kv/layout.h>
 #include <kv/units.h>
 #include "util/error.h"
+#include "util/le.h"
 
 /* zstd's skippable frames are 0x184D2A50..5F; this nibble is ours. */
 #define SKIP_MAGIC		0x184D2A5Bu
@@ -140,28 +141,10 @@ void kv_archive_unshuffle(void *dst, const void *src, size_t len, unsigned width
 	memcpy(d + n * width, s + n * width, len - n * width);
 }
 
-/* --- little-endian fields ---------------------------------------------- */
-
-static unsigned char *put_le(unsigned char *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		*p++ = (unsigned char)(v >> (8 * i));
-	return p;
-}
-
-static uint64_t get_le(const unsigned char *p, int bytes)
-{
-	uint64_t v = 0;
-
-	for (int i = bytes - 1; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
 /* A record's content ends in the XXH3-64 of what precedes it. */
 static int sum_ok(const unsigned char *c, size_t len)
 {
-	return get_le(c + len - SUM_BYTES, SUM_BYTES) == kv_xxh3(c, len - SUM_BYTES);
+	return kvi_get_le(c + len - SUM_BYTES, SUM_BYTES) == kv_xxh3(c, len - SUM_BYTES);
 }
 
 /* ref names a block path that parses back to ref itself, so an archive
@@ -223,8 +206,8 @@ static int write_record(struct kv_archive_writer *w, unsigned char *content, siz
 {
 	unsigned char head[FRAME_HEAD_BYTES];
 
-	put_le(content + len - SUM_BYTES, kv_xxh3(content, len - SUM_BYTES), SUM_BYTES);
-	put_le(put_le(head, SKIP_MAGIC, 4), len, 4);
+	kvi_put_le(content + len - SUM_BYTES, kv_xxh3(content, len - SUM_BYTES), SUM_BYTES);
+	kvi_put_le(kvi_put_le(head, SKIP_MAGIC, 4), len, 4);
 	if (!w->err)
 		w->err = kv_write_full(w->fd, head, sizeof(head));
 	if (!w->err)
@@ -254,8 +237,8 @@ int kv_archive_writer_open(int fd, const struct kv_archive_write_opts *opts,
 		return -ENOMEM;
 	}
 	p = (unsigned char *)memcpy(head, TAG_HEADER, TAG_BYTES) + TAG_BYTES;
-	p = put_le(p, KV_ARCHIVE_VERSION, 4);
-	put_le(p, 0, 4);	/* flags: none defined in version 1 */
+	p = kvi_put_le(p, KV_ARCHIVE_VERSION, 4);
+	kvi_put_le(p, 0, 4);	/* flags: none defined in version 1 */
 	ret = write_record(w, head, sizeof(head));
 	if (ret < 0) {
 		kv_archive_writer_close(w);
@@ -404,18 +387,18 @@ int kv_archive_write(struct kv_archive_writer *w, struct kv_archive_entry *e,
 	if (grow(&w->rec, &w->rec_cap, rl) < 0)
 		return -ENOMEM;
 	p = (unsigned char *)memcpy(w->rec, TAG_ENTRY, TAG_BYTES) + TAG_BYTES;
-	p = put_le(p, (v0 ? ENTRY_LLMD_V0 : 0) |
+	p = kvi_put_le(p, (v0 ? ENTRY_LLMD_V0 : 0) |
 		   (v0 && e->ref.group_dir ? ENTRY_GROUP_DIR : 0), 4);
-	p = put_le(p, e->ref.rank, 4);
-	p = put_le(p, e->ref.group, 4);
-	p = put_le(p, e->shuffle_bytes, 4);
-	p = put_le(p, e->size_bytes, 8);
-	p = put_le(p, e->stored_bytes, 8);
-	p = put_le(p, e->xxh3, 8);
-	p = (unsigned char *)memcpy(put_le(p, hl, 2), e->ref.hash, hl) + hl;
-	p = (unsigned char *)memcpy(put_le(p, ml, 2), e->ref.model_dir, ml) + ml;
-	p = (unsigned char *)memcpy(put_le(p, dl, 2), e->ref.dtype, dl) + dl;
-	p = put_le(p, v0 ? 0 : e->config_len, 4);
+	p = kvi_put_le(p, e->ref.rank, 4);
+	p = kvi_put_le(p, e->ref.group, 4);
+	p = kvi_put_le(p, e->shuffle_bytes, 4);
+	p = kvi_put_le(p, e->size_bytes, 8);
+	p = kvi_put_le(p, e->stored_bytes, 8);
+	p = kvi_put_le(p, e->xxh3, 8);
+	p = (unsigned char *)memcpy(kvi_put_le(p, hl, 2), e->ref.hash, hl) + hl;
+	p = (unsigned char *)memcpy(kvi_put_le(p, ml, 2), e->ref.model_dir, ml) + ml;
+	p = (unsigned char *)memcpy(kvi_put_le(p, dl, 2), e->ref.dtype, dl) + dl;
+	p = kvi_put_le(p, v0 ? 0 : e->config_len, 4);
 	if (!v0)
 		memcpy(p, e->config, e->config_len);
 	ret = write_record(w, w->rec, rl);
@@ -430,7 +413,7 @@ int kv_archive_writer_finish(struct kv_archive_writer *w)
 {
 	unsigned char end[END_BYTES];
 
-	put_le((unsigned char *)memcpy(end, TAG_END, TAG_BYTES) + TAG_BYTES, w->entries, 8);
+	kvi_put_le((unsigned char *)memcpy(end, TAG_END, TAG_BYTES) + TAG_BYTES, w->entries, 8);
 	return write_record(w, end, sizeof(end));
 }
 
@@ -557,7 +540,7 @@ static uint64_t take(struct cursor *c, int bytes)
 		c->short_ = 1;
 		return 0;
 	}
-	v = get_le(c->p, bytes);
+	v = kvi_get_le(c->p, bytes);
 	c->p += bytes;
 	return v;
 }
@@ -646,8 +629,8 @@ static int check_record(struct kv_archive_reader *r, size_t *len, struct kv_arch
 	if (ret < 0)
 		return ret;
 	c = r->buf + r->start;
-	size = get_le(c + 4, 4);
-	if (get_le(c, 4) != SKIP_MAGIC)
+	size = kvi_get_le(c + 4, 4);
+	if (kvi_get_le(c, 4) != SKIP_MAGIC)
 		return kvi_fail(-KV_EPROTO, "byte %llu: not an archive record",
 				(unsigned long long)r->pos);
 	if (size < TAG_BYTES + SUM_BYTES || size > RECORD_MAX_BYTES)
@@ -732,15 +715,15 @@ int kv_archive_reader_open(int fd, const struct kv_archive_read_opts *opts,
 		ret = kvi_fail(-KV_ESHORT, r->end == 0 ? "empty input: not an archive" :
 			       "input of %zu bytes: too short for an archive", r->end);
 	c = r->buf + FRAME_HEAD_BYTES;
-	if (ret == 0 && (get_le(r->buf, 4) != SKIP_MAGIC || memcmp(c, TAG_HEADER, TAG_BYTES)))
+	if (ret == 0 && (kvi_get_le(r->buf, 4) != SKIP_MAGIC || memcmp(c, TAG_HEADER, TAG_BYTES)))
 		ret = kvi_fail(-KV_EPROTO, "not a kvtools archive");
 	/* The version sits right after the tag in every version. */
-	version = ret == 0 ? get_le(c + TAG_BYTES, 4) : 0;
+	version = ret == 0 ? kvi_get_le(c + TAG_BYTES, 4) : 0;
 	if (ret == 0 && version != KV_ARCHIVE_VERSION)
 		ret = kvi_fail(-EPROTONOSUPPORT, "archive version %llu; this libkv reads "
 			       "version %d", (unsigned long long)version, KV_ARCHIVE_VERSION);
-	if (ret == 0 && (get_le(r->buf + 4, 4) != HEADER_BYTES || !sum_ok(c, HEADER_BYTES) ||
-			 get_le(c + TAG_BYTES + 4, 4) != 0))
+	if (ret == 0 && (kvi_get_le(r->buf + 4, 4) != HEADER_BYTES || !sum_ok(c, HEADER_BYTES) ||
+			 kvi_get_le(c + TAG_BYTES + 4, 4) != 0))
 		ret = kvi_fail(-KV_EPROTO, "damaged archive header");
 	if (ret < 0) {
 		kv_archive_reader_close(r);
@@ -782,7 +765,7 @@ int kv_archive_next(struct kv_archive_reader *r, struct kv_archive_entry *e)
 		return ret;
 	}
 	if (!memcmp(r->buf + r->start + FRAME_HEAD_BYTES, TAG_END, TAG_BYTES)) {
-		uint64_t n = get_le(r->buf + r->start + FRAME_HEAD_BYTES + TAG_BYTES, 8);
+		uint64_t n = kvi_get_le(r->buf + r->start + FRAME_HEAD_BYTES + TAG_BYTES, 8);
 
 		consume(r, FRAME_HEAD_BYTES + len);
 		r->ended = 1;

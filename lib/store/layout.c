@@ -300,6 +300,19 @@ int kv_layout_hash_bucket_parse(const char *name)
 	return top_bucket_ok(name, strlen(name)) ? 0 : -KV_EBADPATH;
 }
 
+int kv_layout_bucket_shard(const char *name, unsigned count)
+{
+	unsigned v = 0;
+
+	if (count == 0 || count > KV_LAYOUT_TOP_BUCKETS)
+		return -EINVAL;
+	if (!name || !top_bucket_ok(name, strlen(name)))
+		return -KV_EBADPATH;
+	for (int i = 0; i < 3; i++)
+		v = v * 16 + (unsigned)(name[i] <= '9' ? name[i] - '0' : name[i] - 'a' + 10);
+	return (int)(v * count / KV_LAYOUT_TOP_BUCKETS);
+}
+
 /* llmd-v0 also had plain "<hh>" buckets (group 0); *grouped says which. */
 static int leaf_bucket_split(const char *s, size_t n, enum kv_layout_kind layout,
 			     unsigned *group, int *grouped)

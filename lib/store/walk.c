@@ -7,6 +7,8 @@
  * relative to an open directory fd, with symlinks and mount crossings
  * refused by the kernel (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV),
  * so a tree that changes under us cannot lead the walk outside the root.
+ * With a shard filter a walk reads the root and the rank dirs, and
+ * descends only into the buckets of its shard.
  * Memory is a few getdents buffers per thread plus the queue, whatever
  * the size of the tree.
  */
@@ -70,6 +72,7 @@ struct walk {
 	unsigned flags;
 	const char *model;
 	int rank;
+	unsigned shard, shards;	/* shards > 1: a shard filter */
 	kv_walk_fn fn;
 	void *arg;
 
@@ -128,6 +131,18 @@ static int dirit_next(struct dirit *it, struct dirent64 **out)
 		*out = d;
 		return 1;
 	}
+}
+
+/* Whether a top bucket <hhh> is this walk's to descend into. */
+static int bucket_ours(const struct walk *w, const char *name)
+{
+	return w->shards <= 1 || kv_layout_bucket_shard(name, w->shards) == (int)w->shard;
+}
+
+/* What lies outside the buckets is reported once, by shard 0. */
+static int outside_ours(const struct walk *w)
+{
+	return w->shards <= 1 || w->shard == 0;
 }
 
 /* Open a subdirectory without following a symlink or crossing a mount:
@@ -501,17 +516,20 @@ static int walk_rank_fd(struct worker *wk, int parentfd, int fd, const char *nam
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		struct kv_walk_entry e;
 		int type = d->d_type;
+		int bucket = kv_layout_hash_bucket_parse(d->d_name) == 0;
 
 		rc = atomic_load_explicit(&w->stop, memory_order_relaxed);
 		if (rc)
 			break;
+		if (bucket ? !bucket_ours(w, d->d_name) : !outside_ours(w))
+			continue;
 		/* A bucket this thread walked itself reused the path. */
 		path_push(wk, 0, name);
 		if (path_push(wk, len, d->d_name) < 0)
 			continue;
-		if (type != DT_DIR || kv_layout_hash_bucket_parse(d->d_name) < 0)
+		if (type != DT_DIR || !bucket)
 			type = classify(wk, fd, d, len + 1, ref, 1, &e, &rc);
-		if (type == DT_DIR && kv_layout_hash_bucket_parse(d->d_name) == 0)
+		if (type == DT_DIR && bucket)
 			queue_push(wk, rd, d->d_name);
 		else if (type)
 			rc = emit_at(wk, KV_WALK_FOREIGN, fd, len + 1, ref, 1, 0, &e);
@@ -665,10 +683,12 @@ static int v0_dir(struct worker *wk, int fd, const char *dir, enum v0_level leve
 			want = strlen(d->d_name) <= KV_DTYPE_DIR_MAX;
 			break;
 		}
+		if (!want && !outside_ours(w))
+			continue;
 		if (type != DT_DIR || !want)
 			type = classify(wk, fd, d, dlen + 1, NULL, 0, &e, &rc);
 		if (type != DT_DIR || !want) {
-			if (type && !(w->model || w->rank >= 0))
+			if (type && !(w->model || w->rank >= 0) && outside_ours(w))
 				rc = emit_at(wk, KV_WALK_FOREIGN, fd, dlen + 1, NULL, 0, 0, &e);
 			continue;
 		}
@@ -736,6 +756,8 @@ static int walk_root(struct worker *wk)
 		    (!kv_layout_model_matches(w->model, ref.model_dir) ||
 		     (kind == ROOT_RANK && ref.rank != (unsigned)w->rank && w->rank >= 0)))
 			continue;
+		if (kind == ROOT_MODEL && !outside_ours(w))
+			continue;
 		if (path_push(wk, 0, d->d_name) < 0)
 			continue;
 		if (type != DT_DIR || kind == ROOT_OTHER)
@@ -747,7 +769,7 @@ static int walk_root(struct worker *wk)
 		else if (type == DT_DIR && d->d_name[0] != '.' &&
 			 v0_probe(wk, w->rootfd, d->d_name, LVL_V0_MODEL))
 			rc = walk_v0(wk, d->d_name);
-		else if (type && !filtered)
+		else if (type && !filtered && outside_ours(w))
 			rc = emit_at(wk, KV_WALK_FOREIGN, w->rootfd, 0, NULL, 0, 0, &e);
 	}
 	if (!rc && n < 0) {
@@ -829,7 +851,9 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	struct stat st;
 	int rc;
 
-	if (!root || !fn)
+	if (!root || !fn || (opts && (opts->shard_count > KV_LAYOUT_TOP_BUCKETS ||
+				      (opts->shard_count > 1 &&
+				       opts->shard_index >= opts->shard_count))))
 		return -EINVAL;
 	w = calloc(1, sizeof(*w));
 	if (!w)
@@ -849,6 +873,8 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	w->flags = opts ? opts->flags : 0;
 	w->rank = opts ? opts->rank : -1;
 	w->model = opts ? opts->model : NULL;
+	w->shard = opts ? opts->shard_index : 0;
+	w->shards = opts ? opts->shard_count : 0;
 	w->fn = fn;
 	w->arg = arg;
 	pthread_mutex_init(&w->cb_lock, NULL);

@@ -130,6 +130,28 @@ print("ok")' "$BATS_TEST_TMPDIR/sub.out"
 	assert_output ok
 }
 
+@test "kvevict --shard --events: each shard announces what it deleted; together each deleted block once" {
+	mkblocks 60
+	port=$(free_port)
+	start_sub --bind "tcp://127.0.0.1:$port"
+	for i in 0 1; do
+		kvevict --shard "$i/2" --max-bytes 120K --low-bytes 100K --hot 0 --ndjson \
+			--events "tcp://127.0.0.1:$port" > "$BATS_TEST_TMPDIR/out.$i" &
+		pids[i]=$!
+	done
+	wait "${pids[0]}"
+	wait "${pids[1]}"
+	stop_sub
+	deleted=$(cat "$BATS_TEST_TMPDIR"/out.* | $PY -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    if r.get("event") == "BlockRemoved": print(r["hash"])' | low64 "$MODEL")
+	[ -n "$deleted" ] && [ -s "$BATS_TEST_TMPDIR/out.0" ] && [ -s "$BATS_TEST_TMPDIR/out.1" ]
+	[ "$(echo "$deleted" | wc -l)" -lt 60 ]
+	diff <(echo "$deleted") <(hashes BlockRemoved | sort)
+}
+
 @test "kvls --announce: a big volume goes in several messages, their sequence numbers strictly increasing" {
 	mkblocks 2100 notouch
 	port=$(free_port)

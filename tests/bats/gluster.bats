@@ -85,3 +85,8 @@ teardown() {
 @test "glusterfs: kvoffd writes behind onto it, another node's kvoffd reads through from it" {
 	sv_offd
 }
+
+@test "glusterfs: two nodes, one kvevict shard on each, delete what one run deletes" {
+	requires python3
+	sv_shards
+}

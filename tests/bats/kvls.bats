@@ -211,6 +211,7 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	mkdir "$KV_ROOT/broken_model_bbbbbbbbbbbb"
 	echo '{"model_name": ' > "$KV_ROOT/broken_model_bbbbbbbbbbbb/config.json"
 	: > "$KV_ROOT/.kvevict.lock"
+	mkdir "$KV_ROOT/.kvevict"
 
 	run --separate-stderr kvls --check -J
 	[ "$status" -eq 1 ]

@@ -41,3 +41,8 @@ teardown() {
 @test "latfs: kvoffd writes behind onto it, another node's kvoffd reads through from it" {
 	sv_offd
 }
+
+@test "latfs: two nodes, one kvevict shard on each, delete what one run deletes" {
+	requires python3
+	sv_shards
+}

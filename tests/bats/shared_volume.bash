@@ -99,3 +99,37 @@ sv_offd() {
 	kvget --daemon "$SOCK" --model-dir "$md" ccccc00000000003 | cmp - "$BATS_TEST_TMPDIR/pccccc3"
 	stop_daemon
 }
+
+# Two shards of kvevict, one on each node, split the volume and delete
+# what one run deletes (the tree of tests/fixtures/shard_tree.py, whose
+# atimes make the choice exact); each deletes only in its own buckets.
+sv_shards() {
+	local fix=$BATS_TEST_DIRNAME/../fixtures i p d
+	python3 "$fix/shard_tree.py" "$A" 200 > "$BATS_TEST_TMPDIR/manifest"
+	kvevict --root "$A" --dry-run --ndjson --max-bytes 1500K --low-bytes 1000K |
+		jq -r .path | sort > "$BATS_TEST_TMPDIR/ref"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ref")" -gt 50 ]
+	kvevict --root "$A" --shard 0/2 --ndjson --max-bytes 1500K --low-bytes 1000K \
+		> "$BATS_TEST_TMPDIR/out.0" &
+	i=$!
+	kvevict --root "$B" --shard 1/2 --ndjson --max-bytes 1500K --low-bytes 1000K \
+		> "$BATS_TEST_TMPDIR/out.1"
+	wait "$i"
+	for i in 0 1; do
+		while read -r p; do
+			d=${p%/*}
+			d=${d%/*}
+			[ $((0x${d##*/} * 2 / 4096)) -eq "$i" ] || fail "shard $i deleted $p"
+		done < <(jq -r .path "$BATS_TEST_TMPDIR/out.$i")
+	done
+	cat "$BATS_TEST_TMPDIR"/out.* | jq -r .path | sort > "$BATS_TEST_TMPDIR/sharded"
+	# precision: what the shards deleted that one run deletes too, >= 0.99
+	awk -v a="$(wc -l < "$BATS_TEST_TMPDIR/sharded")" \
+	    -v b="$(comm -12 "$BATS_TEST_TMPDIR/sharded" "$BATS_TEST_TMPDIR/ref" | wc -l)" \
+		'BEGIN { exit !(a > 0 && b / a >= 0.99) }' ||
+		fail "$(comm -3 "$BATS_TEST_TMPDIR/sharded" "$BATS_TEST_TMPDIR/ref")"
+	[ $(($(wc -l < "$BATS_TEST_TMPDIR/sharded") - $(wc -l < "$BATS_TEST_TMPDIR/ref"))) -le 2 ]
+	# both nodes see what is left
+	[ "$(cd "$B" && find . -name '*.bin' | wc -l)" -eq \
+	  $((200 - $(wc -l < "$BATS_TEST_TMPDIR/sharded"))) ]
+}

@@ -287,6 +287,40 @@ static void test_buckets(void)
 	CHECK(!kv_layout_model_matches("org", "org_m_0123456789ab"));
 }
 
+/* Shards of the bucket space: contiguous, even, one owner each. */
+static void test_bucket_shard(void)
+{
+	char name[4];
+	unsigned owned[7] = { 0 };
+	int last = 0;
+
+	for (unsigned v = 0; v < KV_LAYOUT_TOP_BUCKETS; v++) {
+		int s;
+
+		snprintf(name, sizeof(name), "%03x", v);
+		s = kv_layout_bucket_shard(name, 7);
+		CHECK(s >= last && s < 7);
+		if (s >= 0 && s < 7) {
+			owned[s]++;
+			last = s;
+		}
+		CHECK(kv_layout_bucket_shard(name, 1) == 0);
+		CHECK(kv_layout_bucket_shard(name, KV_LAYOUT_TOP_BUCKETS) == (int)v);
+		CHECK(kv_layout_bucket_shard(name, 4) == (int)(v / 1024));
+	}
+	for (int s = 0; s < 7; s++)
+		CHECK(owned[s] == 585 || owned[s] == 586);
+	CHECK(kv_layout_bucket_shard("fff", 2) == 1);
+	CHECK(kv_layout_bucket_shard("7ff", 2) == 0);
+	CHECK(kv_layout_bucket_shard("800", 2) == 1);
+	CHECK(kv_layout_bucket_shard("FFF", 2) == -KV_EBADPATH);
+	CHECK(kv_layout_bucket_shard("ff", 2) == -KV_EBADPATH);
+	CHECK(kv_layout_bucket_shard("fff0", 2) == -KV_EBADPATH);
+	CHECK(kv_layout_bucket_shard(NULL, 2) == -KV_EBADPATH);
+	CHECK(kv_layout_bucket_shard("fff", 0) == -EINVAL);
+	CHECK(kv_layout_bucket_shard("fff", KV_LAYOUT_TOP_BUCKETS + 1) == -EINVAL);
+}
+
 /* llm-d before #585: the model name's '/' kept as dirs, parameters as
  * dirs, <hh> buckets with or without _g<G>, 16-hex names of that era. */
 static void test_v0(void)
@@ -347,6 +381,7 @@ int main(void)
 {
 	test_v0();
 	test_buckets();
+	test_bucket_shard();
 	test_hash();
 	test_model_names();
 	test_dir_parse();

@@ -418,6 +418,95 @@ static void test_many(void)
 	}
 }
 
+static int seen_cmp(const void *a, const void *b)
+{
+	const struct seen *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+
+	return c ? c : (int)x->kind - (int)y->kind;
+}
+
+/* The top bucket a path passes through, if it reaches one: the
+ * component after a rank dir (v1) or after a llmd-v0 dtype dir. */
+static const char *top_bucket_of(const char *path, char *buf)
+{
+	const char *p = path;
+
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+
+		if (n == 3 && p != path) {
+			memcpy(buf, p, 3);
+			buf[3] = '\0';
+			if (kv_layout_hash_bucket_parse(buf) == 0)
+				return buf;
+		}
+		if (!slash)
+			return NULL;
+		p = slash + 1;
+	}
+}
+
+/* Shards split the walk: each bucket in exactly one shard (the layout's
+ * rule), what lies outside the buckets in shard 0 only, and together
+ * exactly the entries of the unfiltered walk, in both layouts. */
+static void test_shards(void)
+{
+	static const unsigned counts[] = { 1, 2, 3, 4, 7, 4096 };
+	static struct seen all[MAX_SEEN], got[MAX_SEEN];
+	struct kv_walk_opts o = { .threads = 2, .rank = -1 };
+	int nall, ngot;
+	char buf[4], buf2[PATH_MAX];
+
+	mkdirs("org/m/block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/"
+	       "rank_0/bfloat16/fed/cb_g0");
+	mkfile("org/m/block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/"
+	       "rank_0/bfloat16/fed/cb_g0/fedcb22222.bin", 5);
+	mkdirs("org/m/block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/"
+	       "rank_0/bfloat16/001/23");
+	mkfile("org/m/block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/"
+	       "rank_0/bfloat16/001/23/00123aaaaa.bin", 5);
+	CHECK(walk(2, NULL, -1, KV_WALK_DIRS) == 0);
+	nall = nseen;
+	memcpy(all, seen, (size_t)nseen * sizeof(*seen));
+	qsort(all, (size_t)nall, sizeof(*all), seen_cmp);
+	CHECK(find("org/m/block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/"
+		   "rank_0/bfloat16/001/23/00123aaaaa.bin") != NULL);
+	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+		ngot = 0;
+		for (unsigned i = 0; i < counts[c]; i++) {
+			o.shard_index = i;
+			o.shard_count = counts[c];
+			o.flags = KV_WALK_DIRS;
+			nseen = 0;
+			CHECK(kv_walk(root, &o, collect, NULL) == 0);
+			for (int k = 0; k < nseen; k++) {
+				const char *top = top_bucket_of(seen[k].path, buf);
+
+				if (top)
+					CHECK(kv_layout_bucket_shard(top, counts[c]) == (int)i);
+				else
+					CHECK(i == 0 || seen[k].kind == KV_WALK_ERROR);
+				if (ngot < MAX_SEEN)
+					got[ngot++] = seen[k];
+			}
+		}
+		qsort(got, (size_t)ngot, sizeof(*got), seen_cmp);
+		CHECK(ngot == nall);
+		for (int k = 0; k < ngot && k < nall; k++)
+			CHECK(!seen_cmp(&got[k], &all[k]));
+	}
+	o.shard_count = 4;
+	o.shard_index = 4;
+	CHECK(kv_walk(root, &o, collect, NULL) == -EINVAL);
+	o.shard_count = KV_LAYOUT_TOP_BUCKETS + 1;
+	o.shard_index = 0;
+	CHECK(kv_walk(root, &o, collect, NULL) == -EINVAL);
+	snprintf(buf2, sizeof(buf2), "%s/org", root);
+	rm_tree(buf2);
+}
+
 int main(void)
 {
 	/* tmpfs where there is one: thousands of small dirs, no disk. */
@@ -443,6 +532,7 @@ int main(void)
 	test_dirs_filters_stop();
 	test_stop_and_bad_roots();
 	test_many();
+	test_shards();
 
 	snprintf(path, sizeof(path), "%s/%s_r0/abc", root, MD);
 	must(chmod(path, 0) == 0, path);

@@ -9,7 +9,8 @@
  * than the cut-off plus exactly as many of the boundary bucket's oldest
  * (kept in a bounded heap) as the target needs.  Each file is re-checked
  * with fstatat() just before unlinkat(), so a block read meanwhile stays.
- * See kvevict(8).
+ * Shards split one root's buckets among runs on several nodes that agree
+ * on the cut-off through state files under the root.  See kvevict(8).
  */
 
 #include <stddef.h>
@@ -21,7 +22,9 @@ extern "C" {
 #endif
 
 #define KV_EVICT_LOCK_NAME	".kvevict.lock"	/* at the root */
+#define KV_EVICT_STATE_DIR	".kvevict"	/* at the root: shards' state */
 #define KV_EVICT_MAX_QUOTAS	64
+#define KV_EVICT_MAX_SHARDS	KV_LAYOUT_TOP_BUCKETS
 
 /* A per-model byte budget: model is a model dir name or a model name
  * ('/' allowed) matching every fingerprint of it. */
@@ -65,7 +68,19 @@ struct kv_evict_opts {
 	/* Optional, called once just before the first unlink of a run, after
 	 * the scan decided what goes (tests use it to race a reader). */
 	void (*before_first_unlink)(void *arg);
-	void *arg;			/* for both callbacks */
+	void *arg;			/* for all callbacks */
+	/* Sharded eviction: shard_count >= 1 runs (one per node, up to
+	 * KV_EVICT_MAX_SHARDS) split the root's top buckets
+	 * (kv_layout_bucket_shard), each walking only its own, and agree on
+	 * one LRU cut-off through state files in <root>/.kvevict/ (kv(7)):
+	 * this run is shard_index, frees its share of what the targets ask,
+	 * and waits at most shard_wait_ns for the others' state, freeing
+	 * no more than its share without it.  0: not sharded. */
+	unsigned shard_index, shard_count;
+	uint64_t shard_wait_ns;
+	/* Optional: what a sharded run has to say on the way (a shard
+	 * missing, a state file ignored and why). */
+	void (*notice)(const char *text, void *arg);
 };
 
 struct kv_evict_report {
@@ -84,6 +99,11 @@ struct kv_evict_report {
 	unsigned walks;			/* full or model walks performed */
 	int64_t cutoff_atime_ns;	/* newest atime deleted, 0 if none */
 	int64_t elapsed_ns;
+	/* Sharded runs (the counts above are then this shard's): the round
+	 * joined, in seconds since the epoch, and how many shards' state
+	 * the last stage merged, this one's included. */
+	int64_t shard_round;
+	unsigned shards_merged;
 };
 
 /* Filesystem use of path in percent, as df(1): used / (used + available
@@ -94,9 +114,17 @@ int kv_evict_fs_use(const char *path, double *use_pct);
  * closed.  -EWOULDBLOCK when another holds it and wait is 0. */
 int kv_evict_lock(const char *root, int wait, int *fd);
 
+/* The lock of shard index of a sharded run: a shared flock on
+ * "<root>/.kvevict.lock" (so that an unsharded run and shards exclude
+ * each other, and shards do not) and an exclusive one on
+ * "<root>/.kvevict/lock.<index>"; fd[0] and fd[1] hold them until
+ * closed.  -EWOULDBLOCK when another holds either and wait is 0. */
+int kv_evict_lock_shard(const char *root, unsigned index, int wait, int fd[2]);
+
 /* Remove orphans and empty dirs, then evict by the thresholds, budget
  * and quotas in opts; fills report.  -EINVAL when a low target is above
- * its high one; -errno when the root cannot be opened or walked. */
+ * its high one or the shard is out of range; -errno when the root (or,
+ * sharded, its state dir) cannot be opened or walked. */
 int kv_evict_run(const char *root, const struct kv_evict_opts *opts,
 		 struct kv_evict_report *report);
 

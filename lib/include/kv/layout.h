@@ -31,6 +31,7 @@ extern "C" {
 #define KV_TEMP_SUFFIX		".tmp"
 #define KV_LAYOUT_V0_MODEL_DEPTH 4	/* llmd-v0: dirs a model name may span */
 #define KV_DTYPE_DIR_MAX	63	/* llmd-v0: the <dtype> dir name */
+#define KV_LAYOUT_TOP_BUCKETS	4096	/* <hhh> values, in every layout */
 
 enum kv_layout_kind {
 	KV_LAYOUT_V1,		/* <safe_model>_<d12>_r<rank>/... (current) */
@@ -83,6 +84,13 @@ int kv_layout_rank_dir_parse(const char *name, struct kv_block_ref *ref);
 /* 0 if name is a first-level bucket dir ("<hhh>", lowercase hex), else
  * -KV_EBADPATH. */
 int kv_layout_hash_bucket_parse(const char *name);
+
+/* Which of count shards (1 to KV_LAYOUT_TOP_BUCKETS) owns the
+ * first-level bucket dir name ("<hhh>", a block's hash's first three
+ * digits): floor(value * count / 4096).  Shards own contiguous ranges
+ * that differ by at most one bucket, and every block has one owner, in
+ * every layout.  -KV_EBADPATH for another name, -EINVAL for a bad count. */
+int kv_layout_bucket_shard(const char *name, unsigned count);
 
 /* 0 if name is a second-level bucket dir of that layout ("<hh>_g<group>",
  * the group in canonical decimal; llmd-v0 also "<hh>", group 0), filling

@@ -55,6 +55,13 @@ struct kv_walk_opts {
 				   model name matching any fingerprint); NULL: all */
 	int rank;		/* only this rank; -1: all */
 	unsigned flags;
+	/* shard_count > 1: only the top buckets <hhh> that
+	 * kv_layout_bucket_shard() gives to shard_index (the others are
+	 * skipped unread), and, in shard 0 alone, what lies outside any
+	 * bucket: model dirs and their config.json, foreign entries at the
+	 * root and in rank dirs.  Every shard reads the root and the rank
+	 * dirs, and reports their errors.  0 or 1: everything. */
+	unsigned shard_index, shard_count;
 };
 
 /* Called for each entry; the walk holds a lock so calls never overlap.
@@ -70,7 +77,9 @@ unsigned kv_walk_default_threads(int fd);
 
 /* Walk root.  0 when done (unreadable subdirs were reported as
  * KV_WALK_ERROR entries, not failures); -errno when the root itself
- * cannot be opened; or the callback's non-zero return. */
+ * cannot be opened; -EINVAL for a shard_index not below shard_count or
+ * a shard_count above KV_LAYOUT_TOP_BUCKETS; or the callback's non-zero
+ * return. */
 int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	    kv_walk_fn fn, void *arg);
 
