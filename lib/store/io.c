@@ -37,6 +37,7 @@
 #define MAX_SQE_BYTES		(1u << 30)	/* one SQE moves at most this */
 #define TEMP_OPEN_TRIES		8
 #define MKDIR_TRIES		3
+#define RENAME_TRIES		5	/* backing off from 2 ms to 64 ms */
 
 enum { DIRECT_UNKNOWN = -1, DIRECT_NO = 0, DIRECT_YES = 1 };
 
@@ -459,10 +460,19 @@ static int put_commit(struct kv_io *io, struct slot *s)
 
 		/* A distributed filesystem (GlusterFS's DHT) may fail a rename
 		 * over a target that another node unlinks at that moment with
-		 * ENOENT, though our temp is there: try again. */
-		while (err == ENOENT && tries++ < MKDIR_TRIES &&
-		       fstatat(s->dirfd, s->tmp, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		 * ENOENT, whether or not it moved our temp: while the temp is
+		 * there, try again, a little later each time; once it is gone,
+		 * the rename took effect (nothing else removes a young temp). */
+		while (err == ENOENT) {
+			if (fstatat(s->dirfd, s->tmp, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				err = errno == ENOENT ? 0 : err;
+				break;
+			}
+			if (tries++ == RENAME_TRIES)
+				break;
+			usleep(1000u << tries);
 			err = renameat(s->dirfd, s->tmp, s->dirfd, rel + dir_len(rel)) < 0 ? errno : 0;
+		}
 		if (err)
 			return finish(io, s, -err);
 	}
