@@ -65,7 +65,7 @@
 # its own) until statvfs shows L, and the evictor is then killed.  It deletes in the
 # order its crawlers find files, not oldest first.
 #
-# Usage: [FILES=20000] [DATA_PCT=100] [DELAY_US=500] [RUNS=3] [BUILD=build]
+# Usage: [FILES=20000] [DATA_PCT=100] [DELAY_US=500] [RUNS=3] [BUILD=build] [FS="latfs tmpfs"]
 #        [PVC_EVICTOR=DIR] bench/latfs.sh
 # Needs root (mount), /dev/fuse, latfs (make, with libfuse3-dev).
 set -euo pipefail
@@ -79,6 +79,7 @@ DATA_PCT=${DATA_PCT:-100}
 DELAY_US=${DELAY_US:-500}
 RUNS=${RUNS:-3}
 PVC_EVICTOR=${PVC_EVICTOR:-}
+FS=${FS:-latfs tmpfs}	# "tmpfs" alone: a bigger tree without hours on latfs
 PAGE=4096
 FIND_FMT='%P %s %b %A@ %T@\n'
 
@@ -193,7 +194,7 @@ sides_ls=(kvls find)
 evict_sides=(kvevict pipeline)
 [ -z "$PVC_EVICTOR" ] || evict_sides+=(pvc)
 for run in $(seq 1 "$RUNS"); do
-	for fs in latfs tmpfs; do
+	for fs in $FS; do
 		root=$(dir_of "$fs")
 		for k in 0 1; do
 			side=${sides_ls[(k + run) % 2]}
@@ -231,7 +232,7 @@ done
 
 echo
 echo "best of $RUNS:"
-for fs in latfs tmpfs; do
+for fs in $FS; do
 	echo "$fs: kvls $(best "$fs" kvls) s, find $(best "$fs" find) s: kvls/find $(ratio "$(best "$fs" kvls)" "$(best "$fs" find)")"
 	echo "$fs: kvevict $(best "$fs" kvevict) s, pipeline $(best "$fs" pipeline) s:" \
 		"pipeline/kvevict $(ratio "$(best "$fs" pipeline)" "$(best "$fs" kvevict)")" \
@@ -242,6 +243,7 @@ for fs in latfs tmpfs; do
 	fi
 done
 for t in 8 16 32 64; do
+	[ -e "$work/rate.$t" ] || continue
 	r=$(sort -n "$work/rate.$t" | tail -1)
 	echo "latfs: kvls -t $t: $r ops/s, Q/L $((t * 1000000 / DELAY_US))/s, rate/(Q/L) $(ratio "$r" "$((t * 1000000 / DELAY_US))") (goal >= 0.8)"
 done
