@@ -288,7 +288,7 @@ static int reindex(struct ftier *t)
 
 	if (!err && r.err)
 		err = r.err;
-	if (!err)
+	if (!err && r.n)
 		qsort(r.v, r.n, sizeof(*r.v), by_when);
 	for (size_t i = 0; i < r.n; i++) {
 		if (!err)
