@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include "../tool.h"
 #include "kvoffd.h"
 
@@ -328,10 +329,32 @@ static int claim(struct offd *d, struct ftier *t)
 	return 0;
 }
 
+/* Two tiers on one directory would lose blocks: a move down would find
+ * the block "already there" and remove the only copy. */
+static int same_dir_twice(struct offd *d)
+{
+	struct stat st[FILE_TIERS_MAX];
+
+	for (unsigned k = 0; k < d->ntiers; k++) {
+		if (stat(d->tiers[k].root, &st[k]) < 0)
+			continue;	/* kv_io_open says why */
+		for (unsigned j = 0; j < k; j++)
+			if (st[j].st_dev == st[k].st_dev && st[j].st_ino == st[k].st_ino) {
+				tool_err("tiers %u and %u are the same directory ('%s', '%s')",
+					 j, k, d->tiers[j].root, d->tiers[k].root);
+				return 1;
+			}
+	}
+	return 0;
+}
+
 int tiers_open(struct offd *d)
 {
 	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags };
 	int err;
+
+	if (same_dir_twice(d))
+		return -EINVAL;
 
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		struct ftier *t = &d->tiers[k];

@@ -112,6 +112,10 @@ hashes() {
 	run kvoffd --tier "local:$BATS_TEST_TMPDIR/none:1G" --tier "shared:$SHARED" \
 		--socket "$SOCK" --cpu-bytes 4M
 	assert_failure 3
+	# One directory as two tiers: a move down would remove the only copy.
+	run kvoffd --tier "local:$SHARED:1G" --tier "shared:$SHARED/." --socket "$SOCK" --cpu-bytes 4M
+	assert_failure 3
+	assert_output --partial "are the same directory"
 }
 
 @test "kvoffd tiers: past the local capacity the oldest move to shared, each block in one place, every byte readable" {
