@@ -568,12 +568,11 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 
 static int op_has(struct offd *d, const char *path, struct kv_offd_result *r)
 {
-	uint64_t size;
 	int err = 0;
 
 	if (kv_slots_find(d->store, path) != KV_SLOT_NONE)
 		r->len = KV_OFFD_IN_RAM;
-	else if ((err = tiers_locate(d, path, &size)) >= 0)
+	else if ((err = tiers_locate(d, path, NULL)) >= 0)
 		r->len = KV_OFFD_ON_DISK;
 	return err < 0 ? err : 0;
 }
@@ -659,7 +658,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * is behind: never for a key no file tier holds. */
 		load_bytes = d->slot_bytes;
 		if (!kv_slots_nfree(d->store, 0) && storage_behind(d))
-			err = tiers_locate(d, path, &(uint64_t){ 0 });
+			err = tiers_locate(d, path, NULL);
 	} else {
 		/* The file's size picks the class it is read into: one stat
 		 * on the loop (none for a bounded tier), as a HAS costs. */
@@ -716,14 +715,13 @@ static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
 	uint32_t i = find_ready(d, path);
-	uint64_t size;
 	int err;
 
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
 		return op_pin(d, c, i, 0, r);
 	if (i != KV_SLOT_NONE)
 		return -EAGAIN;
-	err = tiers_locate(d, path, &size);
+	err = tiers_locate(d, path, NULL);
 	if (err == -ENOENT)
 		d->st.misses++;
 	return err < 0 ? err : -EAGAIN;

@@ -174,7 +174,6 @@ struct writer {
 
 struct offd {
 	/* configuration */
-	const char *root;		/* the first file tier's */
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
 	unsigned ntiers;
 	enum promote_policy promote;
@@ -215,7 +214,6 @@ struct offd {
 	uint64_t ticks;			/* timer ticks seen */
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */
-	struct kv_io *io;		/* loop thread's handle (HAS) */
 	unsigned char *results;		/* a BATCH reply's, encoded here */
 	struct writer wr;
 
@@ -224,7 +222,6 @@ struct offd {
 	const char *events_endpoint;	/* --events tcp://|ipc://, or $KV_EVENTS */
 	struct kv_events *publisher;	/* KV events for llm-d's indexer */
 	int rootfd;			/* the publisher's model names */
-	const char *pod;		/* the node's name in local topics */
 	struct kv_offd_stats st;
 	double seconds[DIR_COUNT];
 	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
@@ -239,10 +236,9 @@ void tiers_parse(struct offd *d, const char *arg);
 int tiers_open(struct offd *d);
 void tiers_close(struct offd *d);
 const char *tier_name(const struct offd *d, unsigned t);
-/* The bounded tiers holding path, as a mask; *size from the first. */
-unsigned tiers_indexed(struct offd *d, const char *path, uint64_t *size);
 /* The first tier holding path (bounded ones by their index, others by a
- * stat on the loop) and its size there; -ENOENT in none. */
+ * stat on the loop) and its size there (size may be NULL); -ENOENT in
+ * none. */
 int tiers_locate(struct offd *d, const char *path, uint64_t *size);
 /* The tiers a read-through of path tries, in order. */
 unsigned tiers_probe(struct offd *d, const char *path);

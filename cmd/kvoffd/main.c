@@ -350,7 +350,6 @@ int main(int argc, char **argv)
 		if (!d.tiers[k].capacity)
 			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
 					"unbounded", tier_name(&d, k), d.tiers[k].root);
-	d.root = d.tiers[0].root;
 	if (d.promote == PROMOTE_SECOND_HIT && !(d.seen = calloc(SEEN_SLOTS, sizeof(*d.seen))))
 		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);
@@ -423,7 +422,7 @@ int main(int argc, char **argv)
 	tool_err("serving %s: %u slots in %u size classes up to %llu bytes%s, "
 		 "file tier %s: %llu blocks, %llu bytes",
 		 d.socket_path, d.nslots, d.nclasses, (unsigned long long)d.slot_bytes,
-		 d.hugepages ? " (huge pages)" : "", d.root,
+		 d.hugepages ? " (huge pages)" : "", d.tiers[0].root,
 		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
 	for (unsigned k = 0; d.ntiers > 1 && k < d.ntiers; k++) {
 		char cap[64] = ", unbounded";

@@ -399,29 +399,13 @@ void tiers_close(struct offd *d)
 
 /* ---- moving blocks ---- */
 
-unsigned tiers_indexed(struct offd *d, const char *path, uint64_t *size)
-{
-	unsigned mask = 0;
-
-	for (unsigned k = 0; k < d->ntiers; k++) {
-		uint32_t i;
-
-		if (!d->tiers[k].capacity)
-			continue;
-		i = index_find(&d->tiers[k].idx, path);
-		if (i == INDEX_NONE)
-			continue;
-		if (!mask && size)
-			*size = d->tiers[k].idx.e[i].size;
-		mask |= 1u << k;
-	}
-	return mask;
-}
-
 int tiers_locate(struct offd *d, const char *path, uint64_t *size)
 {
+	uint64_t unused;
 	int err = -ENOENT;
 
+	if (!size)
+		size = &unused;
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		uint32_t i;
 
