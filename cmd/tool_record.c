@@ -321,6 +321,10 @@ char *tool_record_format(char *p, const struct kv_tier_entry *e)
 	p = put_u64(p, e->ref.group);
 	p = stpcpy(p, ",\"hash\":");
 	p = tool_json_str(p, e->ref.hash);
+	if (file) {
+		p = stpcpy(p, ",\"last_use_ns\":");
+		p = put_i64(p, e->last_use_ns);
+	}
 	p = stpcpy(p, ",\"model_dir\":");
 	p = tool_json_str(p, e->ref.model_dir);
 	if (file) {

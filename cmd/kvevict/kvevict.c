@@ -202,7 +202,7 @@ static void on_removed(const struct kv_evict_block *b, void *arg)
 					KV_EVENTS_SHARED_STORAGE, s->rootfd, b->ref);
 
 	if (s->out == OUT_NDJSON) {
-		tool_json_print(json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:s, s:b}",
+		tool_json_print(json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:b}",
 			"event", "BlockRemoved",
 			"path", b->path,
 			"model_dir", b->ref->model_dir,
@@ -212,6 +212,7 @@ static void on_removed(const struct kv_evict_block *b, void *arg)
 			"size_bytes", (json_int_t)b->size_bytes,
 			"alloc_bytes", (json_int_t)b->alloc_bytes,
 			"atime_ns", (json_int_t)b->atime_ns,
+			"last_use_ns", (json_int_t)b->last_use_ns,
 			"tier", "fs",
 			"dry_run", s->dry_run));
 		fflush(stdout);

@@ -484,11 +484,12 @@ static size_t models_print(struct ls *ls)
 
 /* --- per-entry work -------------------------------------------------- */
 
-static int block_matches(const struct ls *ls, int64_t atime_ns)
+/* --older-than and --newer-than, by last use (kv/lastuse.h). */
+static int block_matches(const struct ls *ls, int64_t last_use_ns)
 {
-	if (ls->has_older && atime_ns >= ls->older_cut_ns)
+	if (ls->has_older && last_use_ns >= ls->older_cut_ns)
 		return 0;
-	if (ls->has_newer && atime_ns < ls->newer_cut_ns)
+	if (ls->has_newer && last_use_ns < ls->newer_cut_ns)
 		return 0;
 	return 1;
 }
@@ -517,20 +518,22 @@ static int block_record(struct ls *ls, const struct kv_tier_entry *e)
 		n = snprintf(rec, sizeof(rec), "%6s  %4u  %4s  %4u  %5u  %s\n", size, e->pins,
 			     e->on_disk ? "yes" : "no", e->ref.rank, e->ref.group, cell);
 	} else {
-		char at[32], mt[32], alloc[16];
+		char lu[32], at[32], mt[32], alloc[16];
 
+		kv_time_format(e->last_use_ns, lu, sizeof(lu));
 		kv_time_format(e->atime_ns, at, sizeof(at));
 		kv_time_format(e->mtime_ns, mt, sizeof(mt));
 		kv_size_format(e->alloc_bytes, alloc, sizeof(alloc));
 		if (!ls->records) {
-			n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4s  %5s  %s\n",
-				     "ATIME", "MTIME", "SIZE", "ALLOC", "RANK",
+			n = snprintf(rec, sizeof(rec),
+				     "%-20s  %-20s  %-20s  %6s  %6s  %4s  %5s  %s\n",
+				     "LAST USE", "ATIME", "MTIME", "SIZE", "ALLOC", "RANK",
 				     "GROUP", "PATH");
 			if (out_write(ls, rec, (size_t)n))
 				return STOP_WRITE;
 		}
-		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
-			     at, mt, size, alloc, e->ref.rank, e->ref.group, cell);
+		n = snprintf(rec, sizeof(rec), "%-20s  %-20s  %-20s  %6s  %6s  %4u  %5u  %s\n",
+			     lu, at, mt, size, alloc, e->ref.rank, e->ref.group, cell);
 	}
 	ls->records++;
 	return out_write(ls, rec, (size_t)n);
@@ -665,7 +668,7 @@ static int on_block(struct ls *ls, const struct kv_walk_entry *e)
 	 * the time filters leave of its blocks. */
 	if (!m || model_add_rank(m, e->ref.rank) < 0)
 		return STOP_NOMEM;
-	if (!block_matches(ls, e->atime_ns))
+	if (!block_matches(ls, e->last_use_ns))
 		return 0;
 	ls->blocks++;
 	if (ls->mode == MODE_CHECK)
@@ -807,7 +810,7 @@ static int on_listed(const struct kv_tier_entry *e, void *arg)
 		tool_err("cannot read '%s': %s", e->key, kv_strerror(e->err));
 		return 0;
 	}
-	if (!block_matches(ls, e->atime_ns))
+	if (!block_matches(ls, e->fields & KV_TIER_ENTRY_FILE ? e->last_use_ns : e->atime_ns))
 		return 0;
 	ls->blocks++;
 	if (ls->events) {

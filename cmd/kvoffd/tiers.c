@@ -2,7 +2,7 @@
  * kvoffd's file tiers below its RAM pool, in order: local ones, bounded
  * (--tier local:/nvme/kv:6T), then shared storage, usually unbounded.
  * A bounded tier is the daemon's own: it claims the root with a lock
- * file, indexes its blocks at start (oldest atime first) and keeps an
+ * file, indexes its blocks at start (least recently used first) and keeps an
  * exact LRU of them; past its capacity the oldest move down, one DEMOTE
  * job each, to the next tier that takes them.  Everything here runs on
  * the event loop thread.
@@ -266,9 +266,8 @@ static int found_block(const struct kv_walk_entry *e, void *arg)
 	if (!r->v[r->n].path)
 		return r->err = -ENOMEM;
 	r->v[r->n].size = e->size_bytes;
-	/* A read stamps atime, a write mtime: whichever is later, as
-	 * kvevict orders them. */
-	r->v[r->n].when = e->atime_ns > e->mtime_ns ? e->atime_ns : e->mtime_ns;
+	/* Last use, as kvevict orders them (kv/lastuse.h). */
+	r->v[r->n].when = e->last_use_ns;
 	r->n++;
 	return 0;
 }

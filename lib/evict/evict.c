@@ -118,14 +118,15 @@ struct ctx {
 	struct kvi_round *round;	/* sharded */
 };
 
-static int is_hot(const struct kv_evict_opts *o, int64_t now, int64_t atime, int64_t mtime)
+/* Within the hot window: used (kv/lastuse.h) or written that recently. */
+static int is_hot(const struct kv_evict_opts *o, int64_t now, int64_t last_use, int64_t mtime)
 {
 	int64_t edge;
 
 	if (o->hot_ns == 0)
 		return 0;
 	edge = now - (int64_t)o->hot_ns;
-	return atime > edge || mtime > edge;
+	return last_use > edge || mtime > edge;
 }
 
 static int64_t ts_ns(struct timespec ts)
@@ -448,17 +449,18 @@ static int stash_cmp(const void *a, const void *b)
 /* ---- removal ---- */
 
 /*
- * Re-check and unlink one block at dirfd/name; cb_lock (or NULL)
- * serializes the callback.  1 removed, 0 skipped.
+ * Re-check and unlink one block at dirfd/name; used_ns is the last use
+ * the scan saw (0 if none), which a fresh atime can only move later;
+ * cb_lock (or NULL) serializes the callback.  1 removed, 0 skipped.
  */
 static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r,
 			dev_t dev, int dirfd, const char *name, uint64_t ino,
-			const char *path, const struct kv_block_ref *ref,
+			int64_t used_ns, const char *path, const struct kv_block_ref *ref,
 			pthread_mutex_t *cb_lock)
 {
 	struct stat st;
 	struct kv_evict_block b;
-	int64_t atime, mtime;
+	int64_t atime, mtime, last_use;
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 	    st.st_dev != dev || (ino && st.st_ino != ino)) {
@@ -467,7 +469,8 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
 	}
 	atime = ts_ns(st.st_atim);
 	mtime = ts_ns(st.st_mtim);
-	if (is_hot(o, kv_now_ns(), atime, mtime)) {
+	last_use = atime > used_ns ? atime : used_ns;
+	if (is_hot(o, kv_now_ns(), last_use, mtime)) {
 		r->skipped_hot++;
 		return 0;
 	}
@@ -477,14 +480,15 @@ static int remove_block(const struct kv_evict_opts *o, struct kv_evict_report *r
 	}
 	r->files_deleted++;
 	r->bytes_deleted += (uint64_t)st.st_blocks * 512;
-	if (atime > r->cutoff_atime_ns)
-		r->cutoff_atime_ns = atime;
+	if (last_use > r->cutoff_atime_ns)
+		r->cutoff_atime_ns = last_use;
 	if (o->removed) {
 		b.path = path;
 		b.ref = ref;
 		b.size_bytes = (uint64_t)st.st_size;
 		b.alloc_bytes = (uint64_t)st.st_blocks * 512;
 		b.atime_ns = atime;
+		b.last_use_ns = last_use;
 		if (cb_lock)
 			pthread_mutex_lock(cb_lock);
 		o->removed(&b, o->arg);
@@ -590,7 +594,7 @@ int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o
 		r->skipped_other++;
 		return S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL;
 	}
-	rc = remove_block(o, r, dev, fd, name, st.st_ino, relpath, &ref, NULL);
+	rc = remove_block(o, r, dev, fd, name, st.st_ino, 0, relpath, &ref, NULL);
 	dircache_drop(&dc);
 	return rc;
 }
@@ -600,7 +604,7 @@ int kv_evict_path(int rootfd, const char *relpath, const struct kv_evict_opts *o
 static int candidate(const struct ctx *c, const struct kv_walk_entry *e)
 {
 	return e->kind == KV_WALK_BLOCK && S_ISREG(e->mode) &&
-	       !is_hot(c->o, c->now, e->atime_ns, e->mtime_ns);
+	       !is_hot(c->o, c->now, e->last_use_ns, e->mtime_ns);
 }
 
 static int dir_is_empty(int dirfd, const char *name)
@@ -666,8 +670,8 @@ static int scan_cb(const struct kv_walk_entry *e, void *arg)
 			break;
 		}
 		p->cand_bytes += e->alloc_bytes;
-		hist_add(&c->h, e->atime_ns, e->alloc_bytes);
-		return heap_push(&c->heap, e->atime_ns, e->ino, e->alloc_bytes, e->path);
+		hist_add(&c->h, e->last_use_ns, e->alloc_bytes);
+		return heap_push(&c->heap, e->last_use_ns, e->ino, e->alloc_bytes, e->path);
 	case KV_WALK_CONFIG:
 	case KV_WALK_TEMP:
 		p->cache_bytes += e->alloc_bytes;
@@ -687,8 +691,8 @@ static int refine_cb(const struct kv_walk_entry *e, void *arg)
 {
 	struct ctx *c = arg;
 
-	if (candidate(c, e) && e->atime_ns >= c->p->lo && e->atime_ns <= c->p->hi)
-		hist_add(&c->h, e->atime_ns, e->alloc_bytes);
+	if (candidate(c, e) && e->last_use_ns >= c->p->lo && e->last_use_ns <= c->p->hi)
+		hist_add(&c->h, e->last_use_ns, e->alloc_bytes);
 	return 0;
 }
 
@@ -725,22 +729,24 @@ static int delete_cb(const struct kv_walk_entry *e, void *arg)
 
 	if (p->stop || !candidate(c, e))
 		return 0;
-	if (p->delete_all || e->atime_ns < p->lo) {
+	if (p->delete_all || e->last_use_ns < p->lo) {
 		first_unlink(c);
 		before = c->r->bytes_deleted;
-		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino, e->path,
+		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino,
+				 e->last_use_ns, e->path,
 				 &e->ref, NULL))
 			p->freed += c->r->bytes_deleted - before;
 		if (fs_target_met(c))
 			p->stop = 1;
-	} else if (e->atime_ns <= p->hi) {
+	} else if (e->last_use_ns <= p->hi) {
 		if (!p->ties)
-			return heap_push(&c->heap, e->atime_ns, e->ino, e->alloc_bytes, e->path);
+			return heap_push(&c->heap, e->last_use_ns, e->ino, e->alloc_bytes, e->path);
 		if (p->boundary_freed >= p->boundary_need)
 			return 0;
 		first_unlink(c);
 		before = c->r->bytes_deleted;
-		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino, e->path,
+		if (remove_block(c->o, c->r, c->dev, e->dirfd, e->name, e->ino,
+				 e->last_use_ns, e->path,
 				 &e->ref, NULL)) {
 			p->freed += c->r->bytes_deleted - before;
 			p->boundary_freed += c->r->bytes_deleted - before;
@@ -785,7 +791,8 @@ static int remove_held(struct ctx *c, struct kv_evict_report *r, const struct st
 		r->skipped_other++;
 		return 0;
 	}
-	return remove_block(c->o, r, c->dev, fd, name, it->ino, it->path, &ref, cb_lock);
+	return remove_block(c->o, r, c->dev, fd, name, it->ino, it->atime_ns, it->path, &ref,
+			    cb_lock);
 }
 
 /* Files below this many are not worth threads; each takes this many

@@ -24,6 +24,7 @@
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <kv/lastuse.h>
 #include <kv/walk.h>
 #include "beneath.h"
 
@@ -69,6 +70,7 @@ struct item {
 struct walk {
 	int rootfd;
 	dev_t rootdev;
+	struct kv_uses *uses;	/* recorded uses, NULL when none */
 	unsigned flags;
 	const char *model;
 	int rank;
@@ -159,6 +161,7 @@ static void fill_statx(struct kv_walk_entry *e, const struct statx *stx)
 	e->alloc_bytes = stx->stx_blocks * 512;
 	e->atime_ns = stx->stx_atime.tv_sec * 1000000000LL + stx->stx_atime.tv_nsec;
 	e->mtime_ns = stx->stx_mtime.tv_sec * 1000000000LL + stx->stx_mtime.tv_nsec;
+	e->last_use_ns = e->atime_ns;
 	e->ino = stx->stx_ino;
 	e->nlink = stx->stx_nlink;
 	e->mode = stx->stx_mode;
@@ -328,6 +331,8 @@ static int walk_leaf(struct worker *wk, int parentfd, size_t len,
 			if (nl > 4 && !memcmp(d->d_name + nl - 4, KV_BLOCK_SUFFIX, 4) &&
 			    kv_layout_block_parse(wk->path, &e.ref) == 0) {
 				e.kind = KV_WALK_BLOCK;
+				e.last_use_ns = kv_last_use_ns(wk->w->uses, wk->path,
+							       e.atime_ns);
 				e.path = wk->path;
 				e.name = wk->path + off;
 				e.dirfd = fd;
@@ -869,6 +874,13 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 		return rc;
 	}
 	w->rootdev = st.st_dev;
+	/* Read-only from here on, so the walk's threads share it unlocked. */
+	if (!(opts && (opts->flags & KV_WALK_NO_STAT)) &&
+	    (rc = kv_uses_load(w->rootfd, &w->uses)) < 0) {
+		close(w->rootfd);
+		free(w);
+		return rc;
+	}
 	nthreads = thread_count(opts, w->rootfd);
 	w->flags = opts ? opts->flags : 0;
 	w->rank = opts ? opts->rank : -1;
@@ -904,6 +916,7 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	if (!rc)
 		rc = atomic_load(&w->stop);
 	close(w->rootfd);
+	kv_uses_free(w->uses);
 	pthread_cond_destroy(&w->q_ready);
 	pthread_mutex_destroy(&w->q_lock);
 	pthread_mutex_destroy(&w->cb_lock);

@@ -214,6 +214,7 @@ static int flist_entry(const struct kv_walk_entry *w, void *arg)
 	e.alloc_bytes = w->alloc_bytes;
 	e.atime_ns = w->atime_ns;
 	e.mtime_ns = w->mtime_ns;
+	e.last_use_ns = w->last_use_ns;
 	return l->fn(&e, l->arg);
 }
 

@@ -201,7 +201,7 @@ assert_gone_upto() {
 	[ "$(wc -l <<<"$output")" -eq 3 ]
 	first=$(head -1 <<<"$output")
 	keys=$(jq -c 'keys' <<<"$first")
-	[ "$keys" = '["alloc_bytes","atime_ns","dry_run","event","group","hash","model_dir","path","rank","size_bytes","tier"]' ] || fail "$keys"
+	[ "$keys" = '["alloc_bytes","atime_ns","dry_run","event","group","hash","last_use_ns","model_dir","path","rank","size_bytes","tier"]' ] || fail "$keys"
 	path=$(jq -r .path <<<"$first")
 	h=$(jq -r .hash <<<"$first")
 	[ "$path" = "${M}_r0/${h:0:3}/${h:3:2}_g0/$h.bin" ]

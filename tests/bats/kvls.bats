@@ -107,7 +107,7 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	[ "${#lines[@]}" -eq 8 ]
 	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/out"
 	jq -e 'keys_unsorted == keys and keys == ["alloc_bytes", "atime_ns", "group",
-		"hash", "model_dir", "mtime_ns", "path", "rank", "size_bytes"]' \
+		"hash", "last_use_ns", "model_dir", "mtime_ns", "path", "rank", "size_bytes"]' \
 		"$BATS_TEST_TMPDIR/out" > /dev/null
 	# path, size and the parsed fields agree with what was written.
 	diff <(jq -r '"\(.path) \(.size_bytes)"' "$BATS_TEST_TMPDIR/out" | sort) \
@@ -131,8 +131,8 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	run kvls --blocks
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 9 ]
-	[[ "${lines[0]}" == ATIME*MTIME*SIZE*ALLOC*RANK*GROUP*PATH ]]
-	grep -E "^[0-9T:-]+Z +[0-9T:-]+Z +4.0K +[0-9.]+K +0 +0 +${Q}_r0/abc/de_g0/abcdef00000000001111.bin$" <<< "$output"
+	[[ "${lines[0]}" == LAST\ USE*ATIME*MTIME*SIZE*ALLOC*RANK*GROUP*PATH ]]
+	grep -E "^[0-9T:-]+Z +[0-9T:-]+Z +[0-9T:-]+Z +4.0K +[0-9.]+K +0 +0 +${Q}_r0/abc/de_g0/abcdef00000000001111.bin$" <<< "$output"
 }
 
 @test "the same records from 1 and 8 threads" {

@@ -3,7 +3,8 @@
 
 /*
  * LRU eviction of the file tier with memory bounded independently of the
- * number of files: a scan walk builds an atime histogram of the eviction
+ * number of files: a scan walk builds a last-use histogram (kv/lastuse.h:
+ * atime, or a later recorded use) of the eviction
  * candidates, narrower histograms over the boundary bucket refine the
  * cut-off when needed, and a second walk deletes every candidate older
  * than the cut-off plus exactly as many of the boundary bucket's oldest
@@ -41,6 +42,7 @@ struct kv_evict_block {
 	uint64_t size_bytes;
 	uint64_t alloc_bytes;
 	int64_t atime_ns;
+	int64_t last_use_ns;	/* what it was ordered by (kv/lastuse.h) */
 };
 
 typedef void (*kv_evict_removed_fn)(const struct kv_evict_block *block, void *arg);
@@ -97,7 +99,7 @@ struct kv_evict_report {
 	uint64_t bytes_needed;		/* what the targets asked to free */
 	int target_reached;		/* every target met after the run */
 	unsigned walks;			/* full or model walks performed */
-	int64_t cutoff_atime_ns;	/* newest atime deleted, 0 if none */
+	int64_t cutoff_atime_ns;	/* newest last use deleted, 0 if none */
 	int64_t elapsed_ns;
 	/* Sharded runs (the counts above are then this shard's): the round
 	 * joined, in seconds since the epoch, and how many shards' state

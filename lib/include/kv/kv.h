@@ -41,6 +41,7 @@ int kv_write_full(int fd, const void *buf, size_t len);
 #include <kv/layout.h>
 #include <kv/config.h>
 #include <kv/walk.h>
+#include <kv/lastuse.h>
 #include <kv/evict.h>
 #include <kv/events.h>
 #include <kv/integrity.h>

@@ -104,7 +104,7 @@ typedef void (*kv_tier_done_fn)(void *arg, struct kv_tier_req *req);
 int kv_tier_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
 			 kv_tier_done_fn done, void *arg);
 
-#define KV_TIER_ENTRY_FILE	(1u << 0) /* alloc_bytes, atime_ns, mtime_ns */
+#define KV_TIER_ENTRY_FILE	(1u << 0) /* alloc_bytes, atime_ns, mtime_ns, last_use_ns */
 #define KV_TIER_ENTRY_RAM	(1u << 1) /* pins, on_disk */
 
 /* One block as kv_tier_list reports it. */
@@ -115,6 +115,7 @@ struct kv_tier_entry {
 	unsigned fields;	/* KV_TIER_ENTRY_*: which members below hold */
 	uint64_t alloc_bytes;
 	int64_t atime_ns, mtime_ns;
+	int64_t last_use_ns;	/* kv/lastuse.h: atime or a later recorded use */
 	unsigned pins;		/* readers holding it now */
 	int on_disk;		/* also in the file tier below */
 	int err;		/* not 0: key is a directory that could not be

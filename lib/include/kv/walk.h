@@ -38,6 +38,10 @@ struct kv_walk_entry {
 	uint64_t alloc_bytes;	/* st_blocks * 512 */
 	int64_t atime_ns;
 	int64_t mtime_ns;
+	/* The later of atime and a use recorded in the root's journals
+	 * (kv/lastuse.h): what eviction orders by.  atime_ns for all but
+	 * blocks. */
+	int64_t last_use_ns;
 	uint64_t ino;
 	uint32_t nlink;
 	mode_t mode;

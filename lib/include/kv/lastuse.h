@@ -1,0 +1,80 @@
+#ifndef KV_LASTUSE_H
+#define KV_LASTUSE_H
+
+/*
+ * A block's last use, the one thing eviction orders by: the later of its
+ * atime and any use recorded for it in the root's use journals.
+ *
+ * kvwatch records a use by stamping atime (atime now, mtime untouched),
+ * so every reader of atime sees it.  Where a block cannot be stamped
+ * (an NFS export that squashes root, a read-only mount) the use goes to
+ * this node's journal, "<root>/.kvwatch/<node>.uses": one text line per
+ * use, "<ns since the epoch> <block path relative to the root>\n",
+ * appended by that node alone and rewritten whole (temp + rename) when
+ * it holds mostly stale lines.  Readers merge every node's journal and
+ * skip what does not parse: a line over KV_USES_LINE_MAX bytes, a path
+ * outside the layout, a time that is not a positive integer or lies
+ * more than KV_USES_FUTURE_NS ahead.  See kv(7).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_USES_DIR		".kvwatch"	/* at the root */
+#define KV_USES_SUFFIX		".uses"
+#define KV_USES_LINE_MAX	4096		/* bytes, newline included */
+#define KV_USES_FILE_MAX	(256u << 20)	/* a bigger journal is read this far */
+#define KV_USES_FUTURE_NS	(300LL * 1000000000LL)
+
+/* Uses recorded beside atime: block path -> newest recorded use. */
+struct kv_uses;
+
+int kv_uses_new(struct kv_uses **out);
+void kv_uses_free(struct kv_uses *u);
+
+/* Every journal under rootfd's KV_USES_DIR, opened beneath the root
+ * without following links.  *out is NULL when there is none (no dir, or
+ * empty), so the common case costs one failed open.  -errno only for an
+ * allocation failure; unreadable journals are skipped. */
+int kv_uses_load(int rootfd, struct kv_uses **out);
+
+/* Merge journal text (complete lines; a last line without its newline is
+ * ignored) into u, keeping the newest use per path; bad lines are
+ * counted in *bad (may be NULL).  0 or -ENOMEM. */
+int kv_uses_parse(struct kv_uses *u, const char *text, size_t len, uint64_t *bad);
+
+/* Record when_ns for relpath if newer than what u holds.  -EINVAL for a
+ * path outside the layout, -ENOMEM. */
+int kv_uses_add(struct kv_uses *u, const char *relpath, int64_t when_ns);
+
+/* The recorded use of relpath, 0 if none (u may be NULL). */
+int64_t kv_uses_get(const struct kv_uses *u, const char *relpath);
+size_t kv_uses_count(const struct kv_uses *u);
+
+/* The rule: the later of atime_ns and relpath's recorded use. */
+int64_t kv_last_use_ns(const struct kv_uses *u, const char *relpath, int64_t atime_ns);
+
+/* This node's journal, for a recorder (kvwatch).  node names the file
+ * ([A-Za-z0-9._-], at most 64 bytes); the dir is made where missing.
+ * Earlier lines of the same file are loaded so that a rewrite keeps
+ * them. */
+struct kv_uses_journal;
+
+int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **out);
+/* Append a use (one write(2) of one line); rewrites the file first when
+ * more than half its lines are stale. */
+int kv_uses_journal_record(struct kv_uses_journal *j, const char *relpath, int64_t when_ns);
+/* The newest use of relpath this journal holds, 0 if none (j may be
+ * NULL). */
+int64_t kv_uses_journal_last(const struct kv_uses_journal *j, const char *relpath);
+void kv_uses_journal_close(struct kv_uses_journal *j);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
