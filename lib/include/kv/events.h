@@ -111,6 +111,60 @@ void kv_events_close(struct kv_events *ev, struct kv_events_stats *stats);
 /* The low 64 bits of a hex block hash: its last 16 digits, big-endian. */
 uint64_t kv_events_hash64(const char *hex);
 
+/* ---- the subscriber's side ---- */
+
+/* One decoded event.  A hash given as bytes is read as its last 8
+ * bytes, big-endian (fewer: zero-extended), as llm-d's decoder does; a
+ * negative integer as its two's complement. */
+struct kv_event {
+	enum kv_event_kind kind;
+	const char *medium;	/* NUL-terminated; "" when null or absent */
+	const uint64_t *hashes;	/* the event's block hashes, in order */
+	size_t nhashes;
+	double ts;		/* the message's timestamp, s since the epoch */
+};
+
+/* Called once per event of a message; a non-zero return stops the
+ * message there and becomes the decoder's return. */
+typedef int (*kv_event_fn)(const struct kv_event *ev, void *arg);
+
+/* Decode one message payload: msgpack [ts, [events...], ...] with each
+ * event positional (["BlockStored", hashes, parent, token_ids,
+ * block_size, lora_id, medium, ...], ["BlockRemoved", hashes, medium,
+ * ...], ["AllBlocksCleared"]) or a map with a "type" key ("block_hashes",
+ * "medium"; other keys ignored).  Events of an unknown type are skipped.
+ * 0, -KV_EPROTO for a payload that is not such a message (the events
+ * before the fault were delivered), -ENOMEM, or fn's return. */
+int kv_events_decode(const void *payload, size_t len, kv_event_fn fn, void *arg);
+
+/* A subscriber: one ZMQ SUB socket on any number of endpoints, every
+ * topic, frames [topic, 8-byte big-endian seq, payload]. */
+struct kv_events_sub;
+
+struct kv_events_sub_stats {
+	uint64_t messages;	/* well-formed frames decoded */
+	uint64_t bad_frames;	/* wrong part count, sequence size, or payload */
+	uint64_t gaps;		/* sequence numbers skipped (per topic) */
+	uint64_t events;	/* events delivered */
+};
+
+int kv_events_sub_open(struct kv_events_sub **out);
+/* Subscribe on endpoint: bind or connect by kv_events_endpoint_check's
+ * rule.  An ipc path that exists and is not a socket is refused
+ * (-EEXIST), since binding would replace it.  -EINVAL malformed, -errno
+ * from ZMQ. */
+int kv_events_sub_add(struct kv_events_sub *s, const char *endpoint);
+/* A file descriptor to poll(2) for POLLIN; it is edge-triggered, so a
+ * caller polls it only after a drain that returned 0. */
+int kv_events_sub_fd(struct kv_events_sub *s);
+/* Receive and decode at most max_messages waiting messages without
+ * blocking, calling fn per event: 1 if more may be waiting, 0 when
+ * none is, or fn's non-zero return. */
+int kv_events_sub_drain(struct kv_events_sub *s, unsigned max_messages,
+			kv_event_fn fn, void *arg);
+void kv_events_sub_stats(const struct kv_events_sub *s, struct kv_events_sub_stats *out);
+void kv_events_sub_close(struct kv_events_sub *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,373 @@
+/*
+ * The subscriber's side of the KV-event wire: decode what vLLM, SGLang
+ * and llm-d publish (both encodings, hashes as integers or bytes) and
+ * receive it on a ZMQ SUB socket without ever blocking the caller.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <msgpack.h>
+#include <zmq.h>
+
+#include <kv/errors.h>
+#include <kv/events.h>
+#include "util/error.h"
+
+#define SUB_MAX_MSG_BYTES	(16 << 20)	/* a bigger message is dropped by ZMQ */
+#define SUB_HWM			10000		/* messages queued inside ZMQ */
+#define SUB_TOPICS		64		/* topics whose sequence is followed */
+#define MEDIUM_MAX		63
+
+/* ---- decoding ---- */
+
+static int obj_str_is(const msgpack_object *o, const char *s)
+{
+	size_t n = strlen(s);
+
+	return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
+	       !memcmp(o->via.str.ptr, s, n);
+}
+
+static int hash_of(const msgpack_object *o, uint64_t *out)
+{
+	const unsigned char *p;
+	uint32_t n, i;
+	uint64_t v = 0;
+
+	switch (o->type) {
+	case MSGPACK_OBJECT_POSITIVE_INTEGER:
+		*out = o->via.u64;
+		return 0;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+		*out = (uint64_t)o->via.i64;
+		return 0;
+	case MSGPACK_OBJECT_BIN:
+	case MSGPACK_OBJECT_STR:
+		p = (const unsigned char *)(o->type == MSGPACK_OBJECT_BIN ? o->via.bin.ptr
+									  : o->via.str.ptr);
+		n = o->type == MSGPACK_OBJECT_BIN ? o->via.bin.size : o->via.str.size;
+		for (i = n > 8 ? n - 8 : 0; i < n; i++)
+			v = v << 8 | p[i];
+		*out = v;
+		return 0;
+	default:
+		return -KV_EPROTO;
+	}
+}
+
+/* Deliver one event of kind with hashes (an array, or NULL) and medium
+ * (a string, nil, or NULL when absent). */
+static int deliver(enum kv_event_kind kind, const msgpack_object *hashes,
+		   const msgpack_object *medium, double ts, kv_event_fn fn, void *arg)
+{
+	char med[MEDIUM_MAX + 1] = "";
+	struct kv_event ev = { .kind = kind, .medium = med, .ts = ts };
+	uint64_t *h = NULL;
+	int rc;
+
+	if (medium && medium->type == MSGPACK_OBJECT_STR) {
+		uint32_t n = medium->via.str.size;
+
+		if (n > MEDIUM_MAX || memchr(medium->via.str.ptr, '\0', n))
+			return -KV_EPROTO;
+		memcpy(med, medium->via.str.ptr, n);
+		med[n] = '\0';
+	} else if (medium && medium->type != MSGPACK_OBJECT_NIL) {
+		return -KV_EPROTO;
+	}
+	if (hashes) {
+		if (hashes->type != MSGPACK_OBJECT_ARRAY)
+			return -KV_EPROTO;
+		if (hashes->via.array.size) {
+			h = malloc(hashes->via.array.size * sizeof(*h));
+			if (!h)
+				return -ENOMEM;
+		}
+		for (uint32_t i = 0; i < hashes->via.array.size; i++)
+			if (hash_of(&hashes->via.array.ptr[i], &h[i]) < 0) {
+				free(h);
+				return -KV_EPROTO;
+			}
+		ev.hashes = h;
+		ev.nhashes = hashes->via.array.size;
+	}
+	rc = fn(&ev, arg);
+	free(h);
+	return rc;
+}
+
+static int kind_of(const msgpack_object *tag, enum kv_event_kind *kind)
+{
+	if (obj_str_is(tag, "BlockStored"))
+		*kind = KV_EVENT_BLOCK_STORED;
+	else if (obj_str_is(tag, "BlockRemoved"))
+		*kind = KV_EVENT_BLOCK_REMOVED;
+	else if (obj_str_is(tag, "AllBlocksCleared"))
+		*kind = KV_EVENT_ALL_CLEARED;
+	else
+		return 0;
+	return 1;
+}
+
+static int decode_event(const msgpack_object *o, double ts, kv_event_fn fn, void *arg)
+{
+	const msgpack_object *hashes = NULL, *medium = NULL, *tag = NULL;
+	enum kv_event_kind kind;
+
+	if (o->type == MSGPACK_OBJECT_ARRAY) {
+		const msgpack_object *f = o->via.array.ptr;
+		uint32_t n = o->via.array.size;
+
+		if (!n || f[0].type != MSGPACK_OBJECT_STR)
+			return -KV_EPROTO;
+		if (!kind_of(&f[0], &kind))
+			return 0;
+		if (kind == KV_EVENT_BLOCK_STORED) {
+			if (n < 2)
+				return -KV_EPROTO;
+			hashes = &f[1];
+			medium = n > 6 ? &f[6] : NULL;
+		} else if (kind == KV_EVENT_BLOCK_REMOVED) {
+			if (n < 2)
+				return -KV_EPROTO;
+			hashes = &f[1];
+			medium = n > 2 ? &f[2] : NULL;
+		}
+		return deliver(kind, hashes, medium, ts, fn, arg);
+	}
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return -KV_EPROTO;
+	for (uint32_t i = 0; i < o->via.map.size; i++) {
+		const msgpack_object_kv *kv = &o->via.map.ptr[i];
+
+		if (obj_str_is(&kv->key, "type"))
+			tag = &kv->val;
+		else if (obj_str_is(&kv->key, "block_hashes"))
+			hashes = &kv->val;
+		else if (obj_str_is(&kv->key, "medium"))
+			medium = &kv->val;
+	}
+	if (!tag || tag->type != MSGPACK_OBJECT_STR)
+		return -KV_EPROTO;
+	if (!kind_of(tag, &kind))
+		return 0;
+	if (kind != KV_EVENT_ALL_CLEARED && !hashes)
+		return -KV_EPROTO;
+	return deliver(kind, kind == KV_EVENT_ALL_CLEARED ? NULL : hashes, medium, ts, fn, arg);
+}
+
+int kv_events_decode(const void *payload, size_t len, kv_event_fn fn, void *arg)
+{
+	msgpack_unpacked u;
+	const msgpack_object *evs, *tso;
+	double ts = 0;
+	size_t off = 0;
+	int rc = 0;
+
+	msgpack_unpacked_init(&u);
+	switch (msgpack_unpack_next(&u, payload, len, &off)) {
+	case MSGPACK_UNPACK_SUCCESS:
+		break;
+	case MSGPACK_UNPACK_NOMEM_ERROR:
+		msgpack_unpacked_destroy(&u);
+		return -ENOMEM;
+	default:
+		msgpack_unpacked_destroy(&u);
+		return -KV_EPROTO;
+	}
+	if (off != len || u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size < 2 ||
+	    u.data.via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY) {
+		msgpack_unpacked_destroy(&u);
+		return -KV_EPROTO;
+	}
+	evs = &u.data.via.array.ptr[1];
+	tso = &u.data.via.array.ptr[0];
+	if (tso->type == MSGPACK_OBJECT_FLOAT32 || tso->type == MSGPACK_OBJECT_FLOAT64)
+		ts = tso->via.f64;
+	else if (tso->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+		ts = (double)tso->via.u64;
+	for (uint32_t i = 0; !rc && i < evs->via.array.size; i++)
+		rc = decode_event(&evs->via.array.ptr[i], ts, fn, arg);
+	msgpack_unpacked_destroy(&u);
+	return rc;
+}
+
+/* ---- the socket ---- */
+
+struct topic_seq {
+	uint64_t hash;		/* of the topic; 0: unused */
+	uint64_t next;		/* the sequence number expected */
+};
+
+struct kv_events_sub {
+	void *zctx, *sock;
+	struct kv_events_sub_stats st;
+	struct topic_seq seq[SUB_TOPICS];
+};
+
+int kv_events_sub_open(struct kv_events_sub **out)
+{
+	struct kv_events_sub *s = calloc(1, sizeof(*s));
+	int64_t max = SUB_MAX_MSG_BYTES;
+	int hwm = SUB_HWM, zero = 0;
+
+	if (!s)
+		return -ENOMEM;
+	s->zctx = zmq_ctx_new();
+	s->sock = s->zctx ? zmq_socket(s->zctx, ZMQ_SUB) : NULL;
+	if (!s->sock) {
+		int err = errno ? errno : ENOMEM;
+
+		if (s->zctx)
+			zmq_ctx_term(s->zctx);
+		free(s);
+		return kvi_fail(-err, "cannot open a subscriber: %s", zmq_strerror(err));
+	}
+	zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+	zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0);
+	*out = s;
+	return 0;
+}
+
+int kv_events_sub_add(struct kv_events_sub *s, const char *endpoint)
+{
+	const char *addr = endpoint;
+	struct stat st;
+	int bind, rc = kv_events_endpoint_check(endpoint, &bind);
+
+	if (rc)
+		return rc;
+	if (!strncmp(addr, "bind:", 5))
+		addr += 5;
+	else if (!strncmp(addr, "connect:", 8))
+		addr += 8;
+	/* ZMQ unlinks an ipc path before it binds there. */
+	if (bind && !strncmp(addr, "ipc://", 6) && lstat(addr + 6, &st) == 0 &&
+	    !S_ISSOCK(st.st_mode))
+		return kvi_fail(-EEXIST, "'%s': the path exists and is not a socket", endpoint);
+	if ((bind ? zmq_bind(s->sock, addr) : zmq_connect(s->sock, addr)) < 0) {
+		int err = errno;
+
+		return kvi_fail(-err, "cannot %s %s: %s", bind ? "bind" : "connect to",
+				endpoint, zmq_strerror(err));
+	}
+	return 0;
+}
+
+int kv_events_sub_fd(struct kv_events_sub *s)
+{
+	int fd = -1;
+	size_t len = sizeof(fd);
+
+	return zmq_getsockopt(s->sock, ZMQ_FD, &fd, &len) < 0 ? -errno : fd;
+}
+
+/* Count the numbers a topic skipped since its last message. */
+static void follow_seq(struct kv_events_sub *s, const void *topic, size_t tlen, uint64_t seq)
+{
+	uint64_t h = 1469598103934665603ULL;	/* FNV-1a: a slot per topic */
+	struct topic_seq *t;
+
+	for (size_t i = 0; i < tlen; i++)
+		h = (h ^ ((const unsigned char *)topic)[i]) * 1099511628211ULL;
+	h |= 1;
+	t = &s->seq[h % SUB_TOPICS];
+	if (t->hash == h && seq > t->next)
+		s->st.gaps += seq - t->next;
+	t->hash = h;
+	t->next = seq + 1;
+}
+
+/* Receive the rest of a message that is being refused. */
+static void skip_parts(void *sock, zmq_msg_t *m)
+{
+	int more;
+	size_t ml = sizeof(more);
+
+	while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml) == 0 && more)
+		if (zmq_msg_recv(m, sock, 0) < 0)
+			break;
+}
+
+struct counted {
+	kv_event_fn fn;
+	void *arg;
+	uint64_t *events;
+};
+
+static int count_event(const struct kv_event *ev, void *arg)
+{
+	struct counted *c = arg;
+
+	(*c->events)++;
+	return c->fn(ev, c->arg);
+}
+
+int kv_events_sub_drain(struct kv_events_sub *s, unsigned max_messages,
+			kv_event_fn fn, void *arg)
+{
+	struct counted c = { fn, arg, &s->st.events };
+
+	for (unsigned i = 0; i < max_messages; i++) {
+		zmq_msg_t part[3];
+		int more = 0, n = 0, rc = 0;
+		size_t ml = sizeof(more);
+
+		for (; n < 3; n++) {
+			zmq_msg_init(&part[n]);
+			if (zmq_msg_recv(&part[n], s->sock, n ? 0 : ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&part[n]);
+				break;
+			}
+			if (zmq_getsockopt(s->sock, ZMQ_RCVMORE, &more, &ml) < 0 || !more) {
+				n++;
+				break;
+			}
+		}
+		if (n == 0)
+			return 0;
+		if (n == 3 && more)
+			skip_parts(s->sock, &part[2]);
+		if (n != 3 || more || zmq_msg_size(&part[1]) != 8) {
+			s->st.bad_frames++;
+		} else {
+			const unsigned char *b = zmq_msg_data(&part[1]);
+			uint64_t seq = 0;
+
+			for (int k = 0; k < 8; k++)
+				seq = seq << 8 | b[k];
+			follow_seq(s, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]), seq);
+			rc = kv_events_decode(zmq_msg_data(&part[2]), zmq_msg_size(&part[2]),
+					      count_event, &c);
+			if (rc == -KV_EPROTO || rc == -ENOMEM) {
+				s->st.bad_frames++;
+				rc = 0;
+			} else if (rc == 0) {
+				s->st.messages++;
+			}
+		}
+		while (n-- > 0)
+			zmq_msg_close(&part[n]);
+		if (rc)
+			return rc;
+	}
+	return 1;
+}
+
+void kv_events_sub_stats(const struct kv_events_sub *s, struct kv_events_sub_stats *out)
+{
+	*out = s->st;
+}
+
+void kv_events_sub_close(struct kv_events_sub *s)
+{
+	if (!s)
+		return;
+	zmq_close(s->sock);
+	zmq_ctx_term(s->zctx);
+	free(s);
+}
