@@ -1,0 +1,135 @@
+/*
+ * The node's reads: one fanotify mark on the root's whole filesystem
+ * (so an open through any mount of it counts, a pod's bind mount
+ * included), fd-based events (FUSE has no fsid for the FID modes),
+ * read in large batches, each event's fd closed at once.  The reader is
+ * never waited on: these are notifications, not permission events.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/fanotify.h>
+#include <sys/stat.h>
+#include "../tool.h"
+#include "kvwatch.h"
+
+#define FAN_BUF_BYTES	(256 << 10)
+
+void fan_open(struct watch *w)
+{
+	uint64_t mask = FAN_OPEN | FAN_CLOSE_WRITE;
+
+	w->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE,
+			       O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+	if (w->fan < 0) {
+		if (errno == EPERM)
+			tool_err("fanotify needs the CAP_SYS_ADMIN capability to watch a whole "
+				 "filesystem: %s", strerror(errno));
+		else
+			tool_err("cannot start fanotify: %s", strerror(errno));
+		exit(EXIT_RUNTIME);
+	}
+	if (fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD,
+			  w->root) == 0) {
+		w->mark = "filesystem";
+		return;
+	}
+	/* A filesystem the kernel cannot mark whole: its mount, at least. */
+	if ((errno == EINVAL || errno == EXDEV || errno == ENODEV || errno == EOPNOTSUPP) &&
+	    fanotify_mark(w->fan, FAN_MARK_ADD | FAN_MARK_MOUNT, mask, AT_FDCWD, w->root) == 0) {
+		w->mark = "mount";
+		return;
+	}
+	tool_err("cannot watch the filesystem of '%s': %s%s", w->root, strerror(errno),
+		 errno == EPERM ? " (fanotify needs CAP_SYS_ADMIN)" : "");
+	exit(EXIT_RUNTIME);
+}
+
+/* The block path under the root of what fd is: the path after the root,
+ * or, read through another mount of the filesystem, the longest tail of
+ * the path that is a layout path and the same file under the root. */
+static const char *relpath_of(struct watch *w, char *path, int fd)
+{
+	struct kv_block_ref ref;
+	struct stat a, b;
+
+	if (!strncmp(path, w->root_real, w->root_len) && path[w->root_len] == '/')
+		return path + w->root_len + 1;
+	if (fstat(fd, &a) < 0)
+		return NULL;
+	for (char *p = path; (p = strchr(p, '/')); ) {
+		p++;
+		if (kv_layout_block_parse(p, &ref) == 0 &&
+		    fstatat(w->rootfd, p, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			return p;
+	}
+	return NULL;
+}
+
+static int ends_with(const char *s, size_t n, const char *tail)
+{
+	size_t t = strlen(tail);
+
+	return n >= t && !memcmp(s + n - t, tail, t);
+}
+
+static void on_event(struct watch *w, const struct fanotify_event_metadata *md)
+{
+	char link[64], path[PATH_MAX], *cut;
+	struct kv_block_ref ref;
+	const char *rel;
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", md->fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0)
+		return;
+	path[n] = '\0';
+	if (ends_with(path, (size_t)n, KV_BLOCK_SUFFIX)) {
+		rel = relpath_of(w, path, md->fd);
+		if (!rel || kv_layout_block_parse(rel, &ref) < 0) {
+			w->c.reads_other++;
+			return;
+		}
+		watch_index_add(w, rel);
+		if (md->mask & FAN_OPEN)
+			record_use(w, rel, md->fd, SOURCE_READ);
+		return;
+	}
+	/* A writer's temp, closed: its block is about to appear. */
+	if ((md->mask & FAN_CLOSE_WRITE) && ends_with(path, (size_t)n, ".tmp") &&
+	    (cut = strstr(strrchr(path, '/'), KV_BLOCK_SUFFIX "_"))) {
+		cut[strlen(KV_BLOCK_SUFFIX)] = '\0';
+		if (!strncmp(path, w->root_real, w->root_len) && path[w->root_len] == '/' &&
+		    kv_layout_block_parse(path + w->root_len + 1, &ref) == 0)
+			watch_index_add(w, path + w->root_len + 1);
+	}
+}
+
+int fan_drain(struct watch *w)
+{
+	static char buf[FAN_BUF_BYTES] __attribute__((aligned(8)));
+	const struct fanotify_event_metadata *md;
+	ssize_t len = read(w->fan, buf, sizeof(buf));
+	pid_t self = getpid();
+
+	if (len <= 0)
+		return 0;
+	for (md = (const void *)buf; FAN_EVENT_OK(md, len); md = FAN_EVENT_NEXT(md, len)) {
+		if (md->vers != FANOTIFY_METADATA_VERSION)
+			break;
+		if (md->mask & FAN_Q_OVERFLOW)
+			w->c.overflows++;
+		if (md->fd < 0)
+			continue;
+		if (md->pid != self)
+			on_event(w, md);
+		close(md->fd);
+	}
+	return 1;
+}

@@ -1,0 +1,337 @@
+/*
+ * The event-hash index: block files by the last 16 hex digits of their
+ * name, so a KV event finds its files without a walk.  Memory is per
+ * block, not per path: the dirs are interned and a name is kept as
+ * packed hex digits.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kvwatch.h"
+
+int index_init(struct index *x)
+{
+	memset(x, 0, sizeof(*x));
+	x->mask = 1023;
+	x->dir_mask = 255;
+	x->table = calloc(x->mask + 1, sizeof(*x->table));
+	x->dir_table = calloc(x->dir_mask + 1, sizeof(*x->dir_table));
+	if (!x->table || !x->dir_table) {
+		index_free(x);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void index_free(struct index *x)
+{
+	for (uint32_t i = 0; i < x->ndirs; i++)
+		free(x->dirs[i]);
+	free(x->dirs);
+	free(x->dir_table);
+	free(x->e);
+	free(x->table);
+	free(x->names);
+	memset(x, 0, sizeof(*x));
+}
+
+size_t index_bytes(const struct index *x)
+{
+	size_t b = (size_t)x->cap * sizeof(*x->e) + ((size_t)x->mask + 1) * 4 +
+		   x->names_cap + ((size_t)x->dir_mask + 1) * 4 + x->dirs_cap * sizeof(char *);
+
+	for (uint32_t i = 0; i < x->ndirs; i++)
+		b += strlen(x->dirs[i]) + 1;
+	return b;
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* ---- dirs ---- */
+
+static uint32_t dir_hash(const char *s, size_t n)
+{
+	return (uint32_t)kv_xxh3(s, n);
+}
+
+static int dir_grow(struct index *x)
+{
+	uint32_t nm = 2 * (x->dir_mask + 1) - 1, *t = calloc(nm + 1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < x->ndirs; i++) {
+		uint32_t b = dir_hash(x->dirs[i], strlen(x->dirs[i])) & nm;
+
+		while (t[b])
+			b = (b + 1) & nm;
+		t[b] = i + 1;
+	}
+	free(x->dir_table);
+	x->dir_table = t;
+	x->dir_mask = nm;
+	return 0;
+}
+
+/* The id of dir (n bytes), interned. */
+static int dir_id(struct index *x, const char *dir, size_t n, uint32_t *out)
+{
+	uint32_t b;
+
+	if (2 * (x->ndirs + 1) > x->dir_mask + 1 && dir_grow(x) < 0)
+		return -ENOMEM;
+	for (b = dir_hash(dir, n) & x->dir_mask; x->dir_table[b]; b = (b + 1) & x->dir_mask) {
+		const char *d = x->dirs[x->dir_table[b] - 1];
+
+		if (!strncmp(d, dir, n) && !d[n]) {
+			*out = x->dir_table[b] - 1;
+			return 0;
+		}
+	}
+	if (x->ndirs == x->dirs_cap) {
+		uint32_t cap = x->dirs_cap ? 2 * x->dirs_cap : 256;
+		char **d = realloc(x->dirs, cap * sizeof(*d));
+
+		if (!d)
+			return -ENOMEM;
+		x->dirs = d;
+		x->dirs_cap = cap;
+	}
+	x->dirs[x->ndirs] = strndup(dir, n);
+	if (!x->dirs[x->ndirs])
+		return -ENOMEM;
+	x->dir_table[b] = x->ndirs + 1;
+	*out = x->ndirs++;
+	return 0;
+}
+
+/* ---- entries ---- */
+
+static int table_grow(struct index *x)
+{
+	uint32_t nm = 2 * (x->mask + 1) - 1, *t = calloc((size_t)nm + 1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < x->n; i++) {
+		uint32_t b = (uint32_t)(x->e[i].low * 0x9e3779b97f4a7c15ULL >> 32) & nm;
+
+		while (t[b])
+			b = (b + 1) & nm;
+		t[b] = i + 1;
+	}
+	free(x->table);
+	x->table = t;
+	x->mask = nm;
+	return 0;
+}
+
+static uint32_t home(const struct index *x, uint64_t low)
+{
+	return (uint32_t)(low * 0x9e3779b97f4a7c15ULL >> 32) & x->mask;
+}
+
+/* name (its hex digits, len of them) packed: a length byte, then two
+ * digits a byte. */
+static int names_put(struct index *x, const char *hex, size_t len, uint32_t *off)
+{
+	size_t need = 1 + (len + 1) / 2;
+
+	if (len > 255 || x->names_len + need > UINT32_MAX)
+		return -EOVERFLOW;
+	if (x->names_len + need > x->names_cap) {
+		size_t cap = x->names_cap ? 2 * x->names_cap : 65536;
+		unsigned char *p = realloc(x->names, cap);
+
+		if (!p)
+			return -ENOMEM;
+		x->names = p;
+		x->names_cap = cap;
+	}
+	*off = (uint32_t)x->names_len;
+	x->names[x->names_len++] = (unsigned char)len;
+	for (size_t i = 0; i < len; i += 2)
+		x->names[x->names_len++] = (unsigned char)(hexval(hex[i]) << 4 |
+			(i + 1 < len ? hexval(hex[i + 1]) : 0));
+	return 0;
+}
+
+static int name_equal(const struct index *x, uint32_t off, const char *hex, size_t len)
+{
+	const unsigned char *p = x->names + off;
+
+	if (p[0] != len)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if ("0123456789abcdef"[(p[1 + i / 2] >> (i & 1 ? 0 : 4)) & 15] != hex[i])
+			return 0;
+	return 1;
+}
+
+/* The path of entry i into buf (PATH_MAX). */
+static void entry_path(const struct index *x, const struct ix_entry *e, char *buf, size_t cap)
+{
+	const unsigned char *p = x->names + e->name;
+	size_t n = strlen(x->dirs[e->dir & ~SEEN_BIT]);
+	char *o;
+
+	if (n + 2 + p[0] + 4 + 1 > cap) {
+		buf[0] = '\0';
+		return;
+	}
+	memcpy(buf, x->dirs[e->dir & ~SEEN_BIT], n);
+	o = buf + n;
+	*o++ = '/';
+	for (size_t i = 0; i < p[0]; i++)
+		*o++ = "0123456789abcdef"[(p[1 + i / 2] >> (i & 1 ? 0 : 4)) & 15];
+	memcpy(o, ".bin", 5);
+}
+
+int index_add(struct index *x, const char *relpath)
+{
+	const char *slash = strrchr(relpath, '/'), *hex;
+	struct ix_entry *reuse = NULL;
+	size_t hlen;
+	uint64_t low;
+	uint32_t dir, b, name;
+	int rc;
+
+	if (!slash || x->ndirs >= SEEN_BIT - 1)
+		return -EINVAL;
+	hex = slash + 1;
+	hlen = strlen(hex);
+	if (hlen <= 4 || strcmp(hex + hlen - 4, ".bin"))
+		return -EINVAL;
+	hlen -= 4;
+	for (size_t i = 0; i < hlen; i++)
+		if (hexval(hex[i]) < 0)
+			return -EINVAL;
+	rc = dir_id(x, relpath, (size_t)(slash - relpath), &dir);
+	if (rc)
+		return rc;
+	{
+		char low_hex[17];
+		size_t k = hlen > 16 ? 16 : hlen;
+
+		memcpy(low_hex, hex + hlen - k, k);
+		low_hex[k] = '\0';
+		low = kv_events_hash64(low_hex);
+	}
+	for (b = home(x, low); x->table[b]; b = (b + 1) & x->mask) {
+		struct ix_entry *e = &x->e[x->table[b] - 1];
+
+		if (e->low != low || !name_equal(x, e->name, hex, hlen))
+			continue;
+		if (e->dir != DIR_GONE && (e->dir & ~SEEN_BIT) == dir) {
+			e->dir = dir | x->parity;
+			return 0;
+		}
+		if (e->dir == DIR_GONE && !reuse)
+			reuse = e;
+	}
+	if (reuse) {
+		reuse->dir = dir | x->parity;
+		x->blocks++;
+		return 0;
+	}
+	if (x->n == UINT32_MAX - 1)
+		return -EOVERFLOW;
+	if (2 * ((uint64_t)x->n + 1) > (uint64_t)x->mask + 1) {
+		if ((rc = table_grow(x)) < 0)
+			return rc;
+	}
+	if (x->n == x->cap) {
+		uint32_t cap = x->cap ? (x->cap < (1u << 30) ? 2 * x->cap : UINT32_MAX - 1) : 4096;
+		struct ix_entry *e = realloc(x->e, (size_t)cap * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		x->e = e;
+		x->cap = cap;
+	}
+	rc = names_put(x, hex, hlen, &name);
+	if (rc)
+		return rc;
+	x->e[x->n] = (struct ix_entry){ .low = low, .dir = dir | x->parity, .name = name };
+	for (b = home(x, low); x->table[b]; b = (b + 1) & x->mask)
+		;
+	x->table[b] = ++x->n;
+	x->blocks++;
+	return 0;
+}
+
+unsigned index_each(struct index *x, uint64_t low, index_fn fn, void *arg)
+{
+	char path[4096];
+	unsigned found = 0;
+
+	for (uint32_t b = home(x, low); x->table[b]; b = (b + 1) & x->mask) {
+		struct ix_entry *e = &x->e[x->table[b] - 1];
+
+		if (e->low != low || e->dir == DIR_GONE)
+			continue;
+		entry_path(x, e, path, sizeof(path));
+		if (!path[0])
+			continue;
+		found++;
+		if (fn(path, arg) == 1) {
+			e->dir = DIR_GONE;
+			x->blocks--;
+		}
+	}
+	return found;
+}
+
+static int walk_add(const struct kv_walk_entry *e, void *arg)
+{
+	if (e->kind != KV_WALK_BLOCK)
+		return 0;
+	return index_add(arg, e->path) == -ENOMEM ? -ENOMEM : 0;
+}
+
+int index_build(struct index *x, const char *root, unsigned threads)
+{
+	struct kv_walk_opts o = { .threads = threads, .rank = -1, .flags = KV_WALK_NO_STAT };
+
+	return kv_walk(root, &o, walk_add, x);
+}
+
+void index_walk_begin(struct index *x)
+{
+	x->parity ^= SEEN_BIT;
+}
+
+int index_walk_end(struct index *x)
+{
+	struct index y;
+	char path[4096];
+	int rc = 0;
+
+	for (uint32_t i = 0; i < x->n; i++) {
+		struct ix_entry *e = &x->e[i];
+
+		if (e->dir != DIR_GONE && (e->dir & SEEN_BIT) != x->parity) {
+			e->dir = DIR_GONE;
+			x->blocks--;
+		}
+	}
+	if (x->n - x->blocks <= x->blocks || index_init(&y) < 0)
+		return 0;
+	/* Mostly gone: the live entries into a fresh index. */
+	y.parity = x->parity;
+	for (uint32_t i = 0; !rc && i < x->n; i++)
+		if (x->e[i].dir != DIR_GONE) {
+			entry_path(x, &x->e[i], path, sizeof(path));
+			rc = path[0] ? index_add(&y, path) : 0;
+		}
+	if (rc) {
+		index_free(&y);
+		return rc;
+	}
+	index_free(x);
+	*x = y;
+	return 0;
+}

@@ -1,0 +1,362 @@
+/*
+ * kvwatch: keep each block's last use true.  Model servers read blocks
+ * with O_DIRECT on noatime or relatime mounts and never stamp atime, so
+ * LRU eviction sees write order; kvwatch, one per node, stamps atime for
+ * every read of a block on the node and every prefix a model server
+ * announces as computed or loaded (KV events), so kvevict, kvls and
+ * kvoffd on any node order by true last use.  See kvwatch(8).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include "../tool.h"
+#include "kvwatch.h"
+
+#define RESOLUTION_DEFAULT_NS	(60ULL * 1000000000ULL)
+#define RESCAN_DEFAULT_NS	(600ULL * 1000000000ULL)
+#define METRICS_EVERY_NS	(10LL * 1000000000LL)
+#define EVENTS_PER_TURN		64	/* messages between looks at fanotify */
+#define ENDPOINTS_MAX		64
+
+static void usage(void)
+{
+	printf("Usage: kvwatch [--root DIR] [--events ENDPOINT]... [--resolution DUR]\n"
+	       "               [--rescan DUR] [--node NAME] [--ready-fd N] [--ndjson]\n"
+	       "               [--metrics FILE]\n"
+	       "Record each use of a KV-cache block in its atime, where kvevict, kvls and\n"
+	       "kvoffd on every node see it: every open of a block for reading on this node\n"
+	       "(fanotify on the root's filesystem), and every block a model server announces\n"
+	       "as computed or loaded (a GPU or CPU BlockStored KV event).  Runs until SIGTERM\n"
+	       "or SIGINT.\n"
+	       "\n"
+	       "  -r, --root DIR          the cache root (default $KV_ROOT)\n"
+	       "  -e, --events ENDPOINT   subscribe to a KV-event publisher (repeatable):\n"
+	       "                          tcp://HOST:PORT connects, tcp://*:PORT and\n"
+	       "                          ipc://PATH bind; bind: or connect: forces either\n"
+	       "      --resolution DUR    stamp a block at most once per DUR (default 60s)\n"
+	       "      --rescan DUR        re-walk the root this often to index blocks other\n"
+	       "                          nodes wrote (default 10m; 0: never)\n"
+	       "      --node NAME         this node's journal name (default: the host name)\n"
+	       "      --ready-fd N        write a newline on fd N once watching and subscribed\n"
+	       "      --ndjson            print one record per recorded use\n"
+	       "      --metrics FILE      write Prometheus text to FILE every 10s and at exit\n"
+	       "  -h, --help              show this help and exit\n"
+	       "  -V, --version           show the version and exit\n"
+	       "\n"
+	       "Needs CAP_SYS_ADMIN (fanotify on a whole filesystem) and CAP_FOWNER (to stamp\n"
+	       "blocks other users wrote).  Exit status: 0 stopped by a signal, 2 usage,\n"
+	       "3 runtime failure.  See kvwatch(8).\n");
+	exit(0);
+}
+
+/* ---- the index and its re-walk ---- */
+
+void watch_index_add(struct watch *w, const char *relpath)
+{
+	index_add(&w->idx, relpath);
+}
+
+/* The re-walk's blocks, one at a time under the loop's lock. */
+static int rescan_add(const struct kv_walk_entry *e, void *arg)
+{
+	struct watch *w = arg;
+	int rc;
+
+	if (w->stopping)
+		return 1;
+	if (e->kind != KV_WALK_BLOCK)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	rc = index_add(&w->idx, e->path);
+	pthread_mutex_unlock(&w->lock);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+static void *rescan_main(void *arg)
+{
+	struct watch *w = arg;
+	struct kv_walk_opts o = { .rank = -1, .flags = KV_WALK_NO_STAT };
+	char one = 1;
+
+	w->rescan_err = kv_walk(w->root, &o, rescan_add, w);
+	if (write(w->wake[1], &one, 1) < 0)
+		return NULL;
+	return NULL;
+}
+
+static void rescan_start(struct watch *w)
+{
+	pthread_mutex_lock(&w->lock);
+	index_walk_begin(&w->idx);
+	pthread_mutex_unlock(&w->lock);
+	w->last_scan_ns = kv_now_ns();
+	if (pthread_create(&w->rescan_tid, NULL, rescan_main, w) == 0)
+		w->rescanning = 1;
+}
+
+/* The re-walk is done: what it did not see is gone (unless it failed,
+ * when nothing is). */
+static void rescan_finish(struct watch *w)
+{
+	char drain[16];
+
+	if (read(w->wake[0], drain, sizeof(drain)) < 0 || !w->rescanning)
+		return;
+	pthread_join(w->rescan_tid, NULL);
+	w->rescanning = 0;
+	if (w->rescan_err) {
+		tool_err("cannot re-walk '%s': %s", w->root, kv_strerror(w->rescan_err));
+		index_walk_begin(&w->idx);	/* back: all count as seen */
+		return;
+	}
+	if (index_walk_end(&w->idx) < 0)
+		tool_err("out of memory compacting the index");
+	w->c.rescans++;
+}
+
+/* ---- KV events ---- */
+
+/* A BlockStored on these media says the prefix was just computed on, or
+ * loaded into, a model server: a use.  A storage medium's is a write. */
+static int is_use_medium(const char *m)
+{
+	return !*m || !strcasecmp(m, "GPU") || !strcasecmp(m, "CPU") ||
+	       !strcasecmp(m, "cpu_pinned") || !strcasecmp(m, "HBM");
+}
+
+static int use_one(const char *relpath, void *arg)
+{
+	return record_use(arg, relpath, -1, SOURCE_EVENT) == -ENOENT ? 1 : 0;
+}
+
+static int on_kv_event(const struct kv_event *ev, void *arg)
+{
+	struct watch *w = arg;
+
+	if (ev->ts > 0)
+		w->c.lag_s = (double)kv_now_ns() / 1e9 - ev->ts;
+	if (ev->kind != KV_EVENT_BLOCK_STORED || !is_use_medium(ev->medium)) {
+		w->c.events_other++;
+		return 0;
+	}
+	for (size_t i = 0; i < ev->nhashes; i++) {
+		w->c.stored_gpu_hashes++;
+		if (!index_each(&w->idx, ev->hashes[i], use_one, w))
+			w->c.unmatched++;
+	}
+	return 0;
+}
+
+/* ---- the loop ---- */
+
+static int signal_fd(void)
+{
+	sigset_t set;
+	int fd;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (fd < 0) {
+		tool_err("cannot open a signalfd: %s", strerror(errno));
+		exit(EXIT_RUNTIME);
+	}
+	return fd;
+}
+
+static void serve(struct watch *w, int sigfd)
+{
+	int64_t next_metrics = kv_now_ns() + METRICS_EVERY_NS;
+	int fan_more = 0, ev_more = w->sub != NULL, evfd = w->sub ? kv_events_sub_fd(w->sub) : -1;
+
+	for (;;) {
+		struct pollfd p[4] = {
+			{ .fd = w->fan, .events = POLLIN },
+			{ .fd = sigfd, .events = POLLIN },
+			{ .fd = w->wake[0], .events = POLLIN },
+			{ .fd = evfd, .events = POLLIN },
+		};
+		int64_t now = kv_now_ns();
+		int timeout = fan_more || ev_more ? 0 : 1000;
+
+		if (poll(p, 4, timeout) < 0 && errno != EINTR) {
+			tool_err("poll: %s", strerror(errno));
+			exit(EXIT_RUNTIME);
+		}
+		if (p[1].revents & POLLIN)
+			break;
+		/* Reads first, and floods of events in slices, so that neither
+		 * starves the other. */
+		pthread_mutex_lock(&w->lock);
+		if (fan_more || (p[0].revents & POLLIN))
+			fan_more = fan_drain(w);
+		if (w->sub && (ev_more || (p[3].revents & POLLIN)))
+			ev_more = kv_events_sub_drain(w->sub, EVENTS_PER_TURN, on_kv_event, w) > 0;
+		pthread_mutex_unlock(&w->lock);
+		if (p[2].revents & POLLIN)
+			rescan_finish(w);
+		/* Records leave per turn, not per stdio buffer: a pipe to jq
+		 * sees each use as it is recorded. */
+		if (w->ndjson && fflush(stdout) == EOF) {
+			tool_err("cannot write to stdout: %s", strerror(errno));
+			exit(EXIT_RUNTIME);
+		}
+		now = kv_now_ns();
+		if (w->rescan_ns && !w->rescanning && now - w->last_scan_ns > (int64_t)w->rescan_ns)
+			rescan_start(w);
+		if (w->metrics && now >= next_metrics) {
+			metrics_write(w);
+			next_metrics = now + METRICS_EVERY_NS;
+		}
+	}
+	/* Record what is still queued, then stop. */
+	while (fan_drain(w))
+		;
+	while (w->sub && kv_events_sub_drain(w->sub, EVENTS_PER_TURN, on_kv_event, w) > 0)
+		;
+}
+
+static void node_name(struct watch *w, const char *opt)
+{
+	struct utsname u;
+	size_t j = 0;
+	const char *s = opt;
+
+	if (!s) {
+		s = uname(&u) == 0 ? u.nodename : "node";
+	}
+	for (size_t i = 0; s[i] && j < sizeof(w->node) - 1; i++) {
+		char c = s[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || (c == '.' && j)))
+			c = '_';
+		w->node[j++] = c;
+	}
+	if (!j)
+		w->node[j++] = 'n';
+	w->node[j] = '\0';
+	if (opt && strcmp(opt, w->node))
+		tool_usage_fail("--node '%s': use letters, digits, '.', '_' and '-'", opt);
+}
+
+enum { OPT_RESOLUTION = 256, OPT_RESCAN, OPT_NODE, OPT_READY, OPT_NDJSON, OPT_METRICS };
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "events", required_argument, NULL, 'e' },
+		{ "resolution", required_argument, NULL, OPT_RESOLUTION },
+		{ "rescan", required_argument, NULL, OPT_RESCAN },
+		{ "node", required_argument, NULL, OPT_NODE },
+		{ "ready-fd", required_argument, NULL, OPT_READY },
+		{ "ndjson", no_argument, NULL, OPT_NDJSON },
+		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct watch w;
+	const char *root_opt = NULL, *endpoints[ENDPOINTS_MAX], *node = NULL;
+	unsigned nend = 0;
+	int opt, ready_fd = -1, sigfd, rc;
+	struct stat st;
+
+	tool_init("kvwatch");
+	w.resolution_ns = RESOLUTION_DEFAULT_NS;
+	w.rescan_ns = RESCAN_DEFAULT_NS;
+	while ((opt = getopt_long(argc, argv, "r:e:hV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'r': root_opt = optarg; break;
+		case 'e':
+			if (nend == ENDPOINTS_MAX)
+				tool_usage_fail("--events: at most %d endpoints", ENDPOINTS_MAX);
+			if (kv_events_endpoint_check(optarg, NULL) < 0)
+				tool_usage_fail("--events: %s", kv_error_detail());
+			endpoints[nend++] = optarg;
+			break;
+		case OPT_RESOLUTION:
+			w.resolution_ns = tool_parse_duration_ns("--resolution", optarg);
+			break;
+		case OPT_RESCAN: w.rescan_ns = tool_parse_duration_ns("--rescan", optarg); break;
+		case OPT_NODE: node = optarg; break;
+		case OPT_READY:
+			ready_fd = (int)tool_parse_uint("--ready-fd", optarg, 1 << 20);
+			break;
+		case OPT_NDJSON: w.ndjson = 1; break;
+		case OPT_METRICS: w.metrics = optarg; break;
+		case 'h': usage(); break;
+		case 'V': tool_version(); break;
+		default: tool_usage_fail("unknown option");
+		}
+	}
+	if (optind < argc)
+		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	w.root = tool_root(root_opt);
+	node_name(&w, node);
+	w.rootfd = tool_root_open(w.root);
+	if (fstat(w.rootfd, &st) < 0 || !realpath(w.root, w.root_real)) {
+		tool_err("cannot open '%s': %s", w.root, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	w.root_len = strlen(w.root_real);
+	if (w.root_len == 1)
+		w.root_len = 0;		/* "/": every path is under it */
+	w.dev = st.st_dev;
+	rc = kv_io_open(w.root, NULL, &w.io);
+	if (rc) {
+		tool_err("cannot open '%s': %s", w.root, kv_strerror(rc));
+		return EXIT_RUNTIME;
+	}
+	pthread_mutex_init(&w.lock, NULL);
+	if (pipe2(w.wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+		tool_err("pipe: %s", strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	sigfd = signal_fd();
+	/* Watch before the walk, so that nothing read meanwhile is missed. */
+	fan_open(&w);
+	if (nend) {
+		rc = kv_events_sub_open(&w.sub);
+		for (unsigned i = 0; !rc && i < nend; i++)
+			if ((rc = kv_events_sub_add(w.sub, endpoints[i])) < 0)
+				tool_err("%s", kv_error_detail());
+		if (rc) {
+			if (rc == -ENOMEM)
+				tool_err("out of memory");
+			return EXIT_RUNTIME;
+		}
+	}
+	if ((rc = index_init(&w.idx)) < 0 || (rc = index_build(&w.idx, w.root, 0)) < 0) {
+		tool_err("cannot index '%s': %s", w.root, kv_strerror(rc));
+		return EXIT_RUNTIME;
+	}
+	w.last_scan_ns = w.started_ns = kv_now_ns();
+	if (ready_fd >= 0) {
+		if (write(ready_fd, "\n", 1) != 1)
+			tool_err("cannot write to --ready-fd: %s", strerror(errno));
+		close(ready_fd);
+	}
+	serve(&w, sigfd);
+	w.stopping = 1;
+	if (w.rescanning)
+		pthread_join(w.rescan_tid, NULL);
+	metrics_write(&w);
+	kv_events_sub_close(w.sub);
+	kv_uses_journal_close(w.journal);
+	kv_io_close(w.io);
+	index_free(&w.idx);
+	return 0;
+}

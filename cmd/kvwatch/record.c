@@ -1,0 +1,183 @@
+/*
+ * Where a use lands: the block's atime, stamped as kvget stamps it, at
+ * most once per resolution; where that is refused, this node's journal
+ * (kv/lastuse.h).  Also the NDJSON record and the metrics file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "../tool.h"
+#include "kvwatch.h"
+
+static const char *const source_names[] = { [SOURCE_READ] = "read", [SOURCE_EVENT] = "event" };
+
+static int64_t atime_ns_of(const struct stat *st)
+{
+	return st->st_atim.tv_sec * 1000000000LL + st->st_atim.tv_nsec;
+}
+
+/* A refusal that means "not here", not "not now": journal it. */
+static int unstampable(int err)
+{
+	return err == -EPERM || err == -EACCES || err == -EROFS || err == -EOPNOTSUPP ||
+	       err == -ENOTSUP;
+}
+
+static void print_use(const struct watch *w, const char *relpath, enum use_source src,
+		      int64_t now, const char *where)
+{
+	const char *slash = strrchr(relpath, '/');
+	char hash[KV_HASH_MAX_LEN + 1];
+	size_t n;
+
+	(void)w;
+	slash = slash ? slash + 1 : relpath;
+	n = strlen(slash) > 4 ? strlen(slash) - 4 : 0;
+	if (n > KV_HASH_MAX_LEN)
+		n = KV_HASH_MAX_LEN;
+	memcpy(hash, slash, n);
+	hash[n] = '\0';
+	tool_json_print(json_pack("{s:s, s:s, s:s, s:I, s:s}", "hash", hash, "path", relpath,
+				  "source", source_names[src], "time_ns", (json_int_t)now,
+				  "where", where));
+}
+
+int record_use(struct watch *w, const char *relpath, int fd, enum use_source src)
+{
+	static const struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+	int64_t now = kv_now_ns(), edge = now - (int64_t)w->resolution_ns;
+	struct stat st;
+	int rc;
+
+	if (fd >= 0 ? fstat(fd, &st) : fstatat(w->rootfd, relpath, &st, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -ENOENT;
+	w->c.uses[src]++;
+	if (atime_ns_of(&st) > edge || kv_uses_journal_last(w->journal, relpath) > edge) {
+		w->c.skipped++;
+		return 0;
+	}
+	rc = fd >= 0 && futimens(fd, atime_now) == 0 ? 0 : kv_io_touch(w->io, relpath);
+	if (rc == 0) {
+		w->c.stamped++;
+		if (w->ndjson)
+			print_use(w, relpath, src, now, "atime");
+		return 0;
+	}
+	if (rc == -ENOENT)
+		return rc;
+	if (unstampable(rc)) {
+		if (!w->journal && (rc = kv_uses_journal_open(w->rootfd, w->node, &w->journal)) < 0) {
+			static int said;
+
+			if (!said++)
+				tool_err("cannot stamp '%s' nor open the journal in '%s/%s': %s",
+					 relpath, w->root, KV_USES_DIR, kv_strerror(rc));
+			w->c.failed++;
+			return 0;
+		}
+		rc = kv_uses_journal_record(w->journal, relpath, now);
+		if (rc == 0) {
+			w->c.journaled++;
+			if (w->ndjson)
+				print_use(w, relpath, src, now, "journal");
+			return 0;
+		}
+	}
+	w->c.failed++;
+	return 0;
+}
+
+/* Write text to path through a temp beside it that no one else can
+ * have planted: O_EXCL, no link followed, then rename. */
+static int write_atomic(const char *path, const char *text, size_t len)
+{
+	char tmp[4200];
+	int fd, rc;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.%d.%08x.tmp", path, (int)getpid(),
+		     (unsigned)kv_monotonic_ns()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = kv_write_full(fd, text, len);
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	return rc;
+}
+
+void metrics_write(struct watch *w)
+{
+	struct kv_events_sub_stats es = { 0 };
+	char buf[4096];
+	int n;
+
+	if (!w->metrics)
+		return;
+	if (w->sub)
+		kv_events_sub_stats(w->sub, &es);
+	n = snprintf(buf, sizeof(buf),
+		"# HELP kvwatch_uses_total Uses of blocks seen, by source.\n"
+		"# TYPE kvwatch_uses_total counter\n"
+		"kvwatch_uses_total{source=\"read\"} %" PRIu64 "\n"
+		"kvwatch_uses_total{source=\"event\"} %" PRIu64 "\n"
+		"# HELP kvwatch_stamped_total Uses recorded in a block's atime.\n"
+		"# TYPE kvwatch_stamped_total counter\n"
+		"kvwatch_stamped_total %" PRIu64 "\n"
+		"# HELP kvwatch_journaled_total Uses recorded in the node's journal (atime refused).\n"
+		"# TYPE kvwatch_journaled_total counter\n"
+		"kvwatch_journaled_total %" PRIu64 "\n"
+		"# HELP kvwatch_skipped_total Uses within the resolution of the last one recorded.\n"
+		"# TYPE kvwatch_skipped_total counter\n"
+		"kvwatch_skipped_total %" PRIu64 "\n"
+		"# HELP kvwatch_failed_total Uses that could be recorded nowhere.\n"
+		"# TYPE kvwatch_failed_total counter\n"
+		"kvwatch_failed_total %" PRIu64 "\n"
+		"# HELP kvwatch_events_unmatched_total Hashes of GPU/CPU BlockStored naming no block on the volume.\n"
+		"# TYPE kvwatch_events_unmatched_total counter\n"
+		"kvwatch_events_unmatched_total %" PRIu64 "\n"
+		"# HELP kvwatch_events_total KV events received.\n"
+		"# TYPE kvwatch_events_total counter\n"
+		"kvwatch_events_total %" PRIu64 "\n"
+		"# HELP kvwatch_frames_bad_total Event frames refused (malformed).\n"
+		"# TYPE kvwatch_frames_bad_total counter\n"
+		"kvwatch_frames_bad_total %" PRIu64 "\n"
+		"# HELP kvwatch_event_gaps_total Event sequence numbers never received.\n"
+		"# TYPE kvwatch_event_gaps_total counter\n"
+		"kvwatch_event_gaps_total %" PRIu64 "\n"
+		"# HELP kvwatch_fanotify_overflows_total Times the kernel's event queue overflowed.\n"
+		"# TYPE kvwatch_fanotify_overflows_total counter\n"
+		"kvwatch_fanotify_overflows_total %" PRIu64 "\n"
+		"# HELP kvwatch_event_lag_seconds From the last event batch's timestamp to its recording.\n"
+		"# TYPE kvwatch_event_lag_seconds gauge\n"
+		"kvwatch_event_lag_seconds %.6f\n"
+		"# HELP kvwatch_index_blocks Blocks in the event-hash index.\n"
+		"# TYPE kvwatch_index_blocks gauge\n"
+		"kvwatch_index_blocks %" PRIu64 "\n"
+		"# HELP kvwatch_index_bytes Memory of the event-hash index.\n"
+		"# TYPE kvwatch_index_bytes gauge\n"
+		"kvwatch_index_bytes %zu\n"
+		"# HELP kvwatch_rescans_total Walks of the root that refreshed the index.\n"
+		"# TYPE kvwatch_rescans_total counter\n"
+		"kvwatch_rescans_total %" PRIu64 "\n",
+		w->c.uses[SOURCE_READ], w->c.uses[SOURCE_EVENT], w->c.stamped, w->c.journaled,
+		w->c.skipped, w->c.failed, w->c.unmatched, es.events, es.bad_frames, es.gaps,
+		w->c.overflows, w->c.lag_s, w->idx.blocks, index_bytes(&w->idx), w->c.rescans);
+	if (n > 0 && (size_t)n < sizeof(buf)) {
+		int rc = write_atomic(w->metrics, buf, (size_t)n);
+		static int said;
+
+		if (rc && !said++)
+			tool_err("cannot write '%s': %s", w->metrics, kv_strerror(rc));
+	}
+}
