@@ -175,6 +175,96 @@ static void drops(const char *dir)
 	CHECK(st.hashes_dropped == 0 && st.messages_sent == 0);
 }
 
+/* ---- the subscriber's decoder ---- */
+
+struct seen {
+	int n;
+	enum kv_event_kind kind[8];
+	char medium[8][64];
+	uint64_t hash[8][4];
+	size_t nhashes[8];
+};
+
+static int on_event(const struct kv_event *ev, void *arg)
+{
+	struct seen *s = arg;
+
+	if (s->n == 8)
+		return 0;
+	s->kind[s->n] = ev->kind;
+	snprintf(s->medium[s->n], 64, "%s", ev->medium);
+	s->nhashes[s->n] = ev->nhashes;
+	for (size_t i = 0; i < ev->nhashes && i < 4; i++)
+		s->hash[s->n][i] = ev->hashes[i];
+	s->n++;
+	return 0;
+}
+
+static void str(msgpack_packer *pk, const char *s)
+{
+	msgpack_pack_str(pk, strlen(s));
+	msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void decode(void)
+{
+	static const unsigned char twelve[12] = { 9, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8 };
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	struct seen s = { 0 };
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_double(&pk, 1.5);
+	msgpack_pack_array(&pk, 4);
+	/* positional, hashes as an integer, a negative one and bytes */
+	msgpack_pack_array(&pk, 7);
+	str(&pk, "BlockStored");
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_uint64(&pk, 0xfedcba9876543210ULL);
+	msgpack_pack_int64(&pk, -2);
+	msgpack_pack_bin(&pk, sizeof(twelve));
+	msgpack_pack_bin_body(&pk, twelve, sizeof(twelve));
+	msgpack_pack_nil(&pk);
+	msgpack_pack_array(&pk, 0);
+	msgpack_pack_int(&pk, 16);
+	msgpack_pack_nil(&pk);
+	str(&pk, "GPU");
+	/* vLLM's map, extra keys ignored, no medium */
+	msgpack_pack_map(&pk, 3);
+	str(&pk, "group_idx");
+	msgpack_pack_int(&pk, 1);
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, 7);
+	str(&pk, "type");
+	str(&pk, "BlockStored");
+	/* an unknown type is skipped, a removal read */
+	msgpack_pack_array(&pk, 1);
+	str(&pk, "SomethingNew");
+	msgpack_pack_array(&pk, 3);
+	str(&pk, "BlockRemoved");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, 9);
+	str(&pk, "STORAGE");
+	msgpack_pack_int(&pk, 0);
+	CHECK(kv_events_decode(sb.data, sb.size, on_event, &s) == 0);
+	CHECK(s.n == 3);
+	CHECK(s.kind[0] == KV_EVENT_BLOCK_STORED && !strcmp(s.medium[0], "GPU"));
+	CHECK(s.nhashes[0] == 3 && s.hash[0][0] == 0xfedcba9876543210ULL &&
+	      s.hash[0][1] == (uint64_t)-2 && s.hash[0][2] == 0x0102030405060708ULL);
+	CHECK(s.kind[1] == KV_EVENT_BLOCK_STORED && !strcmp(s.medium[1], "") &&
+	      s.nhashes[1] == 1 && s.hash[1][0] == 7);
+	CHECK(s.kind[2] == KV_EVENT_BLOCK_REMOVED && !strcmp(s.medium[2], "STORAGE"));
+	/* truncated, trailing bytes, not a batch */
+	CHECK(kv_events_decode(sb.data, sb.size - 1, on_event, &s) == -KV_EPROTO);
+	msgpack_pack_nil(&pk);
+	CHECK(kv_events_decode(sb.data, sb.size, on_event, &s) == -KV_EPROTO);
+	CHECK(kv_events_decode("\xc0", 1, on_event, &s) == -KV_EPROTO);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/kv-events-test.XXXXXX";
@@ -184,6 +274,7 @@ int main(void)
 		return 1;
 	}
 	endpoints();
+	decode();
 	wire(dir);
 	drops(dir);
 	rmdir(dir);
