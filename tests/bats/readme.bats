@@ -83,6 +83,35 @@ run_example() {
 	done < <(examples kvevict)
 }
 
+@test "README: the kvwatch examples run as written, and record a read" {
+	requires root
+	local line n=0 sid p i blk
+	kvput --config config.json --batch < manifest.ndjson > /dev/null
+	blk=$(kvls --blocks --ndjson | jq -r .path | head -1)
+	while IFS= read -r line; do
+		n=$((n + 1))
+		touch -a -d '2 hours ago' "$KV_ROOT/$blk"
+		line=${line%&}
+		line=${line//\/tmp\/kvwatch.prom/$W/kvwatch.prom}
+		line=${line//\/var\/cache\/kv/$KV_ROOT}
+		setsid bash -c "$line" > "$W/out.$n" 2>&1 &
+		sid=$!
+		# watching once its fanotify mark is up
+		for ((i = 0; i < 200; i++)); do
+			p=$(pgrep -s "$sid" -x kvwatch) &&
+				ls -l "/proc/$p/fd" 2>/dev/null | grep -q fanotify && break
+			sleep 0.1
+		done
+		cat "$KV_ROOT/$blk" > /dev/null
+		pkill -TERM -s "$sid" -x kvwatch
+		wait "$sid" || fail "'$line' failed: $(cat "$W/out.$n")"
+		[ $(($(date +%s) - $(stat -c %X "$KV_ROOT/$blk"))) -lt 600 ] || fail "'$line' stamped nothing"
+	done < <(examples kvwatch)
+	[ "$n" -eq 2 ]
+	grep -qx 'kvwatch_stamped_total 1' "$W/kvwatch.prom"
+	[ "$(cat "$W/out.2")" = "$blk" ]
+}
+
 @test "README: the kvbench examples run as written (but dma, which needs a GPU)" {
 	local line mpi=1 asan=${ASAN_OPTIONS:-}
 	mkdir -p "$W/bench"
