@@ -98,24 +98,25 @@ struct job {
 	char path[PATH_BYTES];
 };
 
-/* A bounded file tier's blocks in exact LRU order (tiers.c): a hash
- * index on the path and a list, oldest first, in one array. */
+/* A bounded file tier's blocks in exact LRU order by last use (tiers.c):
+ * a hash index on the path and libkv's LRU order (kv/lru.h) over one
+ * array of entries. */
 struct tier_entry {
 	uint64_t hash;		/* xxh3 of path */
 	uint64_t size;
-	uint32_t older, newer;	/* INDEX_NONE at the ends */
 	int moving;		/* a DEMOTE job holds it */
 	char *path;		/* NULL: a free entry */
 };
-#define INDEX_NONE	UINT32_MAX
+#define INDEX_NONE	KV_LRU_NONE
 
 struct tier_index {
 	struct tier_entry *e;
+	struct kv_lru_link *link;	/* per entry: its LRU or free-list link */
 	uint32_t n, cap;	/* entries used or freed, allocated */
-	uint32_t free_head;	/* freed entries, linked by newer */
+	uint32_t free_head;	/* freed entries, linked by link[].newer */
 	uint32_t *table;	/* entry + 1 per bucket, 0 empty; linear probe */
 	uint32_t mask;
-	uint32_t oldest, newest;
+	struct kv_lru lru;
 	uint64_t count, bytes;
 };
 

@@ -113,27 +113,12 @@ static uint32_t index_find(const struct tier_index *x, const char *path)
 
 static void lru_unlink(struct tier_index *x, uint32_t i)
 {
-	struct tier_entry *e = &x->e[i];
-
-	if (e->older != INDEX_NONE)
-		x->e[e->older].newer = e->newer;
-	else
-		x->oldest = e->newer;
-	if (e->newer != INDEX_NONE)
-		x->e[e->newer].older = e->older;
-	else
-		x->newest = e->older;
+	kv_lru_remove(&x->lru, x->link, i);
 }
 
 static void lru_append(struct tier_index *x, uint32_t i)
 {
-	x->e[i].older = x->newest;
-	x->e[i].newer = INDEX_NONE;
-	if (x->newest != INDEX_NONE)
-		x->e[x->newest].newer = i;
-	else
-		x->oldest = i;
-	x->newest = i;
+	kv_lru_push(&x->lru, x->link, i);
 }
 
 /* Add path (or refresh its size) as the newest entry; the index takes
@@ -159,17 +144,20 @@ static int index_put_owned(struct tier_index *x, const char *path, char *owned, 
 	}
 	if (x->free_head != INDEX_NONE) {
 		i = x->free_head;
-		x->free_head = x->e[i].newer;
+		x->free_head = x->link[i].newer;
 	} else {
 		if (x->n == x->cap) {
 			uint32_t cap = x->cap ? 2 * x->cap : 1024;
 			struct tier_entry *e = realloc(x->e, cap * sizeof(*e));
+			struct kv_lru_link *l = e ? realloc(x->link, cap * sizeof(*l)) : NULL;
 
-			if (!e) {
+			if (e)
+				x->e = e;
+			if (!l) {
 				free(owned);
 				return -ENOMEM;
 			}
-			x->e = e;
+			x->link = l;
 			x->cap = cap;
 		}
 		i = x->n++;
@@ -177,7 +165,7 @@ static int index_put_owned(struct tier_index *x, const char *path, char *owned, 
 	x->e[i] = (struct tier_entry){ .hash = h, .size = size,
 				       .path = owned ? owned : strdup(path) };
 	if (!x->e[i].path) {
-		x->e[i].newer = x->free_head;
+		x->link[i].newer = x->free_head;
 		x->free_head = i;
 		return -ENOMEM;
 	}
@@ -215,7 +203,7 @@ static void index_del(struct tier_index *x, uint32_t i)
 	x->bytes -= x->e[i].size;
 	free(x->e[i].path);
 	x->e[i].path = NULL;
-	x->e[i].newer = x->free_head;
+	x->link[i].newer = x->free_head;
 	x->free_head = i;
 }
 
@@ -224,6 +212,7 @@ static void index_free(struct tier_index *x)
 	for (uint32_t i = 0; i < x->n; i++)
 		free(x->e[i].path);
 	free(x->e);
+	free(x->link);
 	free(x->table);
 	memset(x, 0, sizeof(*x));
 }
@@ -358,7 +347,8 @@ int tiers_open(struct offd *d)
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		struct ftier *t = &d->tiers[k];
 
-		t->idx.oldest = t->idx.newest = t->idx.free_head = INDEX_NONE;
+		t->idx.free_head = INDEX_NONE;
+		kv_lru_init(&t->idx.lru);
 		err = kv_io_open(t->root, &opts, &t->io);
 		if (err) {
 			tool_err("cannot open '%s': %s", t->root, kv_strerror(err));
@@ -496,7 +486,7 @@ void tier_trim(struct offd *d, unsigned t)
 {
 	struct ftier *ft = &d->tiers[t];
 	struct tier_index *x = &ft->idx;
-	uint32_t i = x->oldest;
+	uint32_t i = x->lru.oldest;
 
 	while (ft->capacity && x->bytes - ft->moving_bytes > ft->capacity && i != INDEX_NONE &&
 	       d->wb_inflight < d->wr.wcap) {
@@ -505,7 +495,7 @@ void tier_trim(struct offd *d, unsigned t)
 				 .dest = TIER_NONE };
 
 		if (e->moving || write_pending(d, t, e->path)) {
-			i = e->newer;
+			i = x->link[i].newer;
 			continue;
 		}
 		snprintf(j.path, sizeof(j.path), "%s", e->path);
@@ -514,7 +504,7 @@ void tier_trim(struct offd *d, unsigned t)
 		e->moving = 1;
 		ft->moving_bytes += e->size;
 		d->wb_inflight++;
-		i = e->newer;
+		i = x->link[i].newer;
 	}
 }
 

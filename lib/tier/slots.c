@@ -1,12 +1,14 @@
 /*
  * The slot store: per-slot records in one array indexed by slot id,
  * chained hash buckets over the indexed ones, and per class a free list
- * (LIFO, so a freed slot is reused first) and an LRU list.
+ * (LIFO, so a freed slot is reused first) and an LRU order (kv/lru.h),
+ * both through one array of links.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <kv/lru.h>
 #include <kv/slots.h>
 
 #define NONE	KV_SLOT_NONE
@@ -16,7 +18,6 @@ struct slot {
 	uint64_t hash;
 	uint64_t len;
 	uint32_t hnext;		/* index chain */
-	uint32_t prev, next;	/* LRU (most recent first) or free list */
 	unsigned char used, indexed, in_lru;
 };
 
@@ -24,14 +25,15 @@ struct class {
 	uint64_t slot_bytes;
 	uint64_t base;		/* offset of its first slot */
 	uint32_t first, count;	/* its slot ids */
-	uint32_t free_head, nfree;
-	uint32_t lru_head, lru_tail;
+	uint32_t free_head, nfree;	/* linked by lru[].newer */
+	struct kv_lru lru;
 };
 
 struct kv_slots {
 	struct class *cls;
 	unsigned ncls;
 	struct slot *e;
+	struct kv_lru_link *lru;	/* per slot: its LRU or free-list link */
 	uint32_t count;
 	uint32_t *bucket;
 	uint32_t mask;		/* buckets - 1 */
@@ -49,7 +51,7 @@ static struct class *class_of(const struct kv_slots *s, uint32_t id)
 
 static void free_push(struct kv_slots *s, struct class *c, uint32_t id)
 {
-	s->e[id].next = c->free_head;
+	s->lru[id].newer = c->free_head;
 	c->free_head = id;
 	c->nfree++;
 }
@@ -82,8 +84,9 @@ int kv_slots_new(const struct kv_slots_class *classes, unsigned nclasses,
 		return -ENOMEM;
 	s->cls = calloc(nclasses, sizeof(*s->cls));
 	s->e = calloc(count, sizeof(*s->e));
+	s->lru = calloc(count, sizeof(*s->lru));
 	s->bucket = malloc(nb * sizeof(*s->bucket));
-	if (!s->cls || !s->e || !s->bucket) {
+	if (!s->cls || !s->e || !s->lru || !s->bucket) {
 		kv_slots_free(s);
 		return -ENOMEM;
 	}
@@ -101,7 +104,8 @@ int kv_slots_new(const struct kv_slots_class *classes, unsigned nclasses,
 		k->count = classes[c].count;
 		k->first = (uint32_t)count;
 		k->base = base;
-		k->free_head = k->lru_head = k->lru_tail = NONE;
+		k->free_head = NONE;
+		kv_lru_init(&k->lru);
 		for (uint32_t i = k->count; i-- > 0;)
 			free_push(s, k, k->first + i);
 		base += k->slot_bytes * k->count;
@@ -119,6 +123,7 @@ void kv_slots_free(struct kv_slots *s)
 		free(s->e[i].key);
 	free(s->cls);
 	free(s->e);
+	free(s->lru);
 	free(s->bucket);
 	free(s);
 }
@@ -184,13 +189,14 @@ int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
 		return -ENOMEM;
 	i = k->free_head;
 	e = &s->e[i];
-	k->free_head = e->next;
+	k->free_head = s->lru[i].newer;
 	k->nfree--;
+	s->lru[i] = (struct kv_lru_link){ NONE, NONE };
 	*e = (struct slot){
 		.key = dup,
 		.hash = XXH3_64bits(key, strlen(key)),
 		.len = len,
-		.hnext = NONE, .prev = NONE, .next = NONE,
+		.hnext = NONE,
 		.used = 1,
 	};
 	s->use.slots_used++;
@@ -210,7 +216,7 @@ void kv_slots_release(struct kv_slots *s, uint32_t id)
 	s->use.pool_bytes_used -= k->slot_bytes;
 	s->use.len_bytes -= e->len;
 	free(e->key);
-	*e = (struct slot){ .hnext = NONE, .prev = NONE };
+	*e = (struct slot){ .hnext = NONE };
 	free_push(s, k, id);
 }
 
@@ -257,19 +263,8 @@ int kv_slots_indexed(const struct kv_slots *s, uint32_t id)
 
 static void lru_unlink(struct kv_slots *s, uint32_t id)
 {
-	struct class *k = class_of(s, id);
-	struct slot *e = &s->e[id];
-
-	if (e->prev != NONE)
-		s->e[e->prev].next = e->next;
-	else
-		k->lru_head = e->next;
-	if (e->next != NONE)
-		s->e[e->next].prev = e->prev;
-	else
-		k->lru_tail = e->prev;
-	e->prev = e->next = NONE;
-	e->in_lru = 0;
+	kv_lru_remove(&class_of(s, id)->lru, s->lru, id);
+	s->e[id].in_lru = 0;
 }
 
 void kv_slots_remove(struct kv_slots *s, uint32_t id)
@@ -295,25 +290,19 @@ void kv_slots_touch(struct kv_slots *s, uint32_t id)
 	struct slot *e = &s->e[id];
 
 	if (e->in_lru)
-		lru_unlink(s, id);
-	e->prev = NONE;
-	e->next = k->lru_head;
-	if (k->lru_head != NONE)
-		s->e[k->lru_head].prev = id;
-	k->lru_head = id;
-	if (k->lru_tail == NONE)
-		k->lru_tail = id;
+		kv_lru_remove(&k->lru, s->lru, id);
+	kv_lru_push(&k->lru, s->lru, id);
 	e->in_lru = 1;
 }
 
 uint32_t kv_slots_oldest(const struct kv_slots *s, unsigned cls)
 {
-	return s->cls[cls].lru_tail;
+	return s->cls[cls].lru.oldest;
 }
 
 uint32_t kv_slots_newer(const struct kv_slots *s, uint32_t id)
 {
-	return s->e[id].prev;
+	return s->lru[id].newer;
 }
 
 void kv_slots_usage(const struct kv_slots *s, struct kv_slots_usage *u)
