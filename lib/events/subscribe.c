@@ -158,6 +158,86 @@ static int decode_event(const msgpack_object *o, double ts, kv_event_fn fn, void
 	return deliver(kind, kind == KV_EVENT_ALL_CLEARED ? NULL : hashes, medium, ts, fn, arg);
 }
 
+/* Read a big-endian length of n bytes at p. */
+static uint64_t be(const unsigned char *p, unsigned n)
+{
+	uint64_t v = 0;
+
+	while (n--)
+		v = v << 8 | *p++;
+	return v;
+}
+
+/*
+ * Whether every array and map header claims no more elements than bytes
+ * remain (each element takes one at least), so that unpacking, which
+ * allocates what the headers claim before it reads the elements, needs
+ * memory in proportion to the message and not to what it says.  Only
+ * the headers' sizes are read here; msgpack-c decodes.
+ */
+static int claims_fit(const unsigned char *p, size_t len)
+{
+	size_t pos = 0;
+	uint64_t pending = 1;		/* objects still to skip */
+
+	while (pending && pos < len) {
+		unsigned char t = p[pos++];
+		uint64_t items = 0, skip = 0;
+		unsigned lenb = 0;
+
+		pending--;
+		if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+			continue;
+		if ((t & 0xf0) == 0x90 || (t & 0xf0) == 0x80)
+			items = (uint64_t)(t & 0x0f) * ((t & 0xf0) == 0x80 ? 2 : 1);
+		else if ((t & 0xe0) == 0xa0)
+			skip = t & 0x1f;
+		else switch (t) {
+		case 0xc4: case 0xd9: lenb = 1; break;		/* bin8, str8 */
+		case 0xc5: case 0xda: lenb = 2; break;
+		case 0xc6: case 0xdb: lenb = 4; break;
+		case 0xc7: lenb = 1; skip = 1; break;		/* ext: + type */
+		case 0xc8: lenb = 2; skip = 1; break;
+		case 0xc9: lenb = 4; skip = 1; break;
+		case 0xca: skip = 4; break;
+		case 0xcb: skip = 8; break;
+		case 0xcc: case 0xd0: skip = 1; break;
+		case 0xcd: case 0xd1: skip = 2; break;
+		case 0xce: case 0xd2: skip = 4; break;
+		case 0xcf: case 0xd3: skip = 8; break;
+		case 0xd4: skip = 2; break;			/* fixext */
+		case 0xd5: skip = 3; break;
+		case 0xd6: skip = 5; break;
+		case 0xd7: skip = 9; break;
+		case 0xd8: skip = 17; break;
+		case 0xdc: case 0xdd:				/* array16/32 */
+		case 0xde: case 0xdf:				/* map16/32 */
+			lenb = t & 1 ? 4 : 2;
+			if (len - pos < lenb)
+				return 0;
+			items = be(p + pos, lenb) * (t >= 0xde ? 2 : 1);
+			pos += lenb;
+			lenb = 0;
+			break;
+		default:
+			return 0;
+		}
+		if (lenb) {
+			if (len - pos < lenb)
+				return 0;
+			skip += be(p + pos, lenb);
+			pos += lenb;
+		}
+		if (skip > len - pos)
+			return 0;
+		pos += skip;
+		pending += items;
+		if (pending > len - pos)
+			return 0;
+	}
+	return !pending;
+}
+
 int kv_events_decode(const void *payload, size_t len, kv_event_fn fn, void *arg)
 {
 	msgpack_unpacked u;
@@ -166,6 +246,8 @@ int kv_events_decode(const void *payload, size_t len, kv_event_fn fn, void *arg)
 	size_t off = 0;
 	int rc = 0;
 
+	if (!claims_fit(payload, len))
+		return -KV_EPROTO;
 	msgpack_unpacked_init(&u);
 	switch (msgpack_unpack_next(&u, payload, len, &off)) {
 	case MSGPACK_UNPACK_SUCCESS:

@@ -8,6 +8,7 @@
 
 load test_helper
 load shared_volume
+load last_use
 
 setup_file() {
 	export GL_SKIP=
@@ -89,4 +90,8 @@ teardown() {
 @test "glusterfs: two nodes, one kvevict shard on each, delete what one run deletes" {
 	requires python3
 	sv_shards
+}
+
+@test "glusterfs: two nodes: kvwatch sees the reads on one, kvevict on the other evicts by them" {
+	sv_kvwatch
 }

@@ -6,6 +6,7 @@
 
 load test_helper
 load shared_volume
+load last_use
 
 LATFS=$KV_BIN/../latfs/latfs
 
@@ -45,4 +46,8 @@ teardown() {
 @test "latfs: two nodes, one kvevict shard on each, delete what one run deletes" {
 	requires python3
 	sv_shards
+}
+
+@test "latfs: two nodes: kvwatch sees the reads on one, kvevict on the other evicts by them" {
+	sv_kvwatch
 }

@@ -15,6 +15,7 @@ sv_env() {
 sv_teardown() {
 	local m
 	kill_daemon
+	! declare -F stop_kvwatch >/dev/null || stop_kvwatch KILL
 	for m in "$@"; do
 		mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
 	done
@@ -132,4 +133,16 @@ sv_shards() {
 	# both nodes see what is left
 	[ "$(cd "$B" && find . -name '*.bin' | wc -l)" -eq \
 	  $((200 - $(wc -l < "$BATS_TEST_TMPDIR/sharded"))) ]
+}
+
+# kvwatch on node B sees the reads there; kvevict on node A evicts by
+# them: the acceptance scenario of kvwatch.bats across two mounts.
+sv_kvwatch() {
+	history "$A"
+	KV_ROOT=$B start_kvwatch
+	read_set "$B" 1
+	stop_kvwatch
+	[ "$WRC" -eq 0 ]
+	[ "$(jq -r .path "$BATS_TEST_TMPDIR/kvwatch.out" | sort -u | wc -l)" -ge 1 ]
+	evict_and_judge "$A"
 }
