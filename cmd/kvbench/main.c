@@ -130,7 +130,8 @@ static void usage(void)
 	       "      --block-size SIZE     bytes per file, instead of the model's (run\n"
 	       "                            default without --hf-config: 2M)\n"
 	       "Run:\n"
-	       "      --dir DIR             scratch directory to work in (required)\n"
+	       "      --dir DIR             scratch directory to work in, made if\n"
+	       "                            missing (required)\n"
 	       "      --phases LIST         write,read,lookup,mixed or all (default all);\n"
 	       "                            create,stat,unlink or meta: metadata, as mdtest\n"
 	       "      --engine ENGINE       uring (default), psync, or kvio (libkv's)\n"
@@ -313,7 +314,10 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 
 /* Bandwidth, latency and (absent other geometry) bytes per token from a
  * `kvbench -J` document: its geometry, or else its block size spread over
- * tpf tokens, as the run itself would have judged it. */
+ * tpf tokens (--tokens-per-file, 0 when not given).  A run without a
+ * model says nothing of tokens, and a guess of 256 tokens per file can
+ * turn the verdict around (16x off for Llama-3.1-8B's 2 MiB files):
+ * without tpf it is refused. */
 static void from_run(const char *path, struct verdict *v, int have_bw, int have_lat,
 		     int have_geo, unsigned tpf)
 {
@@ -362,6 +366,11 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 
 		v->bytes_per_token = (uint64_t)json_integer_value(
 			json_object_get(json_object_get(doc, "geometry"), "bytes_per_token"));
+		if (!v->bytes_per_token && !tpf)
+			tool_usage_fail("'%s' has no geometry (its run had no --hf-config), so its "
+					"bytes per token are unknown: give the model's --hf-config, "
+					"or --tokens-per-file its files hold",
+					path);
 		if (!v->bytes_per_token)
 			v->bytes_per_token = (block + tpf - 1) / tpf;
 	}
@@ -607,8 +616,7 @@ int main(int argc, char **argv)
 
 	if (cmd == CMD_VERDICT) {
 		if (from)
-			from_run(from, &v, have_bw, have_lat, have_geo || ga.block,
-				 ga.tpf ? ga.tpf : 256);
+			from_run(from, &v, have_bw, have_lat, have_geo || ga.block, ga.tpf);
 		if (!v.bytes_per_token)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))

@@ -1286,7 +1286,7 @@ int bench_run(struct bench *b)
 {
 	struct shared sh = { .rootfd = -1 };
 	enum phase ph;
-	int r;
+	int r, created;
 
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_cond_init(&sh.cond, NULL);
@@ -1294,7 +1294,17 @@ int bench_run(struct bench *b)
 	b->files = (b->o.size_bytes + b->o.block_bytes - 1) / b->o.block_bytes;
 	if (!b->files)
 		b->files = 1;
-	sh.rootfd = open(b->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* --dir is made if missing (its parent must exist), as `mkdir DIR`
+	 * and kvget -o DIR do; a dir made here is opened without following
+	 * a link, so nothing swapped in after the mkdir is written to. */
+	created = mkdir(b->o.dir, 0777) == 0;
+	if (!created && errno != EEXIST) {
+		r = -errno;
+		snprintf(b->err, sizeof(b->err), "cannot make the scratch dir '%s': %s", b->o.dir,
+			 strerror(errno));
+		goto out;
+	}
+	sh.rootfd = open(b->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (created ? O_NOFOLLOW : 0));
 	if (sh.rootfd < 0) {
 		r = -errno;
 		snprintf(b->err, sizeof(b->err), "cannot open '%s': %s", b->o.dir, strerror(errno));

@@ -405,9 +405,10 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 		"$KV_BIN/kvbench" run --dir "$D" --block-size 256K --size 1M
 	assert_equal "$status" 3
 	[[ "$stderr" == *"Permission denied"* ]]
-	run --separate-stderr kvbench run --dir "$BATS_TEST_TMPDIR/absent"
+	# A missing dir is made, but not its missing parent.
+	run --separate-stderr kvbench run --dir "$BATS_TEST_TMPDIR/absent/dir"
 	assert_equal "$status" 3
-	[[ "$stderr" == *"cannot open"*"No such file or directory"* ]]
+	[[ "$stderr" == *"cannot make the scratch dir"*"No such file or directory"* ]]
 }
 
 @test "metadata phases alone: every block key created, found and removed once" {
@@ -546,13 +547,50 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .bytes_per_token <<<"$output")" 1024
 }
 
-@test "verdict --from-run of a run without a model: bytes per token from its block size (README)" {
+@test "verdict --from-run of a run without a model refuses to guess its tokens per file" {
 	tiny -J > "$BATS_TEST_TMPDIR/run.json"
 	[ "$(jq .geometry "$BATS_TEST_TMPDIR/run.json")" = null ]
 	block=$(jq .config.block_bytes "$BATS_TEST_TMPDIR/run.json")
+	run --separate-stderr kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" \
+		--params 8B --gpu-tflops 989 -J
+	assert_equal "$status" 2
+	assert_equal "$output" ""
+	[[ "$stderr" == *"has no geometry"*"--hf-config"*"--tokens-per-file"* ]]
+	# Told the tokens per file, it spreads the run's block size over them.
+	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --tokens-per-file 64 \
+		--params 8B --gpu-tflops 989 -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" $(( (block + 63) / 64 ))
+}
+
+@test "verdict --from-run of a run with a model takes its geometry (README: Llama-3.1-8B recomputes)" {
+	kvbench run --dir "$D" --hf-config "$HF/llama-3.1-8b.json" --size 8M --threads 1 --qd 2 \
+		--lookups 100 -J > "$BATS_TEST_TMPDIR/run.json"
 	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --params 8B --gpu-tflops 989 -J
 	assert_success
-	assert_equal "$(jq .bytes_per_token <<<"$output")" $(( (block + 255) / 256 ))
+	# 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes (bf16).
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	assert_equal "$(jq .bytes_per_token <<<"$output")" \
+		"$(jq .geometry.bytes_per_token "$BATS_TEST_TMPDIR/run.json")"
+}
+
+@test "run --dir makes a missing scratch dir, as mkdir would, and never through a link" {
+	run tiny --dir "$BATS_TEST_TMPDIR/fresh" --phases write,read
+	assert_success
+	[ -d "$BATS_TEST_TMPDIR/fresh" ]
+	# Its parent must exist, as for mkdir(1) and kvget -o.
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/no/such" --phases write
+	assert_equal "$status" 3
+	[[ "$stderr" == *"cannot make the scratch dir"*"No such file or directory"* ]]
+	# A dangling link is not followed to create its target.
+	ln -s "$BATS_TEST_TMPDIR/elsewhere" "$BATS_TEST_TMPDIR/link"
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/link" --phases write
+	assert_equal "$status" 3
+	[ ! -e "$BATS_TEST_TMPDIR/elsewhere" ]
+	# A file in the way is refused.
+	: > "$BATS_TEST_TMPDIR/file"
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/file" --phases write
+	assert_equal "$status" 3
 }
 
 @test "a run with a prefill rate ends with a verdict on its own figures" {
