@@ -65,6 +65,54 @@ help_options() {
 	done
 }
 
+# Every page as mandoc -Tutf8 renders it, for what lint does not see.
+rendered() {
+	mandoc -Tutf8 "$1" | col -bx
+}
+
+@test "man pages render without stray dashes, broken examples or ungrouped alternatives" {
+	requires mandoc
+	local page bad line text
+	for page in "$top"/man/*.[1-8]; do
+		# .Fl makes each word after it a flag: ".Fl -daemon, as a
+		# duration" renders "--daemon, -as -a -duration".  Options here
+		# are long or one letter; mpirun's -np and -errno are words.
+		bad=$(rendered "$page" | grep -oE '(^|[][ (|])-[a-z][a-z0-9]+' |
+			grep -vE -- '-(np|errno)$' || true)
+		[ -z "$bad" ] || fail "${page##*/}: stray dashes from .Fl in running text:" $bad
+		# A display run straight into the next paragraph's text.
+		bad=$(rendered "$page" | awk '/^[A-Z]/ { sec = $0 }
+			sec == "EXAMPLES" && prev ~ /^      +[^ ]/ && /^     [^ ]/ { print prev }
+			{ prev = $0 }')
+		[ -z "$bad" ] || fail "${page##*/}: no blank line after the example: $bad"
+		# A one-line display (.Dl) too long for the page is wrapped
+		# into a broken command; a .Bd -literal with \ continuations
+		# is not.
+		while IFS= read -r line; do
+			text=${line#.Dl }
+			[[ $text =~ \ (Ar|Ns|Fl|Cm|Li|Pa|Ic|Ql|Sy|Em)\  ]] && continue
+			text=${text//\\e/\\}
+			rendered "$page" | grep -qF -- "$text" ||
+				fail "${page##*/}: wrapped .Dl example: $text"
+		done < <(grep '^\.Dl ' "$page")
+		# Alternatives between long options need their group,
+		# "(--model-dir dir | --config file)", as --help shows it; a
+		# mode's right after the name ("kvls --check | --verify")
+		# reads as one already.
+		bad=$(rendered "$page" | awk '/^[A-Z]/ { sec = $0; next }
+			sec == "SYNOPSIS" {
+				depth = 0
+				for (i = 1; i <= NF; i++) {
+					n = gsub(/[[(]/, "&", $i); m = gsub(/[])]/, "&", $i)
+					if ($i == "|" && !depth && $(i + 1) ~ /^--/ && i > 3)
+						print
+					depth += n - m
+				}
+			}')
+		[ -z "$bad" ] || fail "${page##*/}: ungrouped alternatives in SYNOPSIS: $bad"
+	done
+}
+
 @test "--help, man page and completions name the same long options" {
 	for p in $(programs); do
 		page=$(ls "$top"/man/"$p".[1-8] | head -1)
