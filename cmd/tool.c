@@ -1,5 +1,6 @@
 /* Front-end glue shared by the kvtools programs. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,23 @@ void tool_usage_fail(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "Try '%s --help' for more information.\n", tool_name);
 	exit(EXIT_USAGE);
+}
+
+void tool_bad_option(int c, char *const argv[])
+{
+	const char *arg = argv[optind - 1];
+	int is_long = !strncmp(arg, "--", 2);
+
+	if (c == ':' && is_long)
+		tool_usage_fail("option '%s' requires an argument", arg);
+	if (c == ':')
+		tool_usage_fail("option requires an argument -- '%c'", optopt);
+	if (!optopt)
+		tool_usage_fail("unrecognized option '%s'", arg);
+	if (is_long && strchr(arg, '='))
+		tool_usage_fail("option '%.*s' doesn't allow an argument",
+				(int)(strchr(arg, '=') - arg), arg);
+	tool_usage_fail("invalid option -- '%c'", optopt);
 }
 
 void tool_version(void)

@@ -30,6 +30,11 @@ void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tool_usage_fail(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2), noreturn));
 
+/* A getopt_long error (c: '?' or ':'; opterr = 0 and an optstring that
+ * starts with ':') in getopt's words, under the program's name, and
+ * exit 2: the one form of every program's option errors. */
+void tool_bad_option(int c, char *const argv[]) __attribute__((noreturn));
+
 /* "prog (kvtools) VERSION" on stdout, exit 0. */
 void tool_version(void) __attribute__((noreturn));
 

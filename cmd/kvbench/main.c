@@ -430,13 +430,14 @@ int main(int argc, char **argv)
 	b.o.lookups = 100000;
 	b.o.seed = 1;
 	v.mfu = 0.5;
-	while ((c = getopt_long(argc, argv, "JhV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":JhV", longopts, NULL)) != -1) {
 		if (c == 'h')
 			usage();
 		if (c == 'V')
 			tool_version();
-		if (c == '?')
-			tool_usage_fail("bad option");
+		if (c == '?' || c == ':')
+			tool_bad_option(c, argv);
 		if (!(applies(c) & cmd)) {
 			const struct option *o = longopts;
 

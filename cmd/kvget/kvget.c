@@ -703,7 +703,7 @@ int main(int argc, char **argv)
 
 	tool_init("kvget");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "r:m:c:eo:bhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":r:m:c:eo:bhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
 		case 'm': model_dir = optarg; break;
@@ -732,8 +732,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
-			tool_usage_fail("invalid option or missing argument: '%s'",
-					argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (model_dir && config)

@@ -908,7 +908,7 @@ int main(int argc, char **argv)
 
 	tool_init("kvls");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "bcJr:m:t:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":bcJr:m:t:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': blocks = 1; break;
 		case 'c': check = ls.check = 1; break;
@@ -944,8 +944,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
-			tool_usage_fail("invalid option or missing argument: '%s'",
-					argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)

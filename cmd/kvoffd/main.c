@@ -253,7 +253,8 @@ int main(int argc, char **argv)
 	d.write_flags = KV_TIER_SPILL;
 	d.promote = PROMOTE_FIRST_HIT;
 	d.socket_path = getenv("KV_DAEMON");
-	while ((opt = getopt_long(argc, argv, "r:s:c:hV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":r:s:c:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r':
 			root_opt = optarg;
@@ -329,7 +330,7 @@ int main(int argc, char **argv)
 			tool_version();
 			break;
 		default:
-			tool_usage_fail("unknown option");
+			tool_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)

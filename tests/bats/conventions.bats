@@ -50,6 +50,31 @@ help_options() {
 	done
 }
 
+@test "option errors read the same in every program: getopt's words under the program's name" {
+	local p
+	for p in $(programs); do
+		run --separate-stderr "$p" --no-such-option
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: unrecognized option '--no-such-option'" ]] ||
+			fail "$p --no-such-option: $stderr"
+		run --separate-stderr "$p" -Z
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: invalid option -- 'Z'" ]] || fail "$p -Z: $stderr"
+		run --separate-stderr "$p" --root
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: option '--root' requires an argument" ]] ||
+			fail "$p --root: $stderr"
+		run --separate-stderr "$p" --help=yes
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: option '--help' doesn't allow an argument" ]] ||
+			fail "$p --help=yes: $stderr"
+	done
+	run --separate-stderr kvput -r
+	[[ "$stderr" == "kvput: option requires an argument -- 'r'"* ]] || fail "kvput -r: $stderr"
+	run --separate-stderr kvbench dma --bogus
+	[[ "$stderr" == "kvbench: unrecognized option '--bogus'"* ]] || fail "kvbench dma: $stderr"
+}
+
 @test "every program has a man page that mandoc lints clean" {
 	requires mandoc
 	for p in $(programs); do
