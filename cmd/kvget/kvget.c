@@ -106,7 +106,7 @@ static void usage(void)
 	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
 	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
 	       "  -c, --config FILE      the model config.json that names the model dir\n"
-	       "      --rank N           tensor-parallel rank (default 0)\n"
+	       "      --rank N           the worker's global rank (default 0)\n"
 	       "      --group N          KV-cache group (default 0)\n"
 	       "  -e, --exists           only test presence: exit 0 present, 1 absent\n"
 	       "      --blocks N         read only the last N blocks of the file ...\n"

@@ -75,6 +75,36 @@ help_options() {
 	[[ "$stderr" == "kvbench: unrecognized option '--bogus'"* ]] || fail "kvbench dma: $stderr"
 }
 
+@test "--rank is the worker's global rank (tp x pp x pcp) in every --help, page and completion" {
+	local p bad
+	for p in kvput kvget; do
+		"$p" --help | grep -qE -- "--rank N +the worker's global rank" ||
+			fail "$p --help: $("$p" --help | grep -- '--rank N')"
+		grep -A1 '^\.It Fl -rank' "$top/man/$p.1" | grep -q "global rank" ||
+			fail "$p.1 does not call --rank the global rank"
+		grep -- "'--rank=" "$top/completions/zsh/_$p" | grep -q "global rank" ||
+			fail "_$p: --rank described otherwise"
+	done
+	# kv(7) may say what it is not; nothing else may call it the
+	# tensor-parallel rank.
+	bad=$(grep -rnE 'tensor-parallel rank([^s]|$)' "$top"/cmd "$top"/man "$top"/completions \
+		"$top"/README.md "$top"/python | grep -v 'tensor-parallel rank alone' || true)
+	[ -z "$bad" ] || fail "--rank called the tensor-parallel rank: $bad"
+}
+
+@test "kvevict's refusal of a kvoffd tier has one exit code, the one kv(7), kvevict(8) and the README give" {
+	# The behaviour itself: kvoffd_tiers.bats (exit 2 without --force).
+	sed -n '/^\.Ss Exit status of the programs/,/^\.El/p' "$top/man/kv.7" |
+		sed -n '/^\.It 2$/,/^\.It 3$/p' | grep -q 'kvoffd' ||
+		fail "kv(7) does not say which code refusing a kvoffd tier exits with"
+	sed -n '/^\.Sh EXIT STATUS/,/^\.Sh/p' "$top/man/kvevict.8" |
+		sed -n '/^\.It 2$/,/^\.It 3$/p' | grep -q 'kvoffd' ||
+		fail "kvevict(8) EXIT STATUS does not give the code of refusing a kvoffd tier"
+	grep -A3 'Exit status: 0' "$top/README.md" | tr '\n' ' ' |
+		grep -q '2 usage error (also work refused until `--force`[^)]*kvoffd' ||
+		fail "README's exit status does not give the code of refusing a kvoffd tier"
+}
+
 @test "every program has a man page that mandoc lints clean" {
 	requires mandoc
 	for p in $(programs); do
