@@ -3,7 +3,7 @@
 #   make                 build libkv and every program into $(BUILD)
 #   make check           C unit tests + bats suites, ends "N passed, N failed"
 #   make check-asan      the same under AddressSanitizer + UBSan
-#   make install         PREFIX=/usr/local DESTDIR= (PYTHONDIR for kvtools.py)
+#   make install         PREFIX=/usr/local DESTDIR= (PYTHON or PYTHONDIR: kvtools)
 #   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
 #   make MPI=1|0         force kvbench's MPI ranks on or off (default: detect mpicc)
 #
@@ -22,7 +22,11 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
-PYTHONDIR   ?= $(PREFIX)/lib/python3/dist-packages
+# Where this prefix's Python packages go so that Debian's python3 finds
+# them: /usr/lib/python3/dist-packages for /usr, else (/usr/local)
+# lib/pythonX.Y/dist-packages, X.Y being $(PYTHON)'s version.
+PYTHON      ?= python3
+PYTHONDIR   ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(or $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null),3)/dist-packages)
 PY_SRCS     := $(wildcard python/kvtools/*.py)
 UNITS       := $(wildcard contrib/systemd/*.service contrib/systemd/*.timer)
 BUILD       ?= build

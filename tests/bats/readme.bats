@@ -155,6 +155,16 @@ run_daemon_examples() {
 	[ "$(jq '.tiers | length' <<<"$output")" -eq 2 ]
 }
 
+@test "README: the Python section names what its example imports beyond kvtools" {
+	local mod section
+	section=$(awk '/^## / { on = ($0 == "## Python") } on && !/^    /' "$top/README.md")
+	for mod in $(awk '/^## / { on = ($0 == "## Python") }
+			on && /^    import / { print $2 }' "$top/README.md"); do
+		[ "$mod" = kvtools ] && continue
+		grep -q "needs $mod" <<<"$section" || fail "the example imports $mod; the section does not say it needs it"
+	done
+}
+
 @test "README: the Python connector example runs as written" {
 	requires kvoffd
 	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
