@@ -60,6 +60,39 @@ void tool_bad_option(int c, char *const argv[])
 	tool_usage_fail("invalid option -- '%c'", optopt);
 }
 
+uint64_t tool_mem_available(void)
+{
+	unsigned long long kib = 0, max = 0, cur = 0;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "re");
+	uint64_t avail = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+			avail = (uint64_t)kib << 10;
+			break;
+		}
+	if (f)
+		fclose(f);
+	/* "max" (no limit) does not scan, and leaves MemAvailable. */
+	f = fopen("/sys/fs/cgroup/memory.max", "re");
+	if (f && fscanf(f, "%llu", &max) == 1) {
+		FILE *c = fopen("/sys/fs/cgroup/memory.current", "re");
+
+		if (c && fscanf(c, "%llu", &cur) == 1) {
+			uint64_t room = max > cur ? max - cur : 0;
+
+			if (!avail || room < avail)
+				avail = room;
+		}
+		if (c)
+			fclose(c);
+	}
+	if (f)
+		fclose(f);
+	return avail;
+}
+
 void tool_version(void)
 {
 	printf("%s (kvtools) %s\n", tool_name, kv_version());

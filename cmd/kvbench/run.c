@@ -676,6 +676,11 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+uint64_t bench_buffer_bytes(const struct bench_opts *o)
+{
+	return (uint64_t)o->threads * (o->engine != ENGINE_PSYNC ? o->qd : 1) * o->block_bytes;
+}
+
 static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 {
 	unsigned n = b->o.engine != ENGINE_PSYNC ? b->o.qd : 1, i;

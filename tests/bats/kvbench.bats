@@ -411,6 +411,41 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	[[ "$stderr" == *"cannot make the scratch dir"*"No such file or directory"* ]]
 }
 
+@test "run bounds its I/O buffers: --qd lowered to --max-buffer-bytes, said, and held to" {
+	requires /usr/bin/time
+	# 2 threads x 32 x 8M would be 512M; 32M of buffers hold 2 per thread.
+	run --separate-stderr /usr/bin/time -f 'maxrss_kib %M' kvbench run --dir "$D" \
+		--block-size 8M --threads 2 --qd 32 --max-buffer-bytes 32M --size 16M \
+		--phases write,read -J
+	assert_success
+	[[ "$stderr" == *"--qd 32 lowered to 2: 2 threads x 32 x 8.0M of buffers would be 512M, over --max-buffer-bytes 32M"* ]] ||
+		fail "stderr: $stderr"
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 2
+	assert_equal "$(jq .config.buffer_bytes <<<"$output")" $((32 << 20))
+	rss=$(sed -n 's/^maxrss_kib //p' <<<"$stderr")
+	[ "$rss" -lt $((160 << 10)) ] || fail "peak RSS ${rss} KiB for 32M of buffers"
+	# The default cap: 1G, whatever the depth asked for.
+	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases write -J
+	assert_success
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 256
+	# The table's header says what it holds.
+	run tiny --phases write
+	assert_output --partial "2 threads x qd 2, 1.0M of buffers"
+}
+
+@test "run refuses I/O buffers that would not fit in the memory available" {
+	run --separate-stderr kvbench run --dir "$D" --block-size 1G --threads 64 --qd 64 \
+		--max-buffer-bytes 1P --phases write
+	assert_equal "$status" 2
+	[[ "$stderr" == *"64 threads x 64 x 1.0G of I/O buffers (4.0T) would not fit in the "*" of memory available"* ]] ||
+		fail "stderr: $stderr"
+	[ -z "$(ls "$D")" ]
+	run --separate-stderr kvbench run --dir "$D" --block-size 1G --threads 1024 --engine psync \
+		--phases write
+	assert_equal "$status" 2
+	[[ "$stderr" == *"would not fit"* ]]
+}
+
 @test "metadata phases alone: every block key created, found and removed once" {
 	run tiny --phases meta -J
 	assert_success
