@@ -246,7 +246,7 @@ int main(int argc, char **argv)
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
 	int ready_fd = -1, opt, err;
 	sigset_t mask;
-	char pod[256];
+	char pod[256], size[16], pool[16];
 
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
@@ -420,20 +420,23 @@ int main(int argc, char **argv)
 			 err == -EADDRINUSE ? "another daemon is serving it" : kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
-	tool_err("serving %s: %u slots in %u size classes up to %llu bytes%s, "
-		 "file tier %s: %llu blocks, %llu bytes",
-		 d.socket_path, d.nslots, d.nclasses, (unsigned long long)d.slot_bytes,
-		 d.hugepages ? " (huge pages)" : "", d.tiers[0].root,
-		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
-	for (unsigned k = 0; d.ntiers > 1 && k < d.ntiers; k++) {
-		char cap[64] = ", unbounded";
+	/* Sizes as the other tools print them; each tier's blocks beside
+	 * its own dir. */
+	kv_size_format(d.slot_bytes, size, sizeof(size));
+	kv_size_format(cpu_bytes, pool, sizeof(pool));
+	tool_err("serving %s: a %s pool of %u slots in %u size classes up to %s%s",
+		 d.socket_path, pool, d.nslots, d.nclasses, size,
+		 d.hugepages ? " (huge pages)" : "");
+	for (unsigned k = 0; k < d.ntiers; k++) {
+		char cap[32] = "unbounded";
 
-		if (d.tiers[k].capacity)
-			snprintf(cap, sizeof(cap), " of %llu",
-				 (unsigned long long)d.tiers[k].capacity);
-		tool_err("tier %u, %s, %s: %llu blocks, %llu bytes%s", k, tier_name(&d, k),
-			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks,
-			 (unsigned long long)d.tiers[k].walk_bytes, cap);
+		if (d.tiers[k].capacity) {
+			strcpy(cap, "of ");
+			kv_size_format(d.tiers[k].capacity, cap + 3, sizeof(cap) - 3);
+		}
+		kv_size_format(d.tiers[k].walk_bytes, size, sizeof(size));
+		tool_err("tier %u, %s, %s: %llu blocks, %s, %s", k, tier_name(&d, k),
+			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks, size, cap);
 	}
 	sd_notify_ready();
 	err = offd_serve(&d, ready_fd);
