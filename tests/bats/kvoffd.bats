@@ -609,3 +609,27 @@ assert r == {"group": 0, "hash": "abcdef0001", "model_dir": sys.argv[2], "on_dis
 	# No raw byte counts: 6T is not 6597069766656.
 	refute_output --regexp '(of |, |up to )[0-9]{7,}'
 }
+
+@test "kvoffd warns of a pool larger than the memory available, and --strict refuses it" {
+	local avail_kib pool
+	avail_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	[ -n "$avail_kib" ] || skip "no MemAvailable in /proc/meminfo"
+	# Twice what is available, in whole GiB: mapped, never touched.
+	pool=$(( (avail_kib * 2 >> 20) + 1 ))G
+	run --separate-stderr kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes "$pool" --strict
+	assert_equal "$status" 2
+	[[ "$stderr" == *"pool is more than the "*" of memory available (--strict)"* ]] ||
+		fail "stderr: $stderr"
+	[ ! -e "$SOCK" ]
+	start_daemon --cpu-bytes "$pool"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	grep -q "warning: a $pool pool is more than the .* of memory available" \
+		"$BATS_TEST_TMPDIR/kvoffd.log" || fail "$(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	# One that fits says nothing of memory.
+	: > "$BATS_TEST_TMPDIR/kvoffd.log"
+	start_daemon --cpu-bytes 16M --strict
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	! grep -q "memory available" "$BATS_TEST_TMPDIR/kvoffd.log"
+}
