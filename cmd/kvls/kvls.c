@@ -716,8 +716,10 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 			 (int64_t)((ls->now_ns - e->mtime_ns) / 1000000000LL));
 		return problem(ls, "orphan-temp", e->path, detail);
 	case KV_WALK_FOREIGN:
-		/* kvevict's lock file and shard state dir are ours, not foreign. */
-		if ((S_ISREG(e->mode) && !strcmp(e->path, KV_EVICT_LOCK_NAME)) ||
+		/* kvevict's lock file and shard state dir, and kvoffd's claim
+		 * on a tier it bounds, are ours, not foreign. */
+		if ((S_ISREG(e->mode) && (!strcmp(e->path, KV_EVICT_LOCK_NAME) ||
+					  !strcmp(e->path, TOOL_OFFD_LOCK))) ||
 		    (S_ISDIR(e->mode) && !strcmp(e->path, KV_EVICT_STATE_DIR)))
 			return 0;
 		return ls->check ? problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
