@@ -318,10 +318,10 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 }
 
 /* Each thread keeps a buffer of a block for each I/O in flight: threads x
- * qd x block, 8 GiB for 8 threads at qd 32 of 32 MiB.  So many bytes in
- * flight would only wait in the device's queue, so qd is lowered until
- * the buffers fit in max_bytes (one I/O per thread at least), and said;
- * buffers that would not fit in the memory available are refused. */
+ * qd x block, 8 GiB for 8 threads at qd 32 of 32 MiB, bytes that would
+ * only wait in the device's queue.  qd is lowered until the buffers fit
+ * in max_bytes (one I/O per thread at least), and that is said; buffers
+ * that would not fit in the memory available are refused. */
 static void fit_buffers(struct bench_opts *o, uint64_t max_bytes)
 {
 	uint64_t avail = tool_mem_available();
