@@ -678,6 +678,9 @@ static void *worker_main(void *arg)
 
 uint64_t bench_buffer_bytes(const struct bench_opts *o)
 {
+	/* Lookups and metadata move no data (worker_setup). */
+	if (!(o->phases & (1u << PH_WRITE | 1u << PH_READ | 1u << PH_MIXED)))
+		return 0;
 	return (uint64_t)o->threads * (o->engine != ENGINE_PSYNC ? o->qd : 1) * o->block_bytes;
 }
 

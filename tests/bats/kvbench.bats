@@ -424,10 +424,16 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .config.buffer_bytes <<<"$output")" $((32 << 20))
 	rss=$(sed -n 's/^maxrss_kib //p' <<<"$stderr")
 	[ "$rss" -lt $((160 << 10)) ] || fail "peak RSS ${rss} KiB for 32M of buffers"
-	# The default cap: 1G, whatever the depth asked for.
-	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases write -J
+	# The default cap: 1G, whatever the depth asked for (reads of 4 files
+	# touch 4M of it).
+	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases read -J
 	assert_success
 	assert_equal "$(jq .config.queue_depth <<<"$output")" 256
+	# Lookups and metadata hold no buffers, so nothing is lowered.
+	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases lookup,meta -J
+	assert_success
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 4096
+	assert_equal "$(jq .config.buffer_bytes <<<"$output")" 0
 	# The table's header says what it holds.
 	run tiny --phases write
 	assert_output --partial "2 threads x qd 2, 1.0M of buffers"
