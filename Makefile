@@ -3,7 +3,7 @@
 #   make                 build libkv and every program into $(BUILD)
 #   make check           C unit tests + bats suites, ends "N passed, N failed"
 #   make check-asan      the same under AddressSanitizer + UBSan
-#   make install         PREFIX=/usr/local DESTDIR= (PYTHONDIR for kvtools.py)
+#   make install         PREFIX=/usr/local DESTDIR= (PYTHON or PYTHONDIR: kvtools)
 #   make CUDA=1|0        force the CUDA build on or off (default: detect nvcc)
 #   make MPI=1|0         force kvbench's MPI ranks on or off (default: detect mpicc)
 #
@@ -22,7 +22,13 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
-PYTHONDIR   ?= $(PREFIX)/lib/python3/dist-packages
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+# Where this prefix's Python packages go so that Debian's python3 finds
+# them: /usr/lib/python3/dist-packages for /usr, else (/usr/local)
+# lib/pythonX.Y/dist-packages, X.Y being $(PYTHON)'s version.
+PYTHON      ?= python3
+PYTHONDIR   ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(or $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null),3)/dist-packages)
 PY_SRCS     := $(wildcard python/kvtools/*.py)
 UNITS       := $(wildcard contrib/systemd/*.service contrib/systemd/*.timer)
 BUILD       ?= build
@@ -230,7 +236,7 @@ lint-man:
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kv \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
-		$(DESTDIR)$(SYSTEMDUNITDIR)
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
 	install -m 0755 $(BINS) $(DESTDIR)$(BINDIR)/
 	install -m 0644 $(BUILD)/libkv.a $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(BUILD)/libkv.so $(DESTDIR)$(LIBDIR)/libkv.so.$(VERSION)
@@ -246,9 +252,14 @@ install: all
 	install -d $(DESTDIR)$(PYTHONDIR)/kvtools
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/kvtools/
 	echo 'LIBKV = "$(LIBDIR)/libkv.so.$(SOVERSION)"' > $(DESTDIR)$(PYTHONDIR)/kvtools/_installed.py
-	# The units run the programs from where this install puts them.
-	for u in $(UNITS); do sed 's|/usr/bin/|$(BINDIR)/|g' $$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/} && \
+	# The units run the programs, and read the users and dirs they need,
+	# from where this install puts them.
+	for u in $(UNITS); do sed -e 's|/usr/bin/kv|$(BINDIR)/kv|g' \
+		-e 's|/usr/lib/sysusers.d/|$(SYSUSERSDIR)/|g' -e 's|/usr/lib/tmpfiles.d/|$(TMPFILESDIR)/|g' \
+		$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/} && \
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
+	install -m 0644 contrib/systemd/kvtools.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvtools.conf
+	install -m 0644 contrib/systemd/kvtools.tmpfiles $(DESTDIR)$(TMPFILESDIR)/kvtools.conf
 
 uninstall:
 	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libkv.a \
@@ -259,6 +270,7 @@ uninstall:
 	for c in completions/bash/*; do rm -f $(DESTDIR)$(BASHCOMPDIR)/$${c##*/}; done
 	for c in completions/zsh/_*; do rm -f $(DESTDIR)$(ZSHCOMPDIR)/$${c##*/}; done
 	for u in $(UNITS); do rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/kvtools.conf $(DESTDIR)$(TMPFILESDIR)/kvtools.conf
 	rm -rf $(DESTDIR)$(PYTHONDIR)/kvtools
 
 # Debian packages from the committed tree (needs debhelper, dpkg-dev).

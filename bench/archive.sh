@@ -126,4 +126,4 @@ printf '%-28s %10.3f %10.3f %10.2f\n' "ratio (block bytes / file)" \
 	"$(awk -v a="$kv_size" -v b="$tar_size" 'BEGIN { print b / a }')"
 echo
 echo "kvbench probe on 16 of the same blocks:"
-"$BIN/kvbench" probe --levels 1,3,9 --read-bandwidth 1G "$SCRATCH/src.bin"
+"$BIN/kvbench" probe --block-size "$BS" --levels 1,3,9 --read-bandwidth 1G "$SCRATCH/src.bin"

@@ -52,9 +52,9 @@ else
 fi
 ROOT=$SCRATCH/root
 FIODIR=$SCRATCH/fio
-MODEL_DIR=bench_0123456789ab
+CONFIG=$SCRATCH/config.json
 if [ $# -ge 1 ]; then
-	trap 'rm -rf "$ROOT" "$FIODIR" "$SCRATCH/src" "$SCRATCH/manifest" "$SCRATCH/hashes" "$SCRATCH"/*.out "$SCRATCH"/*.med' EXIT
+	trap 'rm -rf "$ROOT" "$FIODIR" "$CONFIG" "$SCRATCH/src" "$SCRATCH/manifest" "$SCRATCH/hashes" "$SCRATCH"/*.out "$SCRATCH"/*.med' EXIT
 else
 	trap 'rm -rf "$SCRATCH"' EXIT
 fi
@@ -63,6 +63,13 @@ fi
 head -c $((N * 16)) /dev/urandom | od -An -v -tx1 | tr -d ' \n' | fold -w32 > "$SCRATCH/hashes"
 echo >> "$SCRATCH/hashes"
 head -c "$bytes" /dev/urandom > "$SCRATCH/src"
+# kvput creates a model dir only from its config.json, as vLLM does.
+cat > "$CONFIG" <<JSON
+{"model_name": "bench/put", "hash_block_size": 16, "gpu_blocks_per_file": 1,
+ "tp_size": 1, "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "bfloat16",
+ "kv_cache_groups": [{"block_size": 16, "layer_names": ["model.layers.0.self_attn.attn"]}],
+ "inference_engine": "vllm"}
+JSON
 sed "s|.*|{\"hash\":\"&\",\"file\":\"$SCRATCH/src\"}|" "$SCRATCH/hashes" > "$SCRATCH/manifest"
 
 drop_caches() {
@@ -91,7 +98,7 @@ for run in $(seq 1 "$RUNS"); do
 
 	drop_caches
 	t0=$(now_ns)
-	"$KVPUT" --root "$ROOT" --model-dir "$MODEL_DIR" --batch --qd "$QD" \
+	"$KVPUT" --root "$ROOT" --config "$CONFIG" --batch --qd "$QD" \
 		< "$SCRATCH/manifest" > "$SCRATCH/put.out"
 	t1=$(now_ns)
 	ok=$(grep -c '"status":"ok"' "$SCRATCH/put.out")
@@ -104,7 +111,7 @@ for run in $(seq 1 "$RUNS"); do
 
 	drop_caches
 	t0=$(now_ns)
-	"$KVGET" --root "$ROOT" --model-dir "$MODEL_DIR" --batch --qd "$QD" \
+	"$KVGET" --root "$ROOT" --config "$CONFIG" --batch --qd "$QD" \
 		< "$SCRATCH/hashes" > "$SCRATCH/get.out"
 	t1=$(now_ns)
 	hits=$(grep -c '"hit":true' "$SCRATCH/get.out")
@@ -115,9 +122,10 @@ for run in $(seq 1 "$RUNS"); do
 	fio "${fio_common[@]}" --rw=read > "$SCRATCH/fio-r.out"
 	r_fio=$(fio_mib_s read "$SCRATCH/fio-r.out")
 
+	rank_dir=$(echo "$ROOT"/*_r0)
 	drop_caches
 	# --opendir prints a line before the JSON document.
-	fio --name=same --opendir="$ROOT/${MODEL_DIR}_r0" --ioengine=io_uring --iodepth="$QD" \
+	fio --name=same --opendir="$rank_dir" --ioengine=io_uring --iodepth="$QD" \
 		--direct=1 --bs="$BS" --openfiles="$QD" --numjobs=1 --rw=read \
 		--output-format=json 2> /dev/null | sed -n '/^{/,$p' > "$SCRATCH/fio-s.out"
 	r_same=$(fio_mib_s read "$SCRATCH/fio-s.out")

@@ -1,5 +1,6 @@
 /* Front-end glue shared by the kvtools programs. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,56 @@ void tool_usage_fail(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "Try '%s --help' for more information.\n", tool_name);
 	exit(EXIT_USAGE);
+}
+
+void tool_bad_option(int c, char *const argv[])
+{
+	const char *arg = argv[optind - 1];
+	int is_long = !strncmp(arg, "--", 2);
+
+	if (c == ':' && is_long)
+		tool_usage_fail("option '%s' requires an argument", arg);
+	if (c == ':')
+		tool_usage_fail("option requires an argument -- '%c'", optopt);
+	if (!optopt)
+		tool_usage_fail("unrecognized option '%s'", arg);
+	if (is_long && strchr(arg, '='))
+		tool_usage_fail("option '%.*s' doesn't allow an argument",
+				(int)(strchr(arg, '=') - arg), arg);
+	tool_usage_fail("invalid option -- '%c'", optopt);
+}
+
+uint64_t tool_mem_available(void)
+{
+	unsigned long long kib = 0, max = 0, cur = 0;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "re");
+	uint64_t avail = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+			avail = (uint64_t)kib << 10;
+			break;
+		}
+	if (f)
+		fclose(f);
+	/* "max" (no limit) does not scan, and leaves MemAvailable. */
+	f = fopen("/sys/fs/cgroup/memory.max", "re");
+	if (f && fscanf(f, "%llu", &max) == 1) {
+		FILE *c = fopen("/sys/fs/cgroup/memory.current", "re");
+
+		if (c && fscanf(c, "%llu", &cur) == 1) {
+			uint64_t room = max > cur ? max - cur : 0;
+
+			if (!avail || room < avail)
+				avail = room;
+		}
+		if (c)
+			fclose(c);
+	}
+	if (f)
+		fclose(f);
+	return avail;
 }
 
 void tool_version(void)

@@ -30,6 +30,15 @@ void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tool_usage_fail(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2), noreturn));
 
+/* A getopt_long error (c: '?' or ':'; opterr = 0 and an optstring that
+ * starts with ':') in getopt's words, under the program's name, and
+ * exit 2: the one form of every program's option errors. */
+void tool_bad_option(int c, char *const argv[]) __attribute__((noreturn));
+
+/* Memory this process may still take without swapping: MemAvailable,
+ * or less where its cgroup (v2) allows less; 0 when unknown. */
+uint64_t tool_mem_available(void);
+
 /* "prog (kvtools) VERSION" on stdout, exit 0. */
 void tool_version(void) __attribute__((noreturn));
 

@@ -466,10 +466,8 @@ int kvbench_dma_main(int argc, char **argv)
 			return 0;
 		case 'V':
 			tool_version();
-		case ':':
-			tool_usage_fail("dma: option '%s' needs a value", argv[optind - 1]);
 		default:
-			tool_usage_fail("dma: unrecognized option '%s'", argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)

@@ -123,6 +123,9 @@ struct bench {
 
 /* Run the selected phases under o.dir; 0, or -errno with b->err set. */
 int bench_run(struct bench *b);
+/* The I/O buffers a run's data phases hold: threads x qd (1 with psync)
+ * x block; 0 when it runs none. */
+uint64_t bench_buffer_bytes(const struct bench_opts *o);
 void bench_free(struct bench *b);
 
 /* The environment of a run in dir: kernel, CPU, NUMA, filesystem, device, GPU. */

@@ -21,6 +21,7 @@
 #define MAX_FILES	(4 << 20)
 
 #define DEFAULT_PROBE_SAMPLES	8
+#define DEFAULT_MAX_BUFFER_BYTES	(1ULL << 30)
 #define DEFAULT_PROBE_LEVELS	"1,3,9"
 
 enum cmd { CMD_RUN = 1, CMD_GEOMETRY = 2, CMD_VERDICT = 4, CMD_PROBE = 8 };
@@ -34,7 +35,7 @@ enum {
 	OPT_LOOKUPS, OPT_DROP, OPT_REGBUF, OPT_REGFILES, OPT_SQPOLL, OPT_SEED, OPT_KEEP,
 	OPT_PLOT, OPT_NDJSON, OPT_PREFILL, OPT_PARAMS, OPT_TFLOPS, OPT_MFU,
 	OPT_READBW, OPT_LATENCY, OPT_FROMRUN, OPT_ROOT, OPT_SAMPLES, OPT_LEVELS,
-	OPT_MEASURED, OPT_CROSS,
+	OPT_MEASURED, OPT_CROSS, OPT_MAXBUF,
 };
 
 static const struct option longopts[] = {
@@ -49,6 +50,7 @@ static const struct option longopts[] = {
 	{ "engine", required_argument, NULL, OPT_ENGINE },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "qd", required_argument, NULL, OPT_QD },
+	{ "max-buffer-bytes", required_argument, NULL, OPT_MAXBUF },
 	{ "size", required_argument, NULL, OPT_SIZE },
 	{ "duration", required_argument, NULL, OPT_DURATION },
 	{ "direct", no_argument, NULL, OPT_DIRECT },
@@ -130,12 +132,16 @@ static void usage(void)
 	       "      --block-size SIZE     bytes per file, instead of the model's (run\n"
 	       "                            default without --hf-config: 2M)\n"
 	       "Run:\n"
-	       "      --dir DIR             scratch directory to work in (required)\n"
+	       "      --dir DIR             scratch directory to work in, made if\n"
+	       "                            missing (required)\n"
 	       "      --phases LIST         write,read,lookup,mixed or all (default all);\n"
 	       "                            create,stat,unlink or meta: metadata, as mdtest\n"
 	       "      --engine ENGINE       uring (default), psync, or kvio (libkv's)\n"
 	       "      --threads N           worker threads (default 4)\n"
 	       "      --qd N                I/Os in flight per thread, uring (default 8)\n"
+	       "      --max-buffer-bytes SIZE\n"
+	       "                            I/O buffers of all threads together; --qd is\n"
+	       "                            lowered to fit them (default 1G)\n"
 	       "      --size SIZE           working set (default 1G)\n"
 	       "      --duration DUR        run each phase this long (default: one pass)\n"
 	       "      --direct              O_DIRECT, or fail (default: when accepted)\n"
@@ -311,9 +317,42 @@ static int load_geometry(const struct geo_args *a, struct kv_geometry *g)
 	return 1;
 }
 
+/* Each thread keeps a buffer of a block for each I/O in flight: threads x
+ * qd x block, 8 GiB for 8 threads at qd 32 of 32 MiB, bytes that would
+ * only wait in the device's queue.  qd is lowered until the buffers fit
+ * in max_bytes (one I/O per thread at least), and that is said; buffers
+ * that would not fit in the memory available are refused. */
+static void fit_buffers(struct bench_opts *o, uint64_t max_bytes)
+{
+	uint64_t avail = tool_mem_available();
+	char blk[16], want[16], cap[16], have[16];
+
+	kv_size_format(o->block_bytes, blk, sizeof(blk));
+	if (o->engine != ENGINE_PSYNC && o->qd > 1 && bench_buffer_bytes(o) > max_bytes) {
+		uint64_t qd = max_bytes / o->threads / o->block_bytes;
+		unsigned was = o->qd;
+
+		kv_size_format(bench_buffer_bytes(o), want, sizeof(want));
+		kv_size_format(max_bytes, cap, sizeof(cap));
+		o->qd = qd ? (unsigned)qd : 1;
+		tool_err("--qd %u lowered to %u: %u threads x %u x %s of buffers would be %s, "
+			 "over --max-buffer-bytes %s", was, o->qd, o->threads, was, blk, want, cap);
+	}
+	if (avail && bench_buffer_bytes(o) > avail) {
+		kv_size_format(bench_buffer_bytes(o), want, sizeof(want));
+		kv_size_format(avail, have, sizeof(have));
+		tool_usage_fail("%u threads x %u x %s of I/O buffers (%s) would not fit in the %s "
+				"of memory available: lower --threads, --qd or --block-size",
+				o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1, blk, want, have);
+	}
+}
+
 /* Bandwidth, latency and (absent other geometry) bytes per token from a
  * `kvbench -J` document: its geometry, or else its block size spread over
- * tpf tokens, as the run itself would have judged it. */
+ * tpf tokens (--tokens-per-file, 0 when not given).  A run without a
+ * model says nothing of tokens, and a guess of 256 tokens per file can
+ * turn the verdict around (16x off for Llama-3.1-8B's 2 MiB files):
+ * without tpf it is refused. */
 static void from_run(const char *path, struct verdict *v, int have_bw, int have_lat,
 		     int have_geo, unsigned tpf)
 {
@@ -362,6 +401,11 @@ static void from_run(const char *path, struct verdict *v, int have_bw, int have_
 
 		v->bytes_per_token = (uint64_t)json_integer_value(
 			json_object_get(json_object_get(doc, "geometry"), "bytes_per_token"));
+		if (!v->bytes_per_token && !tpf)
+			tool_usage_fail("'%s' has no geometry (its run had no --hf-config), so its "
+					"bytes per token are unknown: give the model's --hf-config, "
+					"or --tokens-per-file its files hold",
+					path);
 		if (!v->bytes_per_token)
 			v->bytes_per_token = (block + tpf - 1) / tpf;
 	}
@@ -394,6 +438,7 @@ int main(int argc, char **argv)
 	const char *from = NULL, *measured = NULL;
 	int c, have_geo, have_bw = 0, have_lat = 0, have_prefill = 0, r;
 	int seen_tflops = 0, want_verdict;
+	uint64_t max_buffer_bytes = DEFAULT_MAX_BUFFER_BYTES;
 
 	tool_init("kvbench");
 	if (argc > 1 && argv[1][0] != '-') {
@@ -421,13 +466,14 @@ int main(int argc, char **argv)
 	b.o.lookups = 100000;
 	b.o.seed = 1;
 	v.mfu = 0.5;
-	while ((c = getopt_long(argc, argv, "JhV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":JhV", longopts, NULL)) != -1) {
 		if (c == 'h')
 			usage();
 		if (c == 'V')
 			tool_version();
-		if (c == '?')
-			tool_usage_fail("bad option");
+		if (c == '?' || c == ':')
+			tool_bad_option(c, argv);
 		if (!(applies(c) & cmd)) {
 			const struct option *o = longopts;
 
@@ -456,6 +502,11 @@ int main(int argc, char **argv)
 			break;
 		case OPT_THREADS: b.o.threads = (unsigned)tool_parse_uint("--threads", optarg, 1024); break;
 		case OPT_QD: b.o.qd = (unsigned)tool_parse_uint("--qd", optarg, 4096); break;
+		case OPT_MAXBUF:
+			max_buffer_bytes = tool_parse_size("--max-buffer-bytes", optarg);
+			if (!max_buffer_bytes)
+				tool_usage_fail("invalid --max-buffer-bytes value '0'");
+			break;
 		case OPT_SIZE: b.o.size_bytes = tool_parse_size("--size", optarg); break;
 		case OPT_DURATION: b.o.duration_ns = tool_parse_duration_ns("--duration", optarg); break;
 		case OPT_DIRECT: b.o.direct = DIRECT_ON; break;
@@ -607,8 +658,7 @@ int main(int argc, char **argv)
 
 	if (cmd == CMD_VERDICT) {
 		if (from)
-			from_run(from, &v, have_bw, have_lat, have_geo || ga.block,
-				 ga.tpf ? ga.tpf : 256);
+			from_run(from, &v, have_bw, have_lat, have_geo || ga.block, ga.tpf);
 		if (!v.bytes_per_token)
 			tool_usage_fail("verdict needs --hf-config, --block-size or a --from-run with a geometry");
 		if (!(v.read_Bps > 0))
@@ -642,6 +692,7 @@ int main(int argc, char **argv)
 		tool_usage_fail("--size of %llu bytes is more than %d files of %llu bytes",
 				(unsigned long long)b.o.size_bytes, MAX_FILES,
 				(unsigned long long)b.o.block_bytes);
+	fit_buffers(&b.o, max_buffer_bytes);
 	if (b.o.direct == DIRECT_ON && b.o.block_bytes % KV_IO_ALIGN)
 		tool_usage_fail("--direct needs a block size that is a multiple of %d bytes",
 				KV_IO_ALIGN);

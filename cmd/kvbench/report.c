@@ -205,6 +205,7 @@ static json_t *config_json(const struct bench *b)
 	json_object_set_new(j, "engine", json_string(engine_names[o->engine]));
 	json_object_set_new(j, "threads", json_integer(o->threads));
 	json_object_set_new(j, "queue_depth", json_integer(o->engine != ENGINE_PSYNC ? o->qd : 1));
+	json_object_set_new(j, "buffer_bytes", json_integer((json_int_t)bench_buffer_bytes(o)));
 	json_object_set_new(j, "size_bytes", json_integer((json_int_t)o->size_bytes));
 	json_object_set_new(j, "duration_ns", json_integer((json_int_t)o->duration_ns));
 	json_object_set_new(j, "block_bytes", json_integer((json_int_t)o->block_bytes));
@@ -305,14 +306,16 @@ static void ranks_table(const struct bench *b)
 void report_table(const struct bench *b)
 {
 	const struct bench_opts *o = &b->o;
-	char fs[PATH_MAX + 200], blk[16], rate[24], iops[24];
+	char fs[PATH_MAX + 200], blk[16], bufs[16], rate[24], iops[24];
 	unsigned ph, l;
 
 	env_fs_summary(o->dir, fs, sizeof(fs));
 	kv_size_format(o->block_bytes, blk, sizeof(blk));
+	kv_size_format(bench_buffer_bytes(o), bufs, sizeof(bufs));
 	printf("dir %s: %s\n", o->dir, fs);
-	printf("engine %s, %u threads x qd %u, %s, %s, fsync %s, %llu files of %s\n\n",
-	       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1,
+	printf("engine %s, %u threads x qd %u, %s of buffers, %s, %s, fsync %s, "
+	       "%llu files of %s\n\n",
+	       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1, bufs,
 	       b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
 	       fsync_names[o->fsync], (unsigned long long)b->files, blk);
 	printf("%-7s %-8s %9s %11s %9s %9s %9s %9s %9s %9s\n", "phase", "op", "count",

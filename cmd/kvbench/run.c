@@ -676,6 +676,14 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+uint64_t bench_buffer_bytes(const struct bench_opts *o)
+{
+	/* Lookups and metadata move no data (worker_setup). */
+	if (!(o->phases & (1u << PH_WRITE | 1u << PH_READ | 1u << PH_MIXED)))
+		return 0;
+	return (uint64_t)o->threads * (o->engine != ENGINE_PSYNC ? o->qd : 1) * o->block_bytes;
+}
+
 static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 {
 	unsigned n = b->o.engine != ENGINE_PSYNC ? b->o.qd : 1, i;
@@ -1286,7 +1294,7 @@ int bench_run(struct bench *b)
 {
 	struct shared sh = { .rootfd = -1 };
 	enum phase ph;
-	int r;
+	int r, created;
 
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_cond_init(&sh.cond, NULL);
@@ -1294,7 +1302,17 @@ int bench_run(struct bench *b)
 	b->files = (b->o.size_bytes + b->o.block_bytes - 1) / b->o.block_bytes;
 	if (!b->files)
 		b->files = 1;
-	sh.rootfd = open(b->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* --dir is made if missing (its parent must exist), as `mkdir DIR`
+	 * and kvget -o DIR do; a dir made here is opened without following
+	 * a link, so nothing swapped in after the mkdir is written to. */
+	created = mkdir(b->o.dir, 0777) == 0;
+	if (!created && errno != EEXIST) {
+		r = -errno;
+		snprintf(b->err, sizeof(b->err), "cannot make the scratch dir '%s': %s", b->o.dir,
+			 strerror(errno));
+		goto out;
+	}
+	sh.rootfd = open(b->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (created ? O_NOFOLLOW : 0));
 	if (sh.rootfd < 0) {
 		r = -errno;
 		snprintf(b->err, sizeof(b->err), "cannot open '%s': %s", b->o.dir, strerror(errno));

@@ -106,7 +106,7 @@ static void usage(void)
 	       "  -r, --root DIR         the cache root (default $KV_ROOT)\n"
 	       "  -m, --model-dir DIR    the model dir, <model>_<fingerprint>\n"
 	       "  -c, --config FILE      the model config.json that names the model dir\n"
-	       "      --rank N           tensor-parallel rank (default 0)\n"
+	       "      --rank N           the worker's global rank (default 0)\n"
 	       "      --group N          KV-cache group (default 0)\n"
 	       "  -e, --exists           only test presence: exit 0 present, 1 absent\n"
 	       "      --blocks N         read only the last N blocks of the file ...\n"
@@ -703,7 +703,7 @@ int main(int argc, char **argv)
 
 	tool_init("kvget");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "r:m:c:eo:bhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":r:m:c:eo:bhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
 		case 'm': model_dir = optarg; break;
@@ -732,8 +732,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
-			tool_usage_fail("invalid option or missing argument: '%s'",
-					argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (model_dir && config)

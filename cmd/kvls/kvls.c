@@ -719,8 +719,10 @@ static int on_entry(const struct kv_walk_entry *e, void *arg)
 			 (int64_t)((ls->now_ns - e->mtime_ns) / 1000000000LL));
 		return problem(ls, "orphan-temp", e->path, detail);
 	case KV_WALK_FOREIGN:
-		/* kvevict's lock file and shard state dir are ours, not foreign. */
-		if ((S_ISREG(e->mode) && !strcmp(e->path, KV_EVICT_LOCK_NAME)) ||
+		/* kvevict's lock file and shard state dir, and kvoffd's claim
+		 * on a tier it bounds, are ours, not foreign. */
+		if ((S_ISREG(e->mode) && (!strcmp(e->path, KV_EVICT_LOCK_NAME) ||
+					  !strcmp(e->path, TOOL_OFFD_LOCK))) ||
 		    (S_ISDIR(e->mode) && !strcmp(e->path, KV_EVICT_STATE_DIR)))
 			return 0;
 		return ls->check ? problem(ls, "foreign", e->path, type_name(e->mode)) : 0;
@@ -911,7 +913,7 @@ int main(int argc, char **argv)
 
 	tool_init("kvls");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "bcJr:m:t:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":bcJr:m:t:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': blocks = 1; break;
 		case 'c': check = ls.check = 1; break;
@@ -947,8 +949,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
-			tool_usage_fail("invalid option or missing argument: '%s'",
-					argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)

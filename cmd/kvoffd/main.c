@@ -47,7 +47,7 @@ static void usage(void)
 {
 	printf("Usage: kvoffd [--root DIR | --tier KIND:DIR[:SIZE]...] --socket PATH\n"
 	       "              --cpu-bytes SIZE [--promote first-hit|second-hit|never]\n"
-	       "              [--slot-bytes SIZE | --size-classes SIZE,SIZE...]\n"
+	       "              [--slot-bytes SIZE | --size-classes SIZE,SIZE...] [--strict]\n"
 	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
 	       "              [--events ENDPOINT]\n"
@@ -72,6 +72,8 @@ static void usage(void)
 	       "                            (e.g. 16K,512K,2M,8M), each with an equal share\n"
 	       "                            of the pool; a block takes the smallest that\n"
 	       "                            holds it, the largest is the largest block\n"
+	       "      --strict              refuse a pool larger than the memory available\n"
+	       "                            (without it: a warning)\n"
 	       "      --write-policy POLICY always: also write every put to the last tier\n"
 	       "                            at once; on-evict: write blocks to the first tier\n"
 	       "                            as they leave RAM (default; both do that)\n"
@@ -89,9 +91,32 @@ static void usage(void)
 	       "  -V, --version             show the version and exit\n"
 	       "\n"
 	       "Exit status: 0 after SIGTERM or SIGINT once the RAM tier is written\n"
-	       "behind, 2 usage error, 3 cannot start (or write metrics at exit);\n"
+	       "behind, 2 usage error (or, with --strict, a pool past the memory\n"
+	       "available), 3 cannot start (or write metrics at exit);\n"
 	       "--stats: 0, or 4 when no daemon answers at SOCK.\n");
 	exit(0);
+}
+
+/* A pool larger than the memory available (huge pages aside: hugetlbfs
+ * reserved them when it was mapped) swaps, or is killed for memory, once
+ * it fills: said at start, refused with --strict. */
+static int check_memory(uint64_t pool_bytes, int strict)
+{
+	uint64_t avail = tool_mem_available();
+	char pool[16], have[16];
+
+	if (!avail || pool_bytes <= avail)
+		return 0;
+	kv_size_format(pool_bytes, pool, sizeof(pool));
+	kv_size_format(avail, have, sizeof(have));
+	if (strict) {
+		tool_err("a %s pool is more than the %s of memory available (--strict): "
+			 "lower --cpu-bytes", pool, have);
+		return -1;
+	}
+	tool_err("warning: a %s pool is more than the %s of memory available: once it "
+		 "fills, it swaps or is killed for memory (--strict refuses)", pool, have);
+	return 0;
 }
 
 /* The topic of the RAM tier's events names this node: $KV_EVENTS_POD (a
@@ -219,7 +244,7 @@ static void sd_notify_ready(void)
 int main(int argc, char **argv)
 {
 	enum { OPT_SLOT = 256, OPT_CLASSES, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
-	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE };
+	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE, OPT_STRICT };
 	static const struct option longopts[] = {
 		{ "root", required_argument, NULL, 'r' },
 		{ "tier", required_argument, NULL, OPT_TIER },
@@ -228,6 +253,7 @@ int main(int argc, char **argv)
 		{ "cpu-bytes", required_argument, NULL, 'c' },
 		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
 		{ "size-classes", required_argument, NULL, OPT_CLASSES },
+		{ "strict", no_argument, NULL, OPT_STRICT },
 		{ "write-policy", required_argument, NULL, OPT_POLICY },
 		{ "write-threads", required_argument, NULL, OPT_THREADS },
 		{ "fsync", no_argument, NULL, OPT_FSYNC },
@@ -241,19 +267,20 @@ int main(int argc, char **argv)
 	};
 	static struct offd d;
 	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
-	int slot_opt = 0;
+	int slot_opt = 0, strict = 0;
 	const char *root_opt = NULL, *stats_sock = NULL;
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
 	int ready_fd = -1, opt, err;
 	sigset_t mask;
-	char pod[256];
+	char pod[256], size[16], pool[16];
 
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
 	d.write_flags = KV_TIER_SPILL;
 	d.promote = PROMOTE_FIRST_HIT;
 	d.socket_path = getenv("KV_DAEMON");
-	while ((opt = getopt_long(argc, argv, "r:s:c:hV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":r:s:c:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r':
 			root_opt = optarg;
@@ -284,6 +311,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_CLASSES:
 			d.nclasses = parse_classes(optarg, classes);
+			break;
+		case OPT_STRICT:
+			strict = 1;
 			break;
 		case OPT_POLICY:
 			if (!strcmp(optarg, "always"))
@@ -329,7 +359,7 @@ int main(int argc, char **argv)
 			tool_version();
 			break;
 		default:
-			tool_usage_fail("unknown option");
+			tool_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
@@ -396,6 +426,8 @@ int main(int argc, char **argv)
 			 (unsigned long long)cpu_bytes, kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
+	if (!d.hugepages && check_memory(d.pool_bytes, strict) < 0)
+		return EXIT_USAGE;
 	err = writer_start(&d, (unsigned)threads,
 			   d.nslots / 2 < WRITE_QUEUE_MAX ? (d.nslots + 1) / 2 : WRITE_QUEUE_MAX);
 	if (err) {
@@ -419,20 +451,23 @@ int main(int argc, char **argv)
 			 err == -EADDRINUSE ? "another daemon is serving it" : kv_strerror(err));
 		return EXIT_RUNTIME;
 	}
-	tool_err("serving %s: %u slots in %u size classes up to %llu bytes%s, "
-		 "file tier %s: %llu blocks, %llu bytes",
-		 d.socket_path, d.nslots, d.nclasses, (unsigned long long)d.slot_bytes,
-		 d.hugepages ? " (huge pages)" : "", d.tiers[0].root,
-		 (unsigned long long)d.st.disk_blocks, (unsigned long long)d.st.disk_bytes);
-	for (unsigned k = 0; d.ntiers > 1 && k < d.ntiers; k++) {
-		char cap[64] = ", unbounded";
+	/* Sizes as the other tools print them; each tier's blocks beside
+	 * its own dir. */
+	kv_size_format(d.slot_bytes, size, sizeof(size));
+	kv_size_format(cpu_bytes, pool, sizeof(pool));
+	tool_err("serving %s: a %s pool of %u slots in %u size classes up to %s%s",
+		 d.socket_path, pool, d.nslots, d.nclasses, size,
+		 d.hugepages ? " (huge pages)" : "");
+	for (unsigned k = 0; k < d.ntiers; k++) {
+		char cap[32] = "unbounded";
 
-		if (d.tiers[k].capacity)
-			snprintf(cap, sizeof(cap), " of %llu",
-				 (unsigned long long)d.tiers[k].capacity);
-		tool_err("tier %u, %s, %s: %llu blocks, %llu bytes%s", k, tier_name(&d, k),
-			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks,
-			 (unsigned long long)d.tiers[k].walk_bytes, cap);
+		if (d.tiers[k].capacity) {
+			strcpy(cap, "of ");
+			kv_size_format(d.tiers[k].capacity, cap + 3, sizeof(cap) - 3);
+		}
+		kv_size_format(d.tiers[k].walk_bytes, size, sizeof(size));
+		tool_err("tier %u, %s, %s: %llu blocks, %s, %s", k, tier_name(&d, k),
+			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks, size, cap);
 	}
 	sd_notify_ready();
 	err = offd_serve(&d, ready_fd);

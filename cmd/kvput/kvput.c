@@ -566,7 +566,7 @@ int main(int argc, char **argv)
 	tool_init("kvput");
 	signal(SIGBUS, on_sigbus);
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "r:m:c:bhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":r:m:c:bhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
 		case 'm': model_dir = optarg; break;
@@ -595,8 +595,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
-			tool_usage_fail("invalid option or missing argument: '%s'",
-					argv[optind - 1]);
+			tool_bad_option(c, argv);
 		}
 	}
 	if (archive) {

@@ -1,5 +1,8 @@
 """Finds and declares libkv.so: $KVTOOLS_LIBKV, else the build tree this
-package sits in (python/ beside build/), else where `make install` put it."""
+package sits in (python/ beside build/), else where `make install` put it
+(named by _installed.py), else the system's libkv.so.0 (ld.so's search, or
+/usr/local/lib, where `make install` puts it by default: a package that
+`pip install` put in place finds it there)."""
 import ctypes
 import os
 
@@ -17,6 +20,7 @@ def _candidates():
     except ImportError:
         pass
     yield "libkv.so.0"
+    yield "/usr/local/lib/libkv.so.0"
 
 
 def _load():

@@ -50,6 +50,61 @@ help_options() {
 	done
 }
 
+@test "option errors read the same in every program: getopt's words under the program's name" {
+	local p
+	for p in $(programs); do
+		run --separate-stderr "$p" --no-such-option
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: unrecognized option '--no-such-option'" ]] ||
+			fail "$p --no-such-option: $stderr"
+		run --separate-stderr "$p" -Z
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: invalid option -- 'Z'" ]] || fail "$p -Z: $stderr"
+		run --separate-stderr "$p" --root
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: option '--root' requires an argument" ]] ||
+			fail "$p --root: $stderr"
+		run --separate-stderr "$p" --help=yes
+		assert_equal "$status" 2
+		[[ "${stderr%%$'\n'*}" == "$p: option '--help' doesn't allow an argument" ]] ||
+			fail "$p --help=yes: $stderr"
+	done
+	run --separate-stderr kvput -r
+	[[ "$stderr" == "kvput: option requires an argument -- 'r'"* ]] || fail "kvput -r: $stderr"
+	run --separate-stderr kvbench dma --bogus
+	[[ "$stderr" == "kvbench: unrecognized option '--bogus'"* ]] || fail "kvbench dma: $stderr"
+}
+
+@test "--rank is the worker's global rank (tp x pp x pcp) in every --help, page and completion" {
+	local p bad
+	for p in kvput kvget; do
+		"$p" --help | grep -qE -- "--rank N +the worker's global rank" ||
+			fail "$p --help: $("$p" --help | grep -- '--rank N')"
+		grep -A1 '^\.It Fl -rank' "$top/man/$p.1" | grep -q "global rank" ||
+			fail "$p.1 does not call --rank the global rank"
+		grep -- "'--rank=" "$top/completions/zsh/_$p" | grep -q "global rank" ||
+			fail "_$p: --rank described otherwise"
+	done
+	# kv(7) may say what it is not; nothing else may call it the
+	# tensor-parallel rank.
+	bad=$(grep -rnE 'tensor-parallel rank([^s]|$)' "$top"/cmd "$top"/man "$top"/completions \
+		"$top"/README.md "$top"/python | grep -v 'tensor-parallel rank alone' || true)
+	[ -z "$bad" ] || fail "--rank called the tensor-parallel rank: $bad"
+}
+
+@test "kvevict's refusal of a kvoffd tier has one exit code, the one kv(7), kvevict(8) and the README give" {
+	# The behaviour itself: kvoffd_tiers.bats (exit 2 without --force).
+	sed -n '/^\.Ss Exit status of the programs/,/^\.El/p' "$top/man/kv.7" |
+		sed -n '/^\.It 2$/,/^\.It 3$/p' | grep -q 'kvoffd' ||
+		fail "kv(7) does not say which code refusing a kvoffd tier exits with"
+	sed -n '/^\.Sh EXIT STATUS/,/^\.Sh/p' "$top/man/kvevict.8" |
+		sed -n '/^\.It 2$/,/^\.It 3$/p' | grep -q 'kvoffd' ||
+		fail "kvevict(8) EXIT STATUS does not give the code of refusing a kvoffd tier"
+	grep -A3 'Exit status: 0' "$top/README.md" | tr '\n' ' ' |
+		grep -q '2 usage error (also work refused until `--force`[^)]*kvoffd' ||
+		fail "README's exit status does not give the code of refusing a kvoffd tier"
+}
+
 @test "every program has a man page that mandoc lints clean" {
 	requires mandoc
 	for p in $(programs); do
@@ -62,6 +117,54 @@ help_options() {
 		[ -f "$page" ] || fail "missing $page"
 		run mandoc -Tlint -Wwarning "$page"
 		[ "$status" -eq 0 ] || fail "$page: $output"
+	done
+}
+
+# Every page as mandoc -Tutf8 renders it, for what lint does not see.
+rendered() {
+	mandoc -Tutf8 "$1" | col -bx
+}
+
+@test "man pages render without stray dashes, broken examples or ungrouped alternatives" {
+	requires mandoc
+	local page bad line text
+	for page in "$top"/man/*.[1-8]; do
+		# .Fl makes each word after it a flag: ".Fl -daemon, as a
+		# duration" renders "--daemon, -as -a -duration".  Options here
+		# are long or one letter; mpirun's -np and -errno are words.
+		bad=$(rendered "$page" | grep -oE '(^|[][ (|])-[a-z][a-z0-9]+' |
+			grep -vE -- '-(np|errno)$' || true)
+		[ -z "$bad" ] || fail "${page##*/}: stray dashes from .Fl in running text:" $bad
+		# A display run straight into the next paragraph's text.
+		bad=$(rendered "$page" | awk '/^[A-Z]/ { sec = $0 }
+			sec == "EXAMPLES" && prev ~ /^      +[^ ]/ && /^     [^ ]/ { print prev }
+			{ prev = $0 }')
+		[ -z "$bad" ] || fail "${page##*/}: no blank line after the example: $bad"
+		# A one-line display (.Dl) too long for the page is wrapped
+		# into a broken command; a .Bd -literal with \ continuations
+		# is not.
+		while IFS= read -r line; do
+			text=${line#.Dl }
+			[[ $text =~ \ (Ar|Ns|Fl|Cm|Li|Pa|Ic|Ql|Sy|Em)\  ]] && continue
+			text=${text//\\e/\\}
+			rendered "$page" | grep -qF -- "$text" ||
+				fail "${page##*/}: wrapped .Dl example: $text"
+		done < <(grep '^\.Dl ' "$page")
+		# Alternatives between long options need their group,
+		# "(--model-dir dir | --config file)", as --help shows it; a
+		# mode's right after the name ("kvls --check | --verify")
+		# reads as one already.
+		bad=$(rendered "$page" | awk '/^[A-Z]/ { sec = $0; next }
+			sec == "SYNOPSIS" {
+				depth = 0
+				for (i = 1; i <= NF; i++) {
+					n = gsub(/[[(]/, "&", $i); m = gsub(/[])]/, "&", $i)
+					if ($i == "|" && !depth && $(i + 1) ~ /^--/ && i > 3)
+						print
+					depth += n - m
+				}
+			}')
+		[ -z "$bad" ] || fail "${page##*/}: ungrouped alternatives in SYNOPSIS: $bad"
 	done
 }
 

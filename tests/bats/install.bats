@@ -97,6 +97,67 @@ except kvtools.KvError as e:
 	[ "$output" = "ENOENT $pkg/kvtools/__init__.py" ] || fail "$output"
 }
 
+# Debian's python3, which has numpy; the one first on PATH may be another.
+py=${KV_PYTHON:-/usr/bin/python3}
+
+@test "make install PREFIX=/usr/local puts the Python package where Debian's python3 looks" {
+	[ -x "$py" ] || skip "no $py"
+	local stage=$BATS_TEST_TMPDIR/local dir
+	make -C "$top" -s BUILD="${BUILD:-build}" install DESTDIR="$stage" PREFIX=/usr/local \
+		PYTHON="$py" >/dev/null
+	dir=$(cd "$stage" && ls -d usr/local/lib/python3*/dist-packages/kvtools)
+	dir=/${dir%/kvtools}
+	run "$py" -c 'import sys; print("\n".join(sys.path))'
+	printf '%s\n' "$output" | grep -qxF "$dir" ||
+		fail "$dir is not on $py's sys.path: $output"
+	[ "$(cat "$stage$dir/kvtools/_installed.py")" = 'LIBKV = "/usr/local/lib/libkv.so.0"' ]
+}
+
+@test "a package installed under a prefix imports with Debian's python3 and loads that prefix's libkv.so" {
+	[ -x "$py" ] || skip "no $py"
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	local prefix=$BATS_TEST_TMPDIR/prefix pkg
+	make -C "$top" -s BUILD="${BUILD:-build}" install PREFIX="$prefix" PYTHON="$py" >/dev/null
+	pkg=$(ls -d "$prefix"/lib/python3*/dist-packages)
+	run env -u KVTOOLS_LIBKV PYTHONPATH="$pkg" "$py" -c "
+import kvtools, kvtools._lib as l
+try:
+    kvtools.connect('$BATS_TEST_TMPDIR/no-daemon')
+except kvtools.KvError as e:
+    print(e.errno_name, l.lib._name, kvtools.__file__)"
+	[ "$status" -eq 0 ] || fail "$output"
+	[ "$output" = "ENOENT $prefix/lib/libkv.so.0 $pkg/kvtools/__init__.py" ] || fail "$output"
+	make -C "$top" -s BUILD="${BUILD:-build}" uninstall PREFIX="$prefix" PYTHON="$py" >/dev/null
+	[ ! -e "$pkg/kvtools" ]
+}
+
+@test "pip installs python/ into a venv (pyproject.toml), at kvtools' version" {
+	[ -x "$py" ] || skip "no $py"
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	"$py" -c 'import venv, ensurepip, setuptools, wheel' 2>/dev/null ||
+		skip "$py lacks venv, ensurepip, setuptools or wheel (python3-venv, python3-wheel)"
+	local venv=$BATS_TEST_TMPDIR/venv src=$BATS_TEST_TMPDIR/src
+	# A copy: pip builds in the source tree.
+	cp -r "$top/python" "$src"
+	rm -rf "$src/build" "$src"/*.egg-info
+	"$py" -m venv --system-site-packages "$venv"
+	# Offline: the build uses the system's setuptools and wheel.
+	run "$venv/bin/pip" install --no-index --no-build-isolation "$src"
+	[ "$status" -eq 0 ] || fail "$output"
+	run "$venv/bin/pip" show kvtools
+	assert_line "Version: $(sed -n 's/^VERSION *:= *//p' "$top/Makefile")"
+	cd "$BATS_TEST_TMPDIR"
+	run env KVTOOLS_LIBKV="$(readlink -f "$top/${BUILD:-build}/libkv.so")" "$venv/bin/python" -c "
+import kvtools
+try:
+    kvtools.connect('$BATS_TEST_TMPDIR/no-daemon')
+except kvtools.KvError as e:
+    print(e.errno_name, kvtools.__file__)"
+	[ "$status" -eq 0 ] || fail "$output"
+	[[ "$output" == "ENOENT $venv/lib/python3"*"/site-packages/kvtools/__init__.py" ]] ||
+		fail "$output"
+}
+
 @test "make uninstall removes everything install put there" {
 	make -C "$top" -s BUILD="${BUILD:-build}" uninstall DESTDIR="$STAGE" PREFIX=/usr >/dev/null
 	run find "$STAGE" -type f

@@ -405,9 +405,51 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 		"$KV_BIN/kvbench" run --dir "$D" --block-size 256K --size 1M
 	assert_equal "$status" 3
 	[[ "$stderr" == *"Permission denied"* ]]
-	run --separate-stderr kvbench run --dir "$BATS_TEST_TMPDIR/absent"
+	# A missing dir is made, but not its missing parent.
+	run --separate-stderr kvbench run --dir "$BATS_TEST_TMPDIR/absent/dir"
 	assert_equal "$status" 3
-	[[ "$stderr" == *"cannot open"*"No such file or directory"* ]]
+	[[ "$stderr" == *"cannot make the scratch dir"*"No such file or directory"* ]]
+}
+
+@test "run bounds its I/O buffers: --qd lowered to --max-buffer-bytes, said, and held to" {
+	requires /usr/bin/time
+	# 2 threads x 32 x 8M would be 512M; 32M of buffers hold 2 per thread.
+	run --separate-stderr /usr/bin/time -f 'maxrss_kib %M' kvbench run --dir "$D" \
+		--block-size 8M --threads 2 --qd 32 --max-buffer-bytes 32M --size 16M \
+		--phases write,read -J
+	assert_success
+	[[ "$stderr" == *"--qd 32 lowered to 2: 2 threads x 32 x 8.0M of buffers would be 512M, over --max-buffer-bytes 32M"* ]] ||
+		fail "stderr: $stderr"
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 2
+	assert_equal "$(jq .config.buffer_bytes <<<"$output")" $((32 << 20))
+	rss=$(sed -n 's/^maxrss_kib //p' <<<"$stderr")
+	[ "$rss" -lt $((160 << 10)) ] || fail "peak RSS ${rss} KiB for 32M of buffers"
+	# The default cap: 1G, whatever the depth asked for (reads of 4 files
+	# touch 4M of it).
+	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases read -J
+	assert_success
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 256
+	# Lookups and metadata hold no buffers, so nothing is lowered.
+	run --separate-stderr tiny --threads 4 --qd 4096 --block-size 1M --phases lookup,meta -J
+	assert_success
+	assert_equal "$(jq .config.queue_depth <<<"$output")" 4096
+	assert_equal "$(jq .config.buffer_bytes <<<"$output")" 0
+	# The table's header says what it holds.
+	run tiny --phases write
+	assert_output --partial "2 threads x qd 2, 1.0M of buffers"
+}
+
+@test "run refuses I/O buffers that would not fit in the memory available" {
+	run --separate-stderr kvbench run --dir "$D" --block-size 1G --threads 64 --qd 64 \
+		--max-buffer-bytes 1P --phases write
+	assert_equal "$status" 2
+	[[ "$stderr" == *"64 threads x 64 x 1.0G of I/O buffers (4.0T) would not fit in the "*" of memory available"* ]] ||
+		fail "stderr: $stderr"
+	[ -z "$(ls "$D")" ]
+	run --separate-stderr kvbench run --dir "$D" --block-size 1G --threads 1024 --engine psync \
+		--phases write
+	assert_equal "$status" 2
+	[[ "$stderr" == *"would not fit"* ]]
 }
 
 @test "metadata phases alone: every block key created, found and removed once" {
@@ -546,13 +588,50 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$(jq .bytes_per_token <<<"$output")" 1024
 }
 
-@test "verdict --from-run of a run without a model: bytes per token from its block size (README)" {
+@test "verdict --from-run of a run without a model refuses to guess its tokens per file" {
 	tiny -J > "$BATS_TEST_TMPDIR/run.json"
 	[ "$(jq .geometry "$BATS_TEST_TMPDIR/run.json")" = null ]
 	block=$(jq .config.block_bytes "$BATS_TEST_TMPDIR/run.json")
+	run --separate-stderr kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" \
+		--params 8B --gpu-tflops 989 -J
+	assert_equal "$status" 2
+	assert_equal "$output" ""
+	[[ "$stderr" == *"has no geometry"*"--hf-config"*"--tokens-per-file"* ]]
+	# Told the tokens per file, it spreads the run's block size over them.
+	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --tokens-per-file 64 \
+		--params 8B --gpu-tflops 989 -J
+	assert_success
+	assert_equal "$(jq .bytes_per_token <<<"$output")" $(( (block + 63) / 64 ))
+}
+
+@test "verdict --from-run of a run with a model takes its geometry (README: Llama-3.1-8B recomputes)" {
+	kvbench run --dir "$D" --hf-config "$HF/llama-3.1-8b.json" --size 8M --threads 1 --qd 2 \
+		--lookups 100 -J > "$BATS_TEST_TMPDIR/run.json"
 	run kvbench verdict --from-run "$BATS_TEST_TMPDIR/run.json" --params 8B --gpu-tflops 989 -J
 	assert_success
-	assert_equal "$(jq .bytes_per_token <<<"$output")" $(( (block + 255) / 256 ))
+	# 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes (bf16).
+	assert_equal "$(jq .bytes_per_token <<<"$output")" 131072
+	assert_equal "$(jq .bytes_per_token <<<"$output")" \
+		"$(jq .geometry.bytes_per_token "$BATS_TEST_TMPDIR/run.json")"
+}
+
+@test "run --dir makes a missing scratch dir, as mkdir would, and never through a link" {
+	run tiny --dir "$BATS_TEST_TMPDIR/fresh" --phases write,read
+	assert_success
+	[ -d "$BATS_TEST_TMPDIR/fresh" ]
+	# Its parent must exist, as for mkdir(1) and kvget -o.
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/no/such" --phases write
+	assert_equal "$status" 3
+	[[ "$stderr" == *"cannot make the scratch dir"*"No such file or directory"* ]]
+	# A dangling link is not followed to create its target.
+	ln -s "$BATS_TEST_TMPDIR/elsewhere" "$BATS_TEST_TMPDIR/link"
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/link" --phases write
+	assert_equal "$status" 3
+	[ ! -e "$BATS_TEST_TMPDIR/elsewhere" ]
+	# A file in the way is refused.
+	: > "$BATS_TEST_TMPDIR/file"
+	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/file" --phases write
+	assert_equal "$status" 3
 }
 
 @test "a run with a prefill rate ends with a verdict on its own figures" {

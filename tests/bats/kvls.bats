@@ -470,3 +470,24 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	[[ "$output" == *"org/very-long-model-name-very-long-model-name-v…"* ]] || fail "terminal: $output"
 	[[ "$output" != *"$long"* ]]
 }
+
+@test "kvls --check knows kvoffd's claim on a tier it bounds, as it knows kvevict's files" {
+	local local_tier=$BATS_TEST_TMPDIR/nvme shared=$BATS_TEST_TMPDIR/shared
+	mkdir -p "$local_tier" "$shared"
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	random_file "$BATS_TEST_TMPDIR/blk" 4096
+	kvput --root "$local_tier" --config "$BATS_TEST_TMPDIR/config.json" abcdef01 "$BATS_TEST_TMPDIR/blk"
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	start_kvoffd --tier "local:$local_tier:4M" --tier "shared:$shared" --cpu-bytes 4M --slot-bytes 1M
+	[ -f "$local_tier/.kvoffd.lock" ]
+	run kvls --root "$local_tier" --check -J
+	kill_daemon
+	assert_success
+	jq -e '.summary.problems == 0' <<<"$output" || fail "$output"
+	# Anything else at the root is still foreign.
+	: > "$local_tier/.kvoffd.lock.old"
+	run kvls --root "$local_tier" --check -J
+	assert_failure 1
+	jq -e '[.problems[] | select(.problem == "foreign")] | length == 1 and .[0].path == ".kvoffd.lock.old"' \
+		<<<"$output" || fail "$output"
+}

@@ -204,7 +204,7 @@ assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
 	[ ! -e "$SOCK" ]
 	grep -qx 'kv_offload_bytes_total{direction="spill"} 2100000' "$BATS_TEST_TMPDIR/metrics"
 	start_daemon --cpu-bytes 16M
-	grep -q "file tier $KV_ROOT: 3 blocks, 2100000 bytes" "$BATS_TEST_TMPDIR/kvoffd.log"
+	grep -q "tier 0, shared, $KV_ROOT: 3 blocks, 2.0M, unbounded" "$BATS_TEST_TMPDIR/kvoffd.log"
 	[ "$(stat_of disk_blocks)" -eq 3 ]
 	for i in 10 11 12; do
 		get_equals "b$i" "abcdef00$i"
@@ -590,4 +590,46 @@ assert r == {"group": 0, "hash": "abcdef0001", "model_dir": sys.argv[2], "on_dis
 	[ "$DRC" -eq 0 ]
 	[ -z "$(find "$KV_ROOT" -name 'abcdef0002.bin')" ] || fail "an altered block was written behind"
 	[ -z "$(find "$KV_ROOT" -name 'abcdef0001.bin')" ]
+}
+
+@test "kvoffd's start lines name each tier's dir beside its own blocks, sizes as the other tools print them" {
+	local shared=$BATS_TEST_TMPDIR/shared local=$BATS_TEST_TMPDIR/nvme h
+	mkdir -p "$shared" "$local"
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	random_file "$BATS_TEST_TMPDIR/blk" 1048576
+	for h in 1 2 3 4 5; do
+		kvput --root "$shared" --config "$BATS_TEST_TMPDIR/config.json" "abcdef0$h" "$BATS_TEST_TMPDIR/blk"
+	done
+	start_kvoffd --tier "local:$local:6T" --tier "shared:$shared" --cpu-bytes 16M
+	stop_daemon
+	run cat "$BATS_TEST_TMPDIR/kvoffd.log"
+	assert_line --partial "serving $SOCK: a 16M pool of "
+	assert_line "kvoffd: tier 0, local, $local: 0 blocks, 0B, of 6.0T"
+	assert_line "kvoffd: tier 1, shared, $shared: 5 blocks, 5.0M, unbounded"
+	# No raw byte counts: 6T is not 6597069766656.
+	refute_output --regexp '(of |, |up to )[0-9]{7,}'
+}
+
+@test "kvoffd warns of a pool larger than the memory available, and --strict refuses it" {
+	local avail_kib pool
+	avail_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	[ -n "$avail_kib" ] || skip "no MemAvailable in /proc/meminfo"
+	# Twice what is available, in whole GiB: mapped, never touched.
+	pool=$(( (avail_kib * 2 >> 20) + 1 ))G
+	run --separate-stderr kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes "$pool" --strict
+	assert_equal "$status" 2
+	[[ "$stderr" == *"pool is more than the "*" of memory available (--strict)"* ]] ||
+		fail "stderr: $stderr"
+	[ ! -e "$SOCK" ]
+	start_daemon --cpu-bytes "$pool"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	grep -q "warning: a $pool pool is more than the .* of memory available" \
+		"$BATS_TEST_TMPDIR/kvoffd.log" || fail "$(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	# One that fits says nothing of memory.
+	: > "$BATS_TEST_TMPDIR/kvoffd.log"
+	start_daemon --cpu-bytes 16M --strict
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	! grep -q "memory available" "$BATS_TEST_TMPDIR/kvoffd.log"
 }

@@ -59,7 +59,7 @@ stat_of() {
 	[ "$(stat_of slots)" -eq 1066 ]
 	[ "$(stat_of pool_bytes)" -eq $((64 << 20)) ]
 	[ "$(stat_of slot_bytes)" -eq $((8 << 20)) ]
-	grep -q "1066 slots in 4 size classes up to 8388608 bytes" "$BATS_TEST_TMPDIR/kvoffd.log"
+	grep -q "a 64M pool of 1066 slots in 4 size classes up to 8.0M" "$BATS_TEST_TMPDIR/kvoffd.log"
 }
 
 @test "kvoffd --size-classes: a block takes the smallest class that holds it" {

@@ -114,7 +114,7 @@ run_example() {
 
 @test "README: the kvbench examples run as written (but dma, which needs a GPU)" {
 	local line mpi=1 asan=${ASAN_OPTIONS:-}
-	mkdir -p "$W/bench"
+	# No mkdir of /mnt/shared/kvbench: kvbench makes its scratch dir.
 	# mpirun needs OpenMPI and a kvbench built with it; OpenMPI's runtime
 	# leaves allocations at exit, so its ranks check no leaks.
 	command -v mpirun >/dev/null && ldd "$KV_BIN/kvbench" | grep -q libmpi || mpi=0
@@ -182,6 +182,16 @@ run_daemon_examples() {
 	run kvoffd --stats "$SOCK"
 	assert_success
 	[ "$(jq '.tiers | length' <<<"$output")" -eq 2 ]
+}
+
+@test "README: the Python section names what its example imports beyond kvtools" {
+	local mod section
+	section=$(awk '/^## / { on = ($0 == "## Python") } on && !/^    /' "$top/README.md")
+	for mod in $(awk '/^## / { on = ($0 == "## Python") }
+			on && /^    import / { print $2 }' "$top/README.md"); do
+		[ "$mod" = kvtools ] && continue
+		grep -q "needs $mod" <<<"$section" || fail "the example imports $mod; the section does not say it needs it"
+	done
 }
 
 @test "README: the Python connector example runs as written" {
