@@ -61,7 +61,8 @@ static const char usage_text[] =
 	"  -V, --version            show the version\n"
 	"\n"
 	"Exit status: 0 done or nothing to do, 1 another kvevict holds the lock,\n"
-	"2 usage error, 3 the root could not be reached.\n";
+	"2 usage error or a root kvoffd manages (without --force), 3 the root could\n"
+	"not be reached.\n";
 
 enum {
 	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
@@ -383,7 +384,8 @@ int main(int argc, char **argv)
 	int force = 0, shard_wait_set = 0;
 
 	tool_init("kvevict");
-	while ((c = getopt_long(argc, argv, "r:nw:t:JhV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":r:nw:t:JhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
 		case OPT_HIGH: o.high_pct = parse_pct("--high", optarg); break;
@@ -426,7 +428,7 @@ int main(int argc, char **argv)
 			break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'V': tool_version();
-		default: tool_usage_fail("unknown option");
+		default: tool_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)

@@ -277,7 +277,8 @@ int main(int argc, char **argv)
 	tool_init("kvwatch");
 	w.resolution_ns = RESOLUTION_DEFAULT_NS;
 	w.rescan_ns = RESCAN_DEFAULT_NS;
-	while ((opt = getopt_long(argc, argv, "r:e:hV", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":r:e:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r': root_opt = optarg; break;
 		case 'e':
@@ -299,7 +300,7 @@ int main(int argc, char **argv)
 		case OPT_METRICS: w.metrics = optarg; break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
-		default: tool_usage_fail("unknown option");
+		default: tool_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
