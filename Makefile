@@ -158,6 +158,13 @@ $(BUILD)/bench/kvtree: $(BUILD)/bench/kvtree.o $(BUILD)/libkv.a
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 all: $(BUILD)/bench/kvtree
 
+# The block reader of bench/kvwatch.sh: opens and reads as a model server.
+$(BUILD)/bench/readblocks: bench/readblocks.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $<
+all: $(BUILD)/bench/readblocks
+
 # latfs (tests/latfs/): a FUSE passthrough that delays every operation,
 # the tests' and benchmarks' high-latency filesystem; built where
 # libfuse3 is, outside tests/ so tests/run.sh does not take it for a

@@ -178,3 +178,13 @@ needs_latfs() {
 	assert_success
 	assert_output --partial "local"
 }
+
+@test "bench/kvwatch.sh runs (BIG=8, SMALL=500, RUNS=1) and every open is recorded" {
+	requires root mount jq
+	run env BIG=8 SMALL=500 ROUNDS=2 RUNS=1 INDEX_BLOCKS=2000 "$REPO/bench/kvwatch.sh" "$SCRATCH"
+	assert_success
+	assert_output --partial "ratio"
+	assert_output --partial "opens/s recorded"
+	assert_output --partial "2000 blocks: index"
+	refute_output --partial "warning"
+}
