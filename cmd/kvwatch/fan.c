@@ -111,6 +111,8 @@ static void on_event(struct watch *w, const struct fanotify_event_metadata *md)
 	}
 }
 
+/* 1 when the read filled the buffer (more may wait), 0 when it took
+ * all there was. */
 int fan_drain(struct watch *w)
 {
 	static char buf[FAN_BUF_BYTES] __attribute__((aligned(8)));
@@ -131,5 +133,5 @@ int fan_drain(struct watch *w)
 			on_event(w, md);
 		close(md->fd);
 	}
-	return 1;
+	return (size_t)len + FAN_EVENT_METADATA_LEN * 64 > sizeof(buf);
 }

@@ -134,18 +134,30 @@ static uint32_t home(const struct index *x, uint64_t low)
 	return (uint32_t)(low * 0x9e3779b97f4a7c15ULL >> 32) & x->mask;
 }
 
-/* name (its hex digits, len of them) packed: a length byte, then two
- * digits a byte. */
-static int names_put(struct index *x, const char *hex, size_t len, uint32_t *off)
+/*
+ * A block's name record in names: its digit count, how its bucket dirs
+ * read, its group, then the digits packed two to a byte.  A v1 path's
+ * bucket dirs "<hhh>/<hh>_g<group>" (llmd-v0's "<hhh>/<hh>" or with the
+ * group) are the name's first five digits, so only the dirs above them
+ * are interned; a path of any other shape interns its whole dir.
+ */
+enum bucket_form { FORM_WHOLE_DIR, FORM_HH, FORM_HH_GROUP };
+#define REC_HEAD	4	/* length, form, group (2 bytes, little-endian) */
+
+static int names_put(struct index *x, const char *hex, size_t len, enum bucket_form form,
+		     unsigned group, uint32_t *off)
 {
-	size_t need = 1 + (len + 1) / 2;
+	size_t need = REC_HEAD + (len + 1) / 2;
 
 	if (len > 255 || x->names_len + need > UINT32_MAX)
 		return -EOVERFLOW;
 	if (x->names_len + need > x->names_cap) {
-		size_t cap = x->names_cap ? 2 * x->names_cap : 65536;
-		unsigned char *p = realloc(x->names, cap);
+		size_t cap = x->names_cap ? x->names_cap + x->names_cap / 2 : 65536;
+		unsigned char *p;
 
+		while (cap < x->names_len + need)
+			cap += cap / 2;
+		p = realloc(x->names, cap);
 		if (!p)
 			return -ENOMEM;
 		x->names = p;
@@ -153,48 +165,93 @@ static int names_put(struct index *x, const char *hex, size_t len, uint32_t *off
 	}
 	*off = (uint32_t)x->names_len;
 	x->names[x->names_len++] = (unsigned char)len;
+	x->names[x->names_len++] = (unsigned char)form;
+	x->names[x->names_len++] = (unsigned char)(group & 0xff);
+	x->names[x->names_len++] = (unsigned char)(group >> 8);
 	for (size_t i = 0; i < len; i += 2)
 		x->names[x->names_len++] = (unsigned char)(hexval(hex[i]) << 4 |
 			(i + 1 < len ? hexval(hex[i + 1]) : 0));
 	return 0;
 }
 
-static int name_equal(const struct index *x, uint32_t off, const char *hex, size_t len)
+static int name_equal(const struct index *x, uint32_t off, const char *hex, size_t len,
+		      enum bucket_form form, unsigned group)
 {
 	const unsigned char *p = x->names + off;
 
-	if (p[0] != len)
+	if (p[0] != len || p[1] != form || (unsigned)(p[2] | p[3] << 8) != group)
 		return 0;
 	for (size_t i = 0; i < len; i++)
-		if ("0123456789abcdef"[(p[1 + i / 2] >> (i & 1 ? 0 : 4)) & 15] != hex[i])
+		if ("0123456789abcdef"[(p[REC_HEAD + i / 2] >> (i & 1 ? 0 : 4)) & 15] != hex[i])
 			return 0;
 	return 1;
 }
 
-/* The path of entry i into buf (PATH_MAX). */
+/* The path of an entry into buf; "" if it does not fit. */
 static void entry_path(const struct index *x, const struct ix_entry *e, char *buf, size_t cap)
 {
 	const unsigned char *p = x->names + e->name;
-	size_t n = strlen(x->dirs[e->dir & ~SEEN_BIT]);
-	char *o;
+	const char *dir = x->dirs[e->dir & ~SEEN_BIT];
+	char digits[256];
+	int n;
 
-	if (n + 2 + p[0] + 4 + 1 > cap) {
-		buf[0] = '\0';
-		return;
-	}
-	memcpy(buf, x->dirs[e->dir & ~SEEN_BIT], n);
-	o = buf + n;
-	*o++ = '/';
 	for (size_t i = 0; i < p[0]; i++)
-		*o++ = "0123456789abcdef"[(p[1 + i / 2] >> (i & 1 ? 0 : 4)) & 15];
-	memcpy(o, ".bin", 5);
+		digits[i] = "0123456789abcdef"[(p[REC_HEAD + i / 2] >> (i & 1 ? 0 : 4)) & 15];
+	digits[p[0]] = '\0';
+	if (p[1] == FORM_WHOLE_DIR)
+		n = snprintf(buf, cap, "%s/%s.bin", dir, digits);
+	else if (p[1] == FORM_HH)
+		n = snprintf(buf, cap, "%s/%.3s/%.2s/%s.bin", dir, digits, digits + 3, digits);
+	else
+		n = snprintf(buf, cap, "%s/%.3s/%.2s_g%u/%s.bin", dir, digits, digits + 3,
+			     (unsigned)(p[2] | p[3] << 8), digits);
+	if (n < 0 || (size_t)n >= cap)
+		buf[0] = '\0';
+}
+
+/* Split the dir of a block named hex (dir, dlen bytes) into what is
+ * interned and how the bucket dirs below it read. */
+static size_t bucket_split(const char *dir, size_t dlen, const char *hex, size_t hlen,
+			   enum bucket_form *form, unsigned *group)
+{
+	const char *b = memrchr(dir, '/', dlen), *hh;
+	size_t blen;
+
+	*form = FORM_WHOLE_DIR;
+	*group = 0;
+	if (hlen < 5 || !b || b - dir < 4 || memcmp(b - 3, hex, 3) || b[-4] != '/')
+		return dlen;
+	hh = b + 1;
+	blen = dlen - (size_t)(hh - dir);
+	if (blen < 2 || memcmp(hh, hex + 3, 2))
+		return dlen;
+	if (blen == 2) {
+		*form = FORM_HH;
+	} else {
+		char want[16];
+		unsigned long g;
+		char *end;
+
+		if (blen > 10 || memcmp(hh + 2, "_g", 2) || hh[4] < '0' || hh[4] > '9')
+			return dlen;
+		g = strtoul(hh + 4, &end, 10);
+		if (g > 65535 || end != hh + blen ||
+		    snprintf(want, sizeof(want), "_g%lu", g) != (int)blen - 2 ||
+		    memcmp(want, hh + 2, blen - 2))
+			return dlen;
+		*form = FORM_HH_GROUP;
+		*group = (unsigned)g;
+	}
+	return (size_t)(b - 4 - dir);
 }
 
 int index_add(struct index *x, const char *relpath)
 {
 	const char *slash = strrchr(relpath, '/'), *hex;
 	struct ix_entry *reuse = NULL;
-	size_t hlen;
+	enum bucket_form form;
+	unsigned group;
+	size_t hlen, plen;
 	uint64_t low;
 	uint32_t dir, b, name;
 	int rc;
@@ -209,7 +266,8 @@ int index_add(struct index *x, const char *relpath)
 	for (size_t i = 0; i < hlen; i++)
 		if (hexval(hex[i]) < 0)
 			return -EINVAL;
-	rc = dir_id(x, relpath, (size_t)(slash - relpath), &dir);
+	plen = bucket_split(relpath, (size_t)(slash - relpath), hex, hlen, &form, &group);
+	rc = dir_id(x, relpath, plen, &dir);
 	if (rc)
 		return rc;
 	{
@@ -223,7 +281,7 @@ int index_add(struct index *x, const char *relpath)
 	for (b = home(x, low); x->table[b]; b = (b + 1) & x->mask) {
 		struct ix_entry *e = &x->e[x->table[b] - 1];
 
-		if (e->low != low || !name_equal(x, e->name, hex, hlen))
+		if (e->low != low || !name_equal(x, e->name, hex, hlen, form, group))
 			continue;
 		if (e->dir != DIR_GONE && (e->dir & ~SEEN_BIT) == dir) {
 			e->dir = dir | x->parity;
@@ -244,7 +302,8 @@ int index_add(struct index *x, const char *relpath)
 			return rc;
 	}
 	if (x->n == x->cap) {
-		uint32_t cap = x->cap ? (x->cap < (1u << 30) ? 2 * x->cap : UINT32_MAX - 1) : 4096;
+		uint32_t cap = x->cap ? (x->cap < (1u << 30) ? x->cap + x->cap / 2 : UINT32_MAX - 1)
+				      : 4096;
 		struct ix_entry *e = realloc(x->e, (size_t)cap * sizeof(*e));
 
 		if (!e)
@@ -252,7 +311,7 @@ int index_add(struct index *x, const char *relpath)
 		x->e = e;
 		x->cap = cap;
 	}
-	rc = names_put(x, hex, hlen, &name);
+	rc = names_put(x, hex, hlen, form, group, &name);
 	if (rc)
 		return rc;
 	x->e[x->n] = (struct ix_entry){ .low = low, .dir = dir | x->parity, .name = name };

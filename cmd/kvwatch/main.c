@@ -25,6 +25,10 @@
 #define RESCAN_DEFAULT_NS	(600ULL * 1000000000ULL)
 #define METRICS_EVERY_NS	(10LL * 1000000000LL)
 #define EVENTS_PER_TURN		64	/* messages between looks at fanotify */
+/* After the reads queued so far, wait this long for more before polling
+ * again: each poll that sleeps costs the next reader a wake-up of this
+ * process, and a use need not be recorded sooner than this. */
+#define READ_BATCH_NS		2000000
 #define ENDPOINTS_MAX		64
 
 static void usage(void)
@@ -181,6 +185,7 @@ static void serve(struct watch *w, int sigfd)
 	int fan_more = 0, ev_more = w->sub != NULL, evfd = w->sub ? kv_events_sub_fd(w->sub) : -1;
 
 	for (;;) {
+		static const struct timespec batch = { 0, READ_BATCH_NS };
 		struct pollfd p[4] = {
 			{ .fd = w->fan, .events = POLLIN },
 			{ .fd = sigfd, .events = POLLIN },
@@ -199,8 +204,11 @@ static void serve(struct watch *w, int sigfd)
 		/* Reads first, and floods of events in slices, so that neither
 		 * starves the other. */
 		pthread_mutex_lock(&w->lock);
-		if (fan_more || (p[0].revents & POLLIN))
+		if (fan_more || (p[0].revents & POLLIN)) {
 			fan_more = fan_drain(w);
+			if (!fan_more)
+				nanosleep(&batch, NULL);
+		}
 		if (w->sub && (ev_more || (p[3].revents & POLLIN)))
 			ev_more = kv_events_sub_drain(w->sub, EVENTS_PER_TURN, on_kv_event, w) > 0;
 		pthread_mutex_unlock(&w->lock);

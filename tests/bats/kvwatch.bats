@@ -319,3 +319,19 @@ publish() {
 	evict_and_judge "$KV_ROOT"
 	umount "$KV_ROOT"
 }
+
+@test "events: blocks in llm-d's older layout (bucket dirs with and without a group) and v1 ones in odd groups are found" {
+	local v0=meta-llama/Llama-3.1-8B/block_size_16_blocks_per_file_8/tp_1_pp_size_1_pcp_size_1/rank_0/bfloat16
+	local h1=0123456789abcdef0123456789abcdef h2=fedcba9876543210fedcba9876543210
+	mkdir -p "$KV_ROOT/$v0/012/34" "$KV_ROOT/$v0/fed/cb_g1"
+	echo x > "$KV_ROOT/$v0/012/34/$h1.bin"
+	echo x > "$KV_ROOT/$v0/fed/cb_g1/$h2.bin"
+	kvput --root "$KV_ROOT" --config "$CFG" --group 12 abcdef0011223344 "$CFG" > /dev/null
+	touch -d '3 hours ago' "$KV_ROOT/$v0/012/34/$h1.bin" "$KV_ROOT/$v0/fed/cb_g1/$h2.bin" \
+		"$KV_ROOT"/*_r0/abc/de_g12/abcdef0011223344.bin
+	publish map-bytes "$h1" "$h2" abcdef0011223344
+	start_kvwatch --events "$EP"
+	wait_uses 3
+	stop_kvwatch
+	[ "$(jq -r .path "$BATS_TEST_TMPDIR/kvwatch.out" | sort)" = "$( (cd "$KV_ROOT" && ls "$v0/012/34/$h1.bin" "$v0/fed/cb_g1/$h2.bin" */abc/de_g12/*.bin) | sort)" ]
+}
