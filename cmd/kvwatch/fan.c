@@ -71,6 +71,41 @@ static const char *relpath_of(struct watch *w, char *path, int fd)
 	return NULL;
 }
 
+/* Whether pid runs a program --ignore-comm names.  One process reads
+ * many blocks in a row, so the last answer is kept, for a second (pids
+ * are reused). */
+#define PID_CACHE_NS	1000000000LL
+
+static int ignored(struct watch *w, pid_t pid)
+{
+	char path[64], comm[32] = ",";
+	int64_t now;
+	ssize_t n;
+	int fd;
+
+	if (!w->ignore[0] || pid <= 0)
+		return 0;
+	now = kv_now_ns();
+
+	if (pid == w->last_pid && now - w->last_pid_ns < PID_CACHE_NS)
+		return w->last_ignored;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, comm + 1, sizeof(comm) - 3) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return 0;		/* gone: count the use */
+	if (comm[n] == '\n')
+		n--;
+	comm[n + 1] = ',';
+	comm[n + 2] = '\0';
+	w->last_pid = pid;
+	w->last_pid_ns = now;
+	w->last_ignored = strstr(w->ignore, comm) != NULL;
+	return w->last_ignored;
+}
+
 static int ends_with(const char *s, size_t n, const char *tail)
 {
 	size_t t = strlen(tail);
@@ -97,7 +132,11 @@ static void on_event(struct watch *w, const struct fanotify_event_metadata *md)
 			return;
 		}
 		watch_index_add(w, rel);
-		if (md->mask & FAN_OPEN)
+		if (!(md->mask & FAN_OPEN))
+			return;
+		if (ignored(w, md->pid))
+			w->c.reads_ignored++;
+		else
 			record_use(w, rel, md->fd, SOURCE_READ);
 		return;
 	}
@@ -131,6 +170,8 @@ int fan_drain(struct watch *w)
 			continue;
 		if (md->pid != self)
 			on_event(w, md);
+		else
+			w->last_pid = 0;
 		close(md->fd);
 	}
 	return (size_t)len + FAN_EVENT_METADATA_LEN * 64 > sizeof(buf);

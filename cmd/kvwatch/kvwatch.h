@@ -74,6 +74,13 @@ struct watch {
 	char node[65];
 	uint64_t resolution_ns;
 	int ndjson;
+	/* Readers whose opens are not uses (--ignore-comm): kvtools' own,
+	 * which stamp the uses they serve themselves and read the rest to
+	 * verify, copy or archive. */
+	char ignore[512];		/* ",name,name," */
+	pid_t last_pid;			/* the last reader looked up, */
+	int last_ignored;		/* whether it is ignored, */
+	int64_t last_pid_ns;		/* and when (pids are reused) */
 	const char *metrics;
 	int fan;			/* fanotify fd */
 	const char *mark;		/* "filesystem" or "mount" */
@@ -94,6 +101,7 @@ struct watch {
 		uint64_t uses[2];		/* by source */
 		uint64_t stamped, journaled, skipped, failed;
 		uint64_t reads_other;		/* opens outside the layout/root */
+		uint64_t reads_ignored;		/* by --ignore-comm */
 		uint64_t stored_gpu_hashes, unmatched;
 		uint64_t events_other;		/* storage media, removals */
 		uint64_t overflows;

@@ -30,12 +30,13 @@
  * process, and a use need not be recorded sooner than this. */
 #define READ_BATCH_NS		2000000
 #define ENDPOINTS_MAX		64
+#define IGNORE_DEFAULT		"kvls,kvevict,kvbench,kvoffd,kvget,kvput"
 
 static void usage(void)
 {
 	printf("Usage: kvwatch [--root DIR] [--events ENDPOINT]... [--resolution DUR]\n"
-	       "               [--rescan DUR] [--node NAME] [--ready-fd N] [--ndjson]\n"
-	       "               [--metrics FILE]\n"
+	       "               [--rescan DUR] [--node NAME] [--ignore-comm LIST]\n"
+	       "               [--ready-fd N] [--ndjson] [--metrics FILE]\n"
 	       "Record each use of a KV-cache block in its atime, where kvevict, kvls and\n"
 	       "kvoffd on every node see it: every open of a block for reading on this node\n"
 	       "(fanotify on the root's filesystem), and every block a model server announces\n"
@@ -50,6 +51,9 @@ static void usage(void)
 	       "      --rescan DUR        re-walk the root this often to index blocks other\n"
 	       "                          nodes wrote (default 10m; 0: never)\n"
 	       "      --node NAME         this node's journal name (default: the host name)\n"
+	       "      --ignore-comm LIST  opens by these programs are not uses (comma-separated;\n"
+	       "                          default " IGNORE_DEFAULT ",\n"
+	       "                          which stamp the uses they serve themselves; \"\": none)\n"
 	       "      --ready-fd N        write a newline on fd N once watching and subscribed\n"
 	       "      --ndjson            print one record per recorded use\n"
 	       "      --metrics FILE      write Prometheus text to FILE every 10s and at exit\n"
@@ -259,7 +263,27 @@ static void node_name(struct watch *w, const char *opt)
 		tool_usage_fail("--node '%s': use letters, digits, '.', '_' and '-'", opt);
 }
 
-enum { OPT_RESOLUTION = 256, OPT_RESCAN, OPT_NODE, OPT_READY, OPT_NDJSON, OPT_METRICS };
+enum { OPT_RESOLUTION = 256, OPT_RESCAN, OPT_NODE, OPT_IGNORE, OPT_READY, OPT_NDJSON,
+       OPT_METRICS };
+
+/* --ignore-comm's list as ",a,b,"; names are at most 15 bytes (comm). */
+static void ignore_list(struct watch *w, const char *list)
+{
+	size_t n = strlen(list);
+	char *p = w->ignore;
+
+	if (!n) {
+		w->ignore[0] = '\0';
+		return;
+	}
+	if (n + 3 > sizeof(w->ignore) || strstr(list, ",,") || list[0] == ',' ||
+	    list[n - 1] == ',')
+		tool_usage_fail("--ignore-comm '%s': names separated by single commas", list);
+	*p++ = ',';
+	memcpy(p, list, n);
+	p[n] = ',';
+	p[n + 1] = '\0';
+}
 
 int main(int argc, char **argv)
 {
@@ -269,6 +293,7 @@ int main(int argc, char **argv)
 		{ "resolution", required_argument, NULL, OPT_RESOLUTION },
 		{ "rescan", required_argument, NULL, OPT_RESCAN },
 		{ "node", required_argument, NULL, OPT_NODE },
+		{ "ignore-comm", required_argument, NULL, OPT_IGNORE },
 		{ "ready-fd", required_argument, NULL, OPT_READY },
 		{ "ndjson", no_argument, NULL, OPT_NDJSON },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -279,6 +304,7 @@ int main(int argc, char **argv)
 	static struct watch w;
 	const char *root_opt = NULL, *endpoints[ENDPOINTS_MAX], *node = NULL;
 	unsigned nend = 0;
+	int ignore_set = 0;
 	int opt, ready_fd = -1, sigfd, rc;
 	struct stat st;
 
@@ -301,6 +327,7 @@ int main(int argc, char **argv)
 			break;
 		case OPT_RESCAN: w.rescan_ns = tool_parse_duration_ns("--rescan", optarg); break;
 		case OPT_NODE: node = optarg; break;
+		case OPT_IGNORE: ignore_list(&w, optarg); ignore_set = 1; break;
 		case OPT_READY:
 			ready_fd = (int)tool_parse_uint("--ready-fd", optarg, 1 << 20);
 			break;
@@ -313,6 +340,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (!ignore_set)
+		ignore_list(&w, IGNORE_DEFAULT);
 	w.root = tool_root(root_opt);
 	node_name(&w, node);
 	w.rootfd = tool_root_open(w.root);

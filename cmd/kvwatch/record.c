@@ -137,6 +137,9 @@ void metrics_write(struct watch *w)
 		"# HELP kvwatch_journaled_total Uses recorded in the node's journal (atime refused).\n"
 		"# TYPE kvwatch_journaled_total counter\n"
 		"kvwatch_journaled_total %" PRIu64 "\n"
+		"# HELP kvwatch_reads_ignored_total Opens by programs --ignore-comm names.\n"
+		"# TYPE kvwatch_reads_ignored_total counter\n"
+		"kvwatch_reads_ignored_total %" PRIu64 "\n"
 		"# HELP kvwatch_skipped_total Uses within the resolution of the last one recorded.\n"
 		"# TYPE kvwatch_skipped_total counter\n"
 		"kvwatch_skipped_total %" PRIu64 "\n"
@@ -171,6 +174,7 @@ void metrics_write(struct watch *w)
 		"# TYPE kvwatch_rescans_total counter\n"
 		"kvwatch_rescans_total %" PRIu64 "\n",
 		w->c.uses[SOURCE_READ], w->c.uses[SOURCE_EVENT], w->c.stamped, w->c.journaled,
+		w->c.reads_ignored,
 		w->c.skipped, w->c.failed, w->c.unmatched, es.events, es.bad_frames, es.gaps,
 		w->c.overflows, w->c.lag_s, w->idx.blocks, index_bytes(&w->idx), w->c.rescans);
 	if (n > 0 && (size_t)n < sizeof(buf)) {

@@ -187,6 +187,9 @@ publish() {
 }
 
 @test "reads: at most one stamp per block per --resolution; kvwatch's own and non-block opens are not uses" {
+	mount_tmpfs 64m
+	mount -o remount,noatime "$MNT"
+	KV_ROOT=$MNT
 	history "$KV_ROOT"
 	echo x > "$KV_ROOT/notes.bin"
 	start_kvwatch --resolution 1h --metrics "$BATS_TEST_TMPDIR/m.prom"
@@ -334,4 +337,19 @@ publish() {
 	wait_uses 3
 	stop_kvwatch
 	[ "$(jq -r .path "$BATS_TEST_TMPDIR/kvwatch.out" | sort)" = "$( (cd "$KV_ROOT" && ls "$v0/012/34/$h1.bin" "$v0/fed/cb_g1/$h2.bin" */abc/de_g12/*.bin) | sort)" ]
+}
+
+@test "reads: kvls --verify and kvget --archive are not uses (--ignore-comm); an empty list counts them" {
+	history "$KV_ROOT"
+	start_kvwatch --metrics "$BATS_TEST_TMPDIR/m.prom"
+	kvls --root "$KV_ROOT" --verify > /dev/null || true
+	stop_kvwatch
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/kvwatch.out")" -eq 0 ]
+	grep -qx 'kvwatch_reads_ignored_total 300' "$BATS_TEST_TMPDIR/m.prom"
+	p=$(head -1 "$BATS_TEST_TMPDIR/set.1")
+	[ $(($(date +%s) - $(stat -c %X "$KV_ROOT/$p"))) -gt 3000 ]
+	start_kvwatch --ignore-comm ''
+	kvls --root "$KV_ROOT" --verify > /dev/null || true
+	stop_kvwatch
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/kvwatch.out")" -eq 300 ]
 }
