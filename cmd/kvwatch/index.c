@@ -57,22 +57,35 @@ static uint32_t dir_hash(const char *s, size_t n)
 	return (uint32_t)kv_xxh3(s, n);
 }
 
-static int dir_grow(struct index *x)
+static uint32_t dir_home(const struct index *x, uint32_t i)
 {
-	uint32_t nm = 2 * (x->dir_mask + 1) - 1, *t = calloc(nm + 1, sizeof(*t));
+	return dir_hash(x->dirs[i], strlen(x->dirs[i]));
+}
+
+static uint32_t entry_home(const struct index *x, uint32_t i)
+{
+	return (uint32_t)(x->e[i].low * 0x9e3779b97f4a7c15ULL >> 32);
+}
+
+/* Double a linear-probing table of items 0..n-1 (stored + 1) placed by
+ * hash_of. */
+static int table_double(const struct index *x, uint32_t **table, uint32_t *mask, uint32_t n,
+			uint32_t (*hash_of)(const struct index *, uint32_t))
+{
+	uint32_t nm = 2 * (*mask + 1) - 1, *t = calloc((size_t)nm + 1, sizeof(*t));
 
 	if (!t)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < x->ndirs; i++) {
-		uint32_t b = dir_hash(x->dirs[i], strlen(x->dirs[i])) & nm;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t b = hash_of(x, i) & nm;
 
 		while (t[b])
 			b = (b + 1) & nm;
 		t[b] = i + 1;
 	}
-	free(x->dir_table);
-	x->dir_table = t;
-	x->dir_mask = nm;
+	free(*table);
+	*table = t;
+	*mask = nm;
 	return 0;
 }
 
@@ -81,7 +94,8 @@ static int dir_id(struct index *x, const char *dir, size_t n, uint32_t *out)
 {
 	uint32_t b;
 
-	if (2 * (x->ndirs + 1) > x->dir_mask + 1 && dir_grow(x) < 0)
+	if (2 * (x->ndirs + 1) > x->dir_mask + 1 &&
+	    table_double(x, &x->dir_table, &x->dir_mask, x->ndirs, dir_home) < 0)
 		return -ENOMEM;
 	for (b = dir_hash(dir, n) & x->dir_mask; x->dir_table[b]; b = (b + 1) & x->dir_mask) {
 		const char *d = x->dirs[x->dir_table[b] - 1];
@@ -109,25 +123,6 @@ static int dir_id(struct index *x, const char *dir, size_t n, uint32_t *out)
 }
 
 /* ---- entries ---- */
-
-static int table_grow(struct index *x)
-{
-	uint32_t nm = 2 * (x->mask + 1) - 1, *t = calloc((size_t)nm + 1, sizeof(*t));
-
-	if (!t)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < x->n; i++) {
-		uint32_t b = (uint32_t)(x->e[i].low * 0x9e3779b97f4a7c15ULL >> 32) & nm;
-
-		while (t[b])
-			b = (b + 1) & nm;
-		t[b] = i + 1;
-	}
-	free(x->table);
-	x->table = t;
-	x->mask = nm;
-	return 0;
-}
 
 static uint32_t home(const struct index *x, uint64_t low)
 {
@@ -298,7 +293,7 @@ int index_add(struct index *x, const char *relpath)
 	if (x->n == UINT32_MAX - 1)
 		return -EOVERFLOW;
 	if (2 * ((uint64_t)x->n + 1) > (uint64_t)x->mask + 1) {
-		if ((rc = table_grow(x)) < 0)
+		if ((rc = table_double(x, &x->table, &x->mask, x->n, entry_home)) < 0)
 			return rc;
 	}
 	if (x->n == x->cap) {
