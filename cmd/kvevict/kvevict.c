@@ -230,7 +230,9 @@ static void on_notice(const char *text, void *arg)
 	tool_err("shard %u/%u: %s", s->shard, s->shards, text);
 }
 
-static void report(const struct state *s, const struct kv_evict_report *r)
+/* cache_known: the run walked the root, so the cache's size before and
+ * after is known (--stdin deletes what it is given and walks nothing). */
+static void report(const struct state *s, const struct kv_evict_report *r, int cache_known)
 {
 	char del[32], before[32], after[32];
 
@@ -243,6 +245,10 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 		SET(skipped_other); SET(orphans_removed); SET(orphan_bytes_removed);
 		SET(dirs_removed); SET(dirs_unreadable); SET(cache_bytes_before);
 		SET(cache_bytes_after); SET(bytes_needed); SET(walks);
+		if (!cache_known) {
+			json_object_set_new(j, "cache_bytes_before", json_null());
+			json_object_set_new(j, "cache_bytes_after", json_null());
+		}
 		SET(cutoff_atime_ns); SET(elapsed_ns);
 		if (s->shards) {
 			SET(shard_round); SET(shards_merged);
@@ -257,10 +263,12 @@ static void report(const struct state *s, const struct kv_evict_report *r)
 		kv_size_format(r->bytes_deleted, del, sizeof(del));
 		kv_size_format(r->cache_bytes_before, before, sizeof(before));
 		kv_size_format(r->cache_bytes_after, after, sizeof(after));
-		printf("kvevict: %s %llu blocks (%s), use %.1f%% -> %.1f%%, cache %s -> %s",
+		printf("kvevict: %s %llu blocks (%s), use %.1f%% -> %.1f%%",
 		       s->dry_run ? "would delete" : "deleted",
 		       (unsigned long long)r->files_deleted, del, r->use_before_pct,
-		       r->use_after_pct, before, after);
+		       r->use_after_pct);
+		if (cache_known)
+			printf(", cache %s -> %s", before, after);
 		if (r->skipped_hot || r->skipped_other)
 			printf(", skipped %llu hot %llu other", (unsigned long long)r->skipped_hot,
 			       (unsigned long long)r->skipped_other);
@@ -314,7 +322,7 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 	r.target_reached = 1;
 	kv_evict_fs_use(s->root, &r.use_after_pct);
 	r.elapsed_ns = kv_monotonic_ns() - t0;
-	report(s, &r);
+	report(s, &r, 0);
 	return rc < 0 ? EXIT_RUNTIME : 0;
 }
 
@@ -358,7 +366,7 @@ static int run_watch(struct state *s, const struct kv_evict_opts *o, uint64_t in
 				kv_events_flush(s->events);
 			if (first || r.files_deleted || r.orphans_removed || r.dirs_removed ||
 			    r.skipped_hot)
-				report(s, &r);
+				report(s, &r, 1);
 			first = 0;
 		}
 		nap(interval_ns);
@@ -534,7 +542,7 @@ int main(int argc, char **argv)
 				 *kv_error_detail() ? ")" : "");
 			rc = EXIT_RUNTIME;
 		} else {
-			report(&s, &r);
+			report(&s, &r, 1);
 		}
 	}
 	/* Lingers, within $KV_EVENTS_LINGER, until the subscriber has them. */

@@ -438,3 +438,16 @@ assert_gone_upto() {
 	run kvevict --max-bytes 1G --orphans-after 1m
 	assert_success
 }
+
+@test "--stdin reports no cache size it did not measure (null in -J, left out of the text)" {
+	mkblocks 4
+	run --separate-stderr bash -c 'kvls --blocks --ndjson | head -2 | kvevict --stdin --hot 0 -J'
+	assert_success
+	[ "$(jq .files_deleted <<<"$output")" -eq 2 ]
+	[ "$(jq .cache_bytes_before <<<"$output")" = null ]
+	[ "$(jq .cache_bytes_after <<<"$output")" = null ]
+	run --separate-stderr bash -c 'kvls --blocks --ndjson | head -1 | kvevict --stdin --hot 0'
+	assert_success
+	[[ "$output" == "kvevict: deleted 1 blocks"* ]]
+	[[ "$output" != *cache* ]]
+}
