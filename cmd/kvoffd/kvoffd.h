@@ -147,6 +147,11 @@ struct ftier {
 	uint64_t moving_bytes;	/* DEMOTE jobs in flight */
 	uint64_t walk_blocks, walk_bytes;	/* found at start */
 	struct tier_stats st;
+	/* Model dirs known to hold their config.json here (the writers',
+	 * under the writer lock), so that a block written to this tier
+	 * carries it over from another the first time only. */
+	char **configs;
+	unsigned nconfigs;
 };
 
 enum promote_policy { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };

@@ -380,6 +380,11 @@ void tiers_close(struct offd *d)
 		kv_io_close(t->io);
 		t->io = NULL;
 		index_free(&t->idx);
+		for (unsigned i = 0; i < t->nconfigs; i++)
+			free(t->configs[i]);
+		free(t->configs);
+		t->configs = NULL;
+		t->nconfigs = 0;
 		if (t->lockfd >= 0)
 			close(t->lockfd);
 		t->lockfd = -1;

@@ -6,6 +6,7 @@
  * waits on each of them.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +19,74 @@ struct worker_arg {
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
 };
+
+#define CONFIGS_MAX	1024	/* model dirs remembered per tier */
+
+static int config_known(struct ftier *t, const char *model_dir)
+{
+	for (unsigned i = 0; i < t->nconfigs; i++)
+		if (!strcmp(t->configs[i], model_dir))
+			return 1;
+	return 0;
+}
+
+/* A block's model dir carries its config.json on every tier, as vLLM
+ * and kvls expect: copy it to tier t from the first tier that has it,
+ * once per model dir.  Nothing to do for llmd-v0 dirs, which have none. */
+static void carry_config(struct offd *d, unsigned t, const char *path)
+{
+	struct ftier *ft = &d->tiers[t];
+	struct kv_block_ref ref;
+	struct kv_config *cfg = NULL;
+	char *text = NULL, dir[KV_NAME_MAX + 1];
+	size_t len;
+	int known, fd, found = 0;
+
+	if (kv_layout_block_parse(path, &ref) < 0 || ref.layout != KV_LAYOUT_V1)
+		return;
+	pthread_mutex_lock(&d->wr.lock);
+	known = config_known(ft, ref.model_dir);
+	pthread_mutex_unlock(&d->wr.lock);
+	if (known)
+		return;
+	fd = open(ft->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (kv_config_read(fd, ref.model_dir, &text, &len) == 0) {
+		found = 1;
+	} else {
+		for (unsigned u = 0; !found && u < d->ntiers; u++) {
+			int ufd = u == t ? -1 : open(d->tiers[u].root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+			if (ufd < 0)
+				continue;
+			if (kv_config_read(ufd, ref.model_dir, &text, &len) == 0 &&
+			    kv_config_parse(text, len, &cfg) == 0 &&
+			    kv_config_ensure_model_dir(fd, cfg, dir, sizeof(dir)) == 0 &&
+			    !strcmp(dir, ref.model_dir))
+				found = 1;
+			kv_config_free(cfg);
+			cfg = NULL;
+			free(text);
+			text = NULL;
+			close(ufd);
+		}
+	}
+	free(text);
+	close(fd);
+	if (!found)
+		return;
+	pthread_mutex_lock(&d->wr.lock);
+	if (!config_known(ft, ref.model_dir) && ft->nconfigs < CONFIGS_MAX) {
+		char **c = realloc(ft->configs, (ft->nconfigs + 1) * sizeof(*c));
+
+		if (c && (c[ft->nconfigs] = strdup(ref.model_dir)))
+			ft->nconfigs++;
+		if (c)
+			ft->configs = c;
+	}
+	pthread_mutex_unlock(&d->wr.lock);
+}
 
 /* Read through the tiers in j->probe, in order, into the slot. */
 static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned char *mem,
@@ -86,6 +155,7 @@ static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 				j->refused |= 1u << t;
 				continue;
 			}
+			carry_config(d, t, j->path);
 		}
 		j->dest = t;
 		break;
@@ -110,6 +180,8 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 		 * its bytes onto disk under a fresh checksum. */
 		j->result = kv_xxh3(mem, (size_t)j->len) != j->sum ? -KV_ECHECKSUM :
 			    kv_io_put(a->io[j->tier], j->path, mem, (size_t)j->len);
+		if (j->result == 0)
+			carry_config(d, j->tier, j->path);
 	} else if (j->kind == JOB_LOAD) {
 		run_load(d, a->io, j, mem, kv_slots_capacity(d->store, j->slot));
 	} else {

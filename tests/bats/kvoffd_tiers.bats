@@ -332,3 +332,26 @@ hashes() {
 	start_kvoffd --tier "local:$LOCAL:8M" --tier "shared:$SHARED" --cpu-bytes 1M --slot-bytes 4K
 	[ "$(tier_stat 0 blocks)" -eq "$(count_blocks "$LOCAL")" ]
 }
+
+@test "kvoffd tiers: a block's model dir carries its config.json to every tier it lands on; kvls --check passes on each" {
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	random_file "$BATS_TEST_TMPDIR/seed" 4096
+	# the model's config.json is on shared storage, as vLLM leaves it
+	kvput --root "$SHARED" --config "$BATS_TEST_TMPDIR/config.json" abcdef0000000001 "$BATS_TEST_TMPDIR/seed"
+	md=$(kvls --root "$SHARED" -J | jq -r '.models[0].model_dir')
+	start_tiers --promote never
+	local h
+	for h in $(hashes 10 29); do
+		random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
+		kvput --daemon "$SOCK" --model-dir "$md" "$h" "$BATS_TEST_TMPDIR/blk.$h"
+	done
+	settle
+	stop_daemon
+	[ "$(count_blocks "$LOCAL")" -ge 1 ]
+	cmp "$SHARED/$md/config.json" "$LOCAL/$md/config.json"
+	run kvls --root "$LOCAL" --check -J
+	assert_success
+	jq -e '.summary.problems == 0' <<<"$output" || fail "$output"
+	run kvls --root "$SHARED" --check -J
+	assert_success
+}
