@@ -35,6 +35,20 @@ void tool_usage_fail(const char *fmt, ...)
  * exit 2: the one form of every program's option errors. */
 void tool_bad_option(int c, char *const argv[]) __attribute__((noreturn));
 
+/* Progress of long work on stderr, only when it is a terminal: quiet
+ * for the first second, then one line redrawn at most 4 times a second
+ * (cmd/tool_progress.c). */
+struct tool_progress {
+	int on, shown;
+	int64_t next_ns;
+};
+void tool_progress_init(struct tool_progress *p);
+/* "prog: TEXT" over the last line, when one is due. */
+void tool_progress_show(struct tool_progress *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Clear the line, if one was shown. */
+void tool_progress_done(struct tool_progress *p);
+
 /* Memory this process may still take without swapping: MemAvailable,
  * or less where its cgroup (v2) allows less; 0 when unknown. */
 uint64_t tool_mem_available(void);

@@ -109,6 +109,7 @@ struct state {
 	enum output out;
 	int dry_run;
 	const char *pause_fifo;
+	struct tool_progress progress;	/* on a terminal's stderr */
 	struct kv_events *events;	/* --events: BlockRemoved after each unlink */
 	int rootfd;			/* for the events' model names */
 	unsigned shard, shards;		/* --shard I/N; shards 0: not sharded */
@@ -222,6 +223,15 @@ static void on_removed(const struct kv_evict_block *b, void *arg)
 	}
 }
 
+static void on_progress(uint64_t walked, uint64_t deleted, void *arg)
+{
+	struct state *s = arg;
+
+	tool_progress_show(&s->progress, "%llu entries walked, %llu blocks %s",
+			   (unsigned long long)walked, (unsigned long long)deleted,
+			   s->dry_run ? "to delete" : "deleted");
+}
+
 /* A sharded run's notices: a shard missing, a state file ignored. */
 static void on_notice(const char *text, void *arg)
 {
@@ -232,10 +242,11 @@ static void on_notice(const char *text, void *arg)
 
 /* cache_known: the run walked the root, so the cache's size before and
  * after is known (--stdin deletes what it is given and walks nothing). */
-static void report(const struct state *s, const struct kv_evict_report *r, int cache_known)
+static void report(struct state *s, const struct kv_evict_report *r, int cache_known)
 {
 	char del[32], before[32], after[32];
 
+	tool_progress_done(&s->progress);
 	if (s->out == OUT_JSON) {
 		json_t *j = json_pack("{s:s, s:b, s:b}", "root", s->root,
 				      "dry_run", s->dry_run, "target_reached", r->target_reached);
@@ -448,7 +459,9 @@ int main(int argc, char **argv)
 	if (s.out == OUT_NDJSON || (s.out == OUT_TEXT && o.dry_run) || (endpoint && !o.dry_run))
 		o.removed = on_removed;
 	o.before_first_unlink = pause_before_unlink;
+	o.progress = on_progress;
 	o.arg = &s;
+	tool_progress_init(&s.progress);
 	s.pause_fifo = getenv("KV_EVICT_TEST_PAUSE_BEFORE_UNLINK");
 
 	if (o.low_pct >= 0 && o.high_pct < 0)

@@ -23,8 +23,6 @@
 #include "../tool.h"
 #include "../tool_record.h"
 
-#define PROGRESS_AFTER_NS	1000000000LL	/* quiet for short walks */
-#define PROGRESS_EVERY_NS	250000000LL
 #define ORPHANS_AFTER_NS	(3600ULL * 1000000000ULL)
 
 /* Why a walk callback stopped the walk (kv_walk passes it back). */
@@ -70,10 +68,8 @@ struct ls {
 	uint64_t verified, mismatched, unchecked;
 	int no_xattrs;
 
-	int progress;
+	struct tool_progress progress;
 	uint64_t seen;
-	int64_t start_ns, next_progress_ns;
-	int progress_shown;
 
 	int write_errno;
 
@@ -179,22 +175,8 @@ static int out_record(struct ls *ls, const char *rec, size_t len)
 
 static void progress_tick(struct ls *ls)
 {
-	int64_t now;
-
-	if (!ls->progress || (++ls->seen & 1023))
-		return;
-	now = kv_monotonic_ns();
-	if (now < ls->next_progress_ns)
-		return;
-	ls->next_progress_ns = now + PROGRESS_EVERY_NS;
-	fprintf(stderr, "\r%s: %" PRIu64 " files scanned", tool_name, ls->seen);
-	ls->progress_shown = 1;
-}
-
-static void progress_done(struct ls *ls)
-{
-	if (ls->progress_shown)
-		fputs("\r\033[K", stderr);
+	if (ls->progress.on && !(++ls->seen & 1023))
+		tool_progress_show(&ls->progress, "%" PRIu64 " files scanned", ls->seen);
 }
 
 /* --- models ---------------------------------------------------------- */
@@ -860,7 +842,7 @@ static int list_blocks(struct ls *ls, const char *daemon, const char *root,
 
 	tool_store_open(&st, daemon, root, NULL);
 	rc = kv_tier_list(st.tier, &o, on_listed, ls);
-	progress_done(ls);
+	tool_progress_done(&ls->progress);
 	if (rc == STOP_WRITE)
 		out_fail(ls);
 	if (rc < 0 && daemon)
@@ -982,16 +964,14 @@ int main(int argc, char **argv)
 	ls.now_ns = kv_now_ns();
 	ls.older_cut_ns = ls.now_ns - (int64_t)(older > (uint64_t)INT64_MAX ? INT64_MAX : older);
 	ls.newer_cut_ns = ls.now_ns - (int64_t)(newer > (uint64_t)INT64_MAX ? INT64_MAX : newer);
-	ls.progress = isatty(STDERR_FILENO);
-	ls.start_ns = kv_monotonic_ns();
-	ls.next_progress_ns = ls.start_ns + PROGRESS_AFTER_NS;
+	tool_progress_init(&ls.progress);
 	if (!isatty(STDOUT_FILENO))
 		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
 	if (ls.mode == MODE_BLOCKS)
 		return list_blocks(&ls, daemon, root, &wopts);
 
 	rc = kv_walk(root, &wopts, on_entry, &ls);
-	progress_done(&ls);
+	tool_progress_done(&ls.progress);
 	if (rc == STOP_WRITE)
 		out_fail(&ls);
 	if (rc) {

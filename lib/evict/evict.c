@@ -116,7 +116,14 @@ struct ctx {
 	struct problem *p;
 	struct heap heap;
 	struct kvi_round *round;	/* sharded */
+	uint64_t walked;		/* entries the walks saw, for progress */
 };
+
+static void tick(struct ctx *c)
+{
+	if (c->o->progress && !(++c->walked & 1023))
+		c->o->progress(c->walked, c->r->files_deleted, c->o->arg);
+}
 
 /* Within the hot window: used (kv/lastuse.h) or written that recently. */
 static int is_hot(const struct kv_evict_opts *o, int64_t now, int64_t last_use, int64_t mtime)
@@ -655,6 +662,7 @@ static int scan_cb(const struct kv_walk_entry *e, void *arg)
 	struct ctx *c = arg;
 	struct problem *p = c->p;
 
+	tick(c);
 	switch (e->kind) {
 	case KV_WALK_BLOCK:
 		p->cache_bytes += e->alloc_bytes;
@@ -691,6 +699,7 @@ static int refine_cb(const struct kv_walk_entry *e, void *arg)
 {
 	struct ctx *c = arg;
 
+	tick(c);
 	if (candidate(c, e) && e->last_use_ns >= c->p->lo && e->last_use_ns <= c->p->hi)
 		hist_add(&c->h, e->last_use_ns, e->alloc_bytes);
 	return 0;
@@ -727,6 +736,7 @@ static int delete_cb(const struct kv_walk_entry *e, void *arg)
 	struct problem *p = c->p;
 	uint64_t before;
 
+	tick(c);
 	if (p->stop || !candidate(c, e))
 		return 0;
 	if (p->delete_all || e->last_use_ns < p->lo) {

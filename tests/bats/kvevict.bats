@@ -451,3 +451,23 @@ assert_gone_upto() {
 	[[ "$output" == "kvevict: deleted 1 blocks"* ]]
 	[[ "$output" != *cache* ]]
 }
+
+@test "progress: on a terminal a long run says what it walked and deleted on stderr; in a pipe nothing" {
+	requires mount script
+	local latfs=$KV_BIN/../latfs/latfs tree=$KV_BIN/../bench/kvtree
+	[ -x "$latfs" ] || skip "latfs not built (needs libfuse3-dev)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	mkdir -p "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/slow"
+	"$tree" "$BATS_TEST_TMPDIR/src" 3000 > /dev/null
+	# every operation waits 1 ms, one walk thread: the run takes seconds
+	"$latfs" "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/slow" -o delay_us=1000 ||
+		skip "cannot mount a FUSE filesystem here"
+	local slow=$BATS_TEST_TMPDIR/slow
+	run script -qec "kvevict --root '$slow' --threads 1 --max-bytes 1M --low-bytes 512K --dry-run > /dev/null" /dev/null
+	local term=$status out=$output
+	run --separate-stderr kvevict --root "$slow" --threads 1 --max-bytes 1M --low-bytes 512K --dry-run
+	umount "$slow"
+	[ "$term" -eq 0 ] && [[ "$out" == *"entries walked"* ]] || fail "terminal: $out"
+	assert_success
+	[ -z "$stderr" ]
+}
