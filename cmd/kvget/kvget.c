@@ -9,6 +9,7 @@
  * connection; the code is the same (kv_tier).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
@@ -47,6 +48,8 @@ struct archive {
 	int err;			/* a failed write: the batch stops */
 	struct kv_archive_writer *w;
 	struct config_text *configs;
+	uint64_t blocks, bytes;		/* archived so far */
+	struct tool_progress progress;
 };
 
 struct get {
@@ -449,6 +452,7 @@ static int archive_open(struct get *get)
 		umask(mask);
 		fchmod(a->fd, 0666 & ~mask);
 	}
+	tool_progress_init(&a->progress);
 	ret = kv_archive_writer_open(a->fd, &o, &a->w);
 	if (ret < 0) {
 		tool_err("cannot write the archive: %s", *kv_error_detail() ?
@@ -503,6 +507,12 @@ static int archive_hit(struct get *get, const struct slot *s, const void *buf, s
 		e->config = c ? c->text : NULL;
 		e->config_len = c ? c->len : 0;
 		ret = kv_archive_write(a->w, e, buf, len);
+		if (ret == 0) {
+			a->blocks++;
+			a->bytes += len;
+			tool_progress_show(&a->progress, "%" PRIu64 " blocks (%" PRIu64 " bytes) archived",
+					   a->blocks, a->bytes);
+		}
 		if (ret < 0)
 			snprintf(why, sizeof(why), "cannot archive '%s/%s': %s", get->store.root,
 				 s->relpath, *kv_error_detail() ? kv_error_detail() :
@@ -526,6 +536,7 @@ static int archive_close(struct get *get, int ok)
 
 	if (ok && a->w && (ret = kv_archive_writer_finish(a->w)) < 0)
 		tool_err("cannot write the archive: %s", kv_strerror(ret));
+	tool_progress_done(&a->progress);
 	kv_archive_writer_close(a->w);
 	a->w = NULL;
 	if (a->tmp[0]) {

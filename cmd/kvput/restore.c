@@ -8,6 +8,7 @@
  * leaves nothing behind; the rest of the archive still restores.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -41,7 +42,9 @@ struct restore {
 	struct rslot *free;
 	struct model_made *models;
 	unsigned long entry;	/* records seen, damaged ones too */
+	uint64_t bytes;		/* of the blocks read so far */
 	int stop;		/* the archive ended badly: no more entries */
+	struct tool_progress progress;
 };
 
 /* A refused entry: said, and its result record. */
@@ -117,6 +120,9 @@ static int next_entry(struct restore *rs, struct rslot *s)
 			rs->stop = ret != -KV_EPROTO && ret != -EFBIG;
 			continue;
 		}
+		rs->bytes += e.size_bytes;
+		tool_progress_show(&rs->progress, "%lu blocks (%" PRIu64 " bytes) read from '%s'",
+				   rs->entry, rs->bytes, rs->name);
 		strcpy(s->hash, e.ref.hash);
 		if (kv_layout_block_path_ref(&e.ref, s->relpath, sizeof(s->relpath)) < 0) {
 			refuse(rs, s->hash, NULL, "its block path is too long");
@@ -203,6 +209,7 @@ int restore_archive(struct put *put, const char *root, const char *path,
 	struct model_made *m;
 	int fd = STDIN_FILENO, ret;
 
+	tool_progress_init(&rs.progress);
 	put->seq_key = "entry";
 	rs.rootfd = tool_root_open(root);
 	if (strcmp(path, "-") && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -223,6 +230,7 @@ int restore_archive(struct put *put, const char *root, const char *path,
 	if (ret < 0)
 		tool_err("restore stopped: %s", kv_strerror(ret));
 	tool_store_close(&put->store);
+	tool_progress_done(&rs.progress);
 	kv_archive_reader_close(rs.r);
 	while ((s = rs.free)) {
 		rs.free = s->next_free;

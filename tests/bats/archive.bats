@@ -250,3 +250,23 @@ no_leftovers() {
 	run kvbench probe --root "$KV_ROOT" kv.bin
 	[ "$status" -eq 2 ]
 }
+
+@test "progress: archiving and restoring a slow volume say how far they are on a terminal's stderr" {
+	requires mount script
+	local latfs=$KV_BIN/../latfs/latfs tree=$KV_BIN/../bench/kvtree slow=$BATS_TEST_TMPDIR/slow
+	[ -x "$latfs" ] || skip "latfs not built (needs libfuse3-dev)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	mkdir -p "$BATS_TEST_TMPDIR/src" "$slow"
+	"$tree" "$BATS_TEST_TMPDIR/src" 400 > /dev/null
+	"$latfs" "$BATS_TEST_TMPDIR/src" "$slow" -o delay_us=3000 ||
+		skip "cannot mount a FUSE filesystem here"
+	kvls --root "$slow" --blocks --ndjson > "$BATS_TEST_TMPDIR/list"
+	run script -qec "kvget --root '$slow' --qd 1 --batch --archive '$A' < '$BATS_TEST_TMPDIR/list' > /dev/null" /dev/null
+	local archived=$status out=$output
+	rm -rf "$BATS_TEST_TMPDIR/src"/*
+	run script -qec "kvput --root '$slow' --qd 1 --archive '$A' > /dev/null" /dev/null
+	local restored=$status out2=$output
+	umount "$slow"
+	[ "$archived" -eq 0 ] && [[ "$out" == *"blocks ("*"bytes) archived"* ]] || fail "kvget: $out"
+	[ "$restored" -eq 0 ] && [[ "$out2" == *"bytes) read from"* ]] || fail "kvput: $out2"
+}
