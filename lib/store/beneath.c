@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <kv/io.h>
 #include "beneath.h"
 
 /* Cleared on the first ENOSYS (a kernel before 5.6, a seccomp filter). */
@@ -106,4 +107,35 @@ int kvi_mkdir_beneath(int dirfd, const char *path)
 		fd = next;
 		p = slash + 1;
 	}
+}
+
+int kv_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+{
+	return kvi_open_beneath(dirfd, path, flags, mode, 0);
+}
+
+int kv_mkdir_beneath(int dirfd, const char *path)
+{
+	return kvi_mkdir_beneath(dirfd, path);
+}
+
+int kv_open_parent_beneath(int dirfd, const char *path, const char **name)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	char dir[PATH_MAX];
+	int fd;
+
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return -EINVAL;
+	*name = base;
+	if (!slash) {
+		fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+		return fd < 0 ? -errno : fd;
+	}
+	if ((size_t)(slash - path) >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return kvi_open_beneath(dirfd, dir, O_PATH | O_DIRECTORY, 0, 0);
 }
