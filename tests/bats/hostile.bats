@@ -371,3 +371,37 @@ streams() {
 	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
 	[ "$stored" -le $((n + 4)) ] || fail "$stored blocks stored, $n reported"
 }
+
+@test "hostile: kvoffd never writes its metrics or events through a planted symlink" {
+	requires kvoffd
+	local tdir=$BATS_TEST_TMPDIR/textfile prom
+	mkdir -p "$tdir"
+	chmod 1777 "$tdir"
+	prom=$tdir/kvoffd.prom
+	# --events FILE: a link at the name is refused at start, at once.
+	ln -s "$OUTSIDE/passwd" "$tdir/events"
+	run timeout 10 kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 8M --events "$tdir/events"
+	[ "$status" -eq 3 ] || fail "kvoffd started with --events a symlink: $status"
+	[ "$(cat "$OUTSIDE/passwd")" = "root:x:0:0:secret" ] || fail "passwd appended to"
+	mkfifo "$tdir/fifo"
+	run timeout 10 kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 8M --events "$tdir/fifo"
+	[ "$status" -eq 3 ] || fail "kvoffd with --events a FIFO: $status"
+	rm "$tdir/events"
+	start_daemon --cpu-bytes 8M --metrics-file "$prom" --events "$tdir/events" ||
+		fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	# The temp names the old daemon used, and the events file swapped
+	# for a link before a SIGHUP reopens it.
+	ln -s "$OUTSIDE/passwd" "$prom.$DPID.tmp"
+	rm "$tdir/events"
+	ln -s "$OUTSIDE/passwd" "$tdir/events"
+	kill -HUP "$DPID"
+	random_file "$BATS_TEST_TMPDIR/b2" 4096
+	kvput --daemon "$SOCK" --config "$CFG" abcde22222222222222222222222222222 "$BATS_TEST_TMPDIR/b2"
+	stop_daemon
+	[ "$(cat "$OUTSIDE/passwd")" = "root:x:0:0:secret" ] || fail "passwd overwritten"
+	[ -f "$prom" ] && [ ! -L "$prom" ] || fail "the .prom is not a regular file"
+	grep -q '^kv_offload_blocks ' "$prom"
+	[ "$(stat -c %a "$prom")" = 644 ]
+	[ -z "$(ls "$tdir" | grep -v -e '^kvoffd.prom$' -e '^kvoffd.prom.[0-9]*.tmp$' -e '^events$' -e '^fifo$')" ] ||
+		fail "left behind: $(ls "$tdir")"
+}
