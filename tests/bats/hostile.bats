@@ -405,3 +405,89 @@ streams() {
 	[ -z "$(ls "$tdir" | grep -v -e '^kvoffd.prom$' -e '^kvoffd.prom.[0-9]*.tmp$' -e '^events$' -e '^fifo$')" ] ||
 		fail "left behind: $(ls "$tdir")"
 }
+
+# as_nobody CMD...: CMD as user nobody, no groups.
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+# hold_as WHO MODE FILE: WHO (root or nobody) holds flock MODE on FILE in
+# the background ($holder) until let_go; its handshake FIFO is in
+# $LOCK_TMP, a dir that nobody can reach.
+hold_as() {
+	local fifo=$LOCK_TMP/held.$RANDOM run=()
+	mkfifo "$fifo"
+	chmod 666 "$fifo"
+	[ "$1" = nobody ] && run=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+	"${run[@]}" flock -o "$2" "$3" sh -c 'echo held > "$1"; exec sleep 60' sh "$fifo" \
+		> /dev/null 2>&1 3>&- &
+	holder=$!
+	read -r -t 10 _ <> "$fifo" || fail "$1 could not take $3"
+	rm "$fifo"
+}
+
+# let_go: the holder, and the command it ran, end.
+let_go() {
+	pkill -P "$holder" || true
+	kill "$holder" 2>/dev/null || true
+	wait "$holder" || true
+}
+
+@test "hostile: users who can read or write the root cannot hold kvevict's or kvoffd's locks" {
+	requires root setpriv flock
+	local d
+	d=$(mktemp -d /tmp/kv-locks.XXXXXX)
+	LOCK_TMP=$d
+	chmod 0755 "$d"
+	export KV_ROOT=$d/root
+	mkdir -m 1777 "$KV_ROOT" "$KV_ROOT/.kvevict"
+	# kvevict makes its lock 0600: nobody cannot even open it.
+	kvevict --max-bytes 1G > /dev/null
+	[ "$(stat -c %a "$KV_ROOT/.kvevict.lock")" = 600 ]
+	! as_nobody flock -n -s "$KV_ROOT/.kvevict.lock" true || fail "nobody took the lock"
+	# An older, readable lock file that nobody holds shared, and one that
+	# nobody made and holds in the 1777 root, for a run and a shard:
+	# --wait (what the systemd unit and cron use) replaces them and runs.
+	for lock in .kvevict.lock .kvevict/lock.0; do
+		chmod 644 "$KV_ROOT/$lock"
+		hold_as nobody -s "$KV_ROOT/$lock"
+		run --separate-stderr timeout 20 kvevict --max-bytes 1G --wait=5s --shard 0/1 --shard-wait 0
+		let_go
+		[ "$status" -eq 0 ] || fail "$lock 0644 held by nobody: exit $status: $stderr"
+		rm "$KV_ROOT/$lock"
+		as_nobody sh -c 'umask 077 && : > "$1"' sh "$KV_ROOT/$lock"
+		hold_as nobody -x "$KV_ROOT/$lock"
+		run --separate-stderr timeout 20 kvevict --max-bytes 1G --wait=5s --shard 0/1 --shard-wait 0
+		let_go
+		[ "$status" -eq 0 ] || fail "$lock of nobody's: exit $status: $stderr"
+		[ "$(stat -c '%a %U' "$KV_ROOT/$lock")" = "600 root" ]
+	done
+	# A run that does hold it: --wait is bounded and names the holder.
+	hold_as root -x "$KV_ROOT/.kvevict.lock"
+	SECONDS=0
+	run --separate-stderr timeout 30 kvevict --max-bytes 1G --wait=1s
+	let_go
+	[ "$status" -eq 1 ] || fail "exit $status: $stderr"
+	[ "$SECONDS" -lt 10 ]
+	[[ "$stderr" == *"held by pid $holder (flock, uid 0)"* ]] || fail "$stderr"
+	# kvoffd's claim: a readable one of an older daemon, or one nobody
+	# made, held by nobody, neither keeps kvoffd from starting nor makes
+	# kvevict refuse the root.
+	for owner in root nobody; do
+		rm -f "$KV_ROOT/.kvoffd.lock"
+		if [ $owner = root ]; then
+			(umask 022 && : > "$KV_ROOT/.kvoffd.lock")
+		else
+			as_nobody sh -c 'umask 077 && : > "$1"' sh "$KV_ROOT/.kvoffd.lock"
+		fi
+		hold_as nobody -x "$KV_ROOT/.kvoffd.lock"
+		run --separate-stderr kvevict --max-bytes 1G
+		[ "$status" -eq 0 ] || fail "kvevict, $owner's claim held by nobody: $status: $stderr"
+		start_kvoffd --tier "local:$KV_ROOT:64M" --cpu-bytes 8M ||
+			fail "kvoffd, $owner's claim held by nobody: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+		[ "$(stat -c '%a %U' "$KV_ROOT/.kvoffd.lock")" = "600 root" ]
+		run --separate-stderr kvevict --max-bytes 1G
+		[ "$status" -eq 2 ] || fail "kvevict beside a live kvoffd: $status"
+		stop_daemon
+		let_go
+	done
+	rm -rf "$d"
+}
