@@ -491,3 +491,26 @@ let_go() {
 	done
 	rm -rf "$d"
 }
+
+@test "hostile: --events ipc://PATH never removes a file that is not a socket, nor a live one's" {
+	local p=$BATS_TEST_TMPDIR/precious.txt sock=$BATS_TEST_TMPDIR/live.sock
+	echo precious > "$p"
+	run --separate-stderr env KV_EVENTS="ipc://$p" kvevict --max-bytes 1G
+	[ "$status" -eq 3 ] || fail "kvevict: $status: $stderr"
+	[[ "$stderr" == *"exists and is not a socket"* ]] || fail "$stderr"
+	run kvput --config "$CFG" --events "ipc://$p" abcde33333333333333333333333333333 \
+		"$BATS_TEST_TMPDIR/blk"
+	[ "$status" -eq 3 ]
+	[ "$(cat "$p")" = precious ] || fail "the file at the ipc path is gone"
+	# A socket someone serves is theirs: not unlinked and rebound.
+	python3 -c 'import socket,sys,time
+s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print(flush=True); time.sleep(30)' \
+		"$sock" > "$BATS_TEST_TMPDIR/srv.out" &
+	local srv=$!
+	for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+	ino=$(stat -c %i "$sock")
+	run --separate-stderr kvevict --max-bytes 1G --events "ipc://$sock"
+	kill "$srv"; wait "$srv" || true
+	[ "$status" -eq 3 ] || fail "kvevict on a live socket: $status: $stderr"
+	[ "$(stat -c %i "$sock")" = "$ino" ] || fail "the live socket was replaced"
+}
