@@ -514,3 +514,40 @@ s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print(flush=Tr
 	[ "$status" -eq 3 ] || fail "kvevict on a live socket: $status: $stderr"
 	[ "$(stat -c %i "$sock")" = "$ino" ] || fail "the live socket was replaced"
 }
+
+@test "hostile: kvls never hangs on nor follows a config.json swapped for a FIFO or a symlink" {
+	requires python3
+	local cfg=$KV_ROOT/$MDIR/config.json i hung=0 leaked=0
+	cp "$cfg" "$BATS_TEST_TMPDIR/good.json"
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	# A writer that holds the FIFO open and never writes.
+	sleep 300 <> "$BATS_TEST_TMPDIR/fifo" &
+	local writer=$!
+	ln -s "$OUTSIDE/passwd" "$BATS_TEST_TMPDIR/link"
+	# Swap config.json with the FIFO, then the link, and back, again and
+	# again (renameat2 RENAME_EXCHANGE), while kvls reads the tree.
+	python3 - "$cfg" "$BATS_TEST_TMPDIR/fifo" "$BATS_TEST_TMPDIR/link" <<'PY' &
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+cfg, others = sys.argv[1].encode(), [a.encode() for a in sys.argv[2:]]
+end = time.time() + 60
+while time.time() < end:
+    for o in others:
+        libc.renameat2(-100, cfg, -100, o, 2)
+        time.sleep(0.0002)
+        libc.renameat2(-100, cfg, -100, o, 2)
+        time.sleep(0.0002)
+PY
+	local swapper=$!
+	for i in $(seq 60); do
+		run --separate-stderr timeout 5 kvls --check
+		[ "$status" -ne 124 ] || hung=$((hung + 1))
+		[[ "$output$stderr" != *secret* ]] || leaked=$((leaked + 1))
+		run --separate-stderr timeout 5 kvls
+		[ "$status" -ne 124 ] || hung=$((hung + 1))
+	done
+	kill "$swapper" "$writer"
+	wait "$swapper" "$writer" || true
+	[ "$hung" -eq 0 ] || fail "kvls hung $hung times"
+	[ "$leaked" -eq 0 ] || fail "kvls showed the link's target $leaked times"
+}
