@@ -551,3 +551,28 @@ PY
 	[ "$hung" -eq 0 ] || fail "kvls hung $hung times"
 	[ "$leaked" -eq 0 ] || fail "kvls showed the link's target $leaked times"
 }
+
+@test "hostile: a line with no end costs bounded memory: refused as a bad line, the next one served" {
+	local big=$BATS_TEST_TMPDIR/big.ndjson prog rss
+	# 96 MB without a newline, then a valid record of the block.
+	{ head -c 96000000 /dev/zero | tr '\0' a; echo; echo "{\"model_dir\":\"$MDIR\",\"hash\":\"$H\"}"; } > "$big"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --batch < "$big"
+	[[ "$stderr" == *"<stdin>:1: line longer than 65536 bytes"* ]] || fail "kvget: ${stderr:0:300}"
+	[ "$(jq -s 'map(select(.line == 2 and .hit)) | length' <<< "$output")" = 1 ] || fail "line 2: $output"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvget --batch: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvput --batch --model-dir "$MDIR" --max-block-bytes 4K < "$big"
+	# Room for a 4K block in "data_b64" (5,464 bytes), and no more.
+	[[ "$stderr" == *"<stdin>:1: line longer than 71000 bytes"* ]] || fail "kvput: ${stderr:0:300}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvput --batch: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvevict --stdin --hot 0 < "$big"
+	[[ "$stderr" == *"<stdin>:1: line longer than 65536 bytes"* ]] || fail "kvevict: ${stderr:0:300}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvevict --stdin: $rss KiB"
+	# A line of exactly the limit is still a line.
+	{ printf '{"model_dir":"%s","hash":"%s","pad":"' "$MDIR" "$H"; head -c $((65536 - 35 - ${#MDIR} - ${#H})) /dev/zero | tr '\0' x; echo '"}'; } > "$big"
+	[ "$(head -1 "$big" | wc -c)" -eq 65537 ]
+	run --separate-stderr kvget --batch < "$big"
+	[[ "$stderr" != *"longer than"* ]] || fail "a 64 KiB line refused"
+}
