@@ -576,3 +576,21 @@ PY
 	run --separate-stderr kvget --batch < "$big"
 	[[ "$stderr" != *"longer than"* ]] || fail "a 64 KiB line refused"
 }
+
+@test "hostile: kvget holds no more than --max-block-bytes of a huge sparse block" {
+	local big=$KV_ROOT/$(dirname "${BLOCK#"$KV_ROOT"/}")/abcde44444444444444444444444444444.bin rss
+	truncate -s 3G "$big"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --model-dir "$MDIR" abcde44444444444444444444444444444 -o "$BATS_TEST_TMPDIR/out"
+	[ "$status" -eq 3 ] || fail "exit $status"
+	[[ "$stderr" == *"larger than the 1.0G block limit (--max-block-bytes)"* ]] || fail "$stderr"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 100000 ] || fail "kvget: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --batch --max-block-bytes 1M \
+		<<< "{\"model_dir\":\"$MDIR\",\"hash\":\"abcde44444444444444444444444444444\"}
+{\"model_dir\":\"$MDIR\",\"hash\":\"$H\"}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 100000 ] || fail "kvget --batch: $rss KiB"
+	[ "$(jq -r 'select(.line == 1) | .error' <<< "$output")" = "larger than the 1.0M block limit (--max-block-bytes)" ] ||
+		fail "$output"
+	[ "$(jq -r 'select(.line == 2) | .hit' <<< "$output")" = true ] || fail "$output"
+}
