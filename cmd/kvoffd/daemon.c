@@ -198,18 +198,18 @@ static int storage_behind(struct offd *d)
 /*
  * A slot for a new block of len bytes, holding path: a free one, else
  * the least recently used unpinned block of its class already in the
- * file tier.  Dirty blocks met on the way
- * are queued for write-behind (-EAGAIN: the caller parks until one
- * lands); when storage is behind the oldest dirty block is dropped
- * instead, so a slow or stalled file tier costs blocks, never a stalled
- * put.
+ * file tier.  Dirty blocks met on the way are queued for write-behind
+ * (-EAGAIN: the caller parks until one lands).  A full queue on storage
+ * that makes progress is backpressure: the put waits for the writes
+ * ahead of it, so a burst on healthy storage loses nothing.  Only once
+ * storage stalls (no write landed for a whole tick, stall_check) is the
+ * oldest dirty block dropped instead, so a stalled file tier costs
+ * blocks, never a put stalled for good.
  */
 static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	/* Judged before this call queues anything: a queue it filled
-	 * itself is worth waiting for. */
-	int behind = storage_behind(d);
+	int behind = d->wb_stalled;
 	int err = kv_slots_alloc(d->store, len, path, out);
 	unsigned cls;
 

@@ -262,3 +262,19 @@ stat_is() {
 		DPID=
 	done
 }
+
+@test "kvoffd: a burst of ten pools on healthy storage loses nothing: every acknowledged put reaches the disk" {
+	local i man=$BATS_TEST_TMPDIR/manifest
+	make_config > "$BATS_TEST_TMPDIR/cfg.json"
+	start_kvoffd --root "$KV_ROOT" --cpu-bytes 8M || fail "$(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	for i in $(seq 100 139); do
+		head -c 2097152 /dev/urandom > "$BATS_TEST_TMPDIR/b$i"
+		echo "{\"hash\":\"abcdef00$i\",\"file\":\"$BATS_TEST_TMPDIR/b$i\"}"
+	done > "$man"
+	run kvput --daemon "$SOCK" --config "$BATS_TEST_TMPDIR/cfg.json" --batch "$man"
+	[ "$(grep -c '"status":"ok"' <<< "$output")" -eq 40 ] || fail "$output"
+	[ "$(stat_of wb_drops)" -eq 0 ] || fail "wb_drops $(stat_of wb_drops)"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 40 ] || fail "$(find "$KV_ROOT" -name '*.bin' | wc -l) of 40 on disk"
+}
