@@ -594,3 +594,21 @@ PY
 		fail "$output"
 	[ "$(jq -r 'select(.line == 2) | .hit' <<< "$output")" = true ] || fail "$output"
 }
+
+@test "hostile: kvput writes no llmd-v0 block below a dot-dir, which no walk would list or evict" {
+	local v0=block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/rank_0/bfloat16/abc/de
+	for model in .hidden org/.hidden .kvevict.lock; do
+		run --separate-stderr kvput --model-dir "$MDIR" --batch <<< \
+			"{\"path\":\"$model/$v0/abcde55555555555555555555555555555.bin\",\"file\":\"$BATS_TEST_TMPDIR/blk\"}"
+		[ "$(jq -r .status <<< "$output")" = error ] || fail "$model: $output"
+	done
+	[ ! -e "$KV_ROOT/.hidden" ] && [ ! -e "$KV_ROOT/org" ] && [ ! -e "$KV_ROOT/.kvevict.lock" ] ||
+		fail "made: $(ls -A "$KV_ROOT")"
+	# What is written is what kvls sees.
+	run kvput --model-dir "$MDIR" --batch <<< \
+		"{\"path\":\"org/vis/$v0/abcde55555555555555555555555555555.bin\",\"file\":\"$BATS_TEST_TMPDIR/blk\"}"
+	[ "$(jq -r .status <<< "$output")" = ok ] || fail "$output"
+	kvls --blocks --ndjson | grep -q abcde55555555555555555555555555555
+	run kvevict --max-bytes 1G
+	assert_success
+}
