@@ -186,3 +186,26 @@ def test_tier_stats_count_read_throughs_of_the_file_tier(daemon):
     assert [t["kind"] for t in tiers] == ["shared"]
     assert tiers[0]["hits"] == 4 and tiers[0]["capacity_bytes"] == 0
     assert tiers[0]["blocks"] == 4
+
+
+def test_a_view_keeps_the_pool_mapped_after_its_client_is_gone(daemon):
+    # In a child: on the old package the read below was a SIGSEGV.
+    import subprocess
+    import sys
+    code = """
+import gc, sys, kvtools
+c = kvtools.connect(sys.argv[1])
+c.put(sys.argv[2], "abcdef77", b"kept alive" * 1000)
+view = c.lookup(sys.argv[2], "abcdef77").view
+arr = __import__("numpy").frombuffer(c.lookup(sys.argv[2], "abcdef77").view, dtype="u1")
+del c
+gc.collect()
+assert bytes(view[:10]) == b"kept alive", bytes(view[:10])
+assert arr[:10].tobytes() == b"kept alive"
+print("ok")
+"""
+    from conftest import REPO
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, daemon.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
