@@ -166,6 +166,9 @@ struct writer {
 	struct job *done;	/* ring of capacity wcap + lcap */
 	size_t dhead, dcount;
 	size_t running;
+	const struct job **active;	/* each thread's job, waiting or running */
+	uint64_t *ticket;		/* ... in the order it left the ring */
+	uint64_t next_ticket;
 	int efd;		/* eventfd: completions ready */
 	unsigned nthreads;
 	pthread_t *threads;
