@@ -506,11 +506,23 @@ static int op_abort(struct offd *d, struct client *c, uint32_t i)
 	return 0;
 }
 
+/* Pins a peer (a process, whatever its connections) may hold at once:
+ * as with ALLOCs, at most half the slots, so that no peer can take the
+ * pool from the others by opening more connections. */
+static size_t pin_share(const struct offd *d)
+{
+	size_t share = d->nslots / ALLOC_SHARE_DIVISOR;
+
+	return share ? share : 1;
+}
+
 /* Pin a committed block for c and count the get. */
 static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 		  struct kv_offd_result *r)
 {
 	if (c->npins >= MAX_PINS_PER_CLIENT)
+		return -EMFILE;
+	if (c->peer->npins >= pin_share(d))
 		return -EMFILE;
 	if (c->npins == c->cap_pins) {
 		size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
@@ -524,6 +536,7 @@ static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 	c->pins[c->npins].slot = i;
 	c->pins[c->npins].start_ns = kv_monotonic_ns();
 	c->npins++;
+	c->peer->npins++;
 	d->slots[i].pins++;
 	kv_slots_touch(d->store, i);
 	if (!rerun)
@@ -562,6 +575,7 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
+	c->peer->npins--;
 	try_release(d, i);
 	return 0;
 }
@@ -923,6 +937,9 @@ static void client_close(struct offd *d, struct client *c)
 		d->slots[c->pins[k].slot].pins--;
 		try_release(d, c->pins[k].slot);
 	}
+	c->peer->npins -= c->npins;
+	if (!--c->peer->refs)
+		free(c->peer);
 	for (uint32_t i = 0; i < d->nslots; i++)
 		if (owned_alloc(d, c, i))
 			free_slot(d, i);
@@ -1104,6 +1121,25 @@ static int send_hello(struct offd *d, int fd, int status)
 	return kv_offd_hello_send(fd, status, d->memfd, &geo);
 }
 
+/* The peer of a new connection from pid: shared with its other
+ * connections, or a new one; NULL without memory. */
+static struct peer *peer_of(struct offd *d, pid_t pid)
+{
+	struct peer *p;
+
+	for (struct client *c = d->clients; c; c = c->next)
+		if (c->peer->pid == pid) {
+			c->peer->refs++;
+			return c->peer;
+		}
+	p = calloc(1, sizeof(*p));
+	if (p) {
+		p->pid = pid;
+		p->refs = 1;
+	}
+	return p;
+}
+
 static void accept_clients(struct offd *d)
 {
 	for (;;) {
@@ -1140,8 +1176,16 @@ static void accept_clients(struct offd *d)
 		c->fd = fd;
 		c->uid = cred.uid;
 		c->pid = cred.pid;
+		c->peer = peer_of(d, cred.pid);
+		if (!c->peer) {
+			free(c);
+			close(fd);
+			continue;
+		}
 		ev.data.ptr = c;
 		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			if (!--c->peer->refs)
+				free(c->peer);
 			free(c);
 			close(fd);
 			continue;

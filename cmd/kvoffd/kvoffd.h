@@ -48,10 +48,19 @@ struct pin {
 
 enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD };
 
+/* A process the daemon serves, over however many connections: what it
+ * may hold of the pool is counted here, not per connection. */
+struct peer {
+	pid_t pid;
+	unsigned refs;		/* its connections */
+	size_t npins;		/* pins over all of them */
+};
+
 struct client {
 	int fd;
 	uid_t uid;
 	pid_t pid;
+	struct peer *peer;
 	unsigned char rbuf[KV_OFFD_FRAME_BYTES];
 	size_t rlen;
 	struct kv_offd_frame head;	/* a BATCH frame whose payload is due */

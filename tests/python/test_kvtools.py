@@ -209,3 +209,40 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code, daemon.sock, MODEL_DIR],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+
+
+def test_one_process_cannot_pin_the_pool_over_many_connections(daemon_with):
+    import subprocess
+    import sys
+    from conftest import REPO
+    d = daemon_with("--cpu-bytes", "1M", "--slot-bytes", "16K")
+    hs = hashes(64, tag=0x91)
+    with kvtools.connect(d.sock) as c:
+        assert c.slot_bytes == 16384
+        c.put_many(MODEL_DIR, hs, [b"p" * 1000] * 64)
+    conns = [kvtools.connect(d.sock) for _ in range(8)]
+    pinned, refused = [], 0
+    for i, h in enumerate(hs):
+        try:
+            p = conns[i % 8].lookup(MODEL_DIR, h)
+        except kvtools.KvError as e:
+            assert e.errno == errno.EMFILE
+            refused += 1
+            continue
+        if p is not None:
+            pinned.append(p)
+    # Half the 64 slots, whatever the number of connections.
+    assert len(pinned) == 32 and refused == 32, (len(pinned), refused)
+    # Another process still stores a burst of its own.
+    code = """
+import sys, kvtools
+with kvtools.connect(sys.argv[1]) as c:
+    c.put_many(sys.argv[2], ["%016x" % (0xabc000 + i) for i in range(20)], [b"q" * 1000] * 20)
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, d.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+    for c in conns:
+        c.close()
