@@ -355,6 +355,12 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	run --separate-stderr tiny --phases write --plot "$BATS_TEST_TMPDIR/no/such/dir.svg"
 	assert_equal "$status" 3
 	[[ "$stderr" == *"cannot write"* ]]
+	# A link planted at the plot's name is not written through.
+	echo secret > "$BATS_TEST_TMPDIR/victim"
+	ln -s "$BATS_TEST_TMPDIR/victim" "$BATS_TEST_TMPDIR/planted.svg"
+	run --separate-stderr tiny --phases write --plot "$BATS_TEST_TMPDIR/planted.svg"
+	assert_equal "$status" 3
+	[ "$(cat "$BATS_TEST_TMPDIR/victim")" = secret ]
 }
 
 @test "O_DIRECT: used where the filesystem takes it, refused loudly when asked" {
