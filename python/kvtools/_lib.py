@@ -1,5 +1,6 @@
-"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else the build tree this
-package sits in (python/ beside build/), else where `make install` put it."""
+"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else where `make install`
+put it when this is the installed package, else the build tree this
+package sits in (python/ beside build/)."""
 import ctypes
 import os
 
@@ -10,12 +11,14 @@ def _candidates():
     env = os.environ.get("KVTOOLS_LIBKV")
     if env:
         yield env
-    yield os.path.join(_here, "..", "..", os.environ.get("BUILD", "build"), "libkv.so")
     try:
         from ._installed import LIBKV
-        yield LIBKV
     except ImportError:
-        pass
+        # Not installed: the build tree's.  An installed package never
+        # looks there, as whatever lies two dirs above it is not its own.
+        yield os.path.join(_here, "..", "..", os.environ.get("BUILD", "build"), "libkv.so")
+    else:
+        yield LIBKV
     yield "libkv.so.0"
 
 

@@ -246,3 +246,29 @@ print("ok")
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
     for c in conns:
         c.close()
+
+
+def test_an_installed_package_loads_its_own_libkv_not_a_build_tree_beside_it(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from conftest import REPO, BUILD
+    site = tmp_path / "lib" / "site"
+    shutil.copytree(os.path.join(REPO, "python", "kvtools"), site / "kvtools")
+    (site / "kvtools" / "_installed.py").write_text(
+        "LIBKV = %r\n" % os.path.join(BUILD, "libkv.so"))
+    # Where a build tree would be, relative to the package: some other
+    # library, which must not be loaded.
+    other = os.path.join(BUILD, "tests", "libfaultinj.so")
+    if not os.path.exists(other):
+        pytest.skip("no %s (make all builds it)" % other)
+    (tmp_path / "lib" / "build").mkdir()
+    shutil.copy(other,
+                tmp_path / "lib" / "build" / "libkv.so")
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTOOLS_LIBKV", "BUILD")}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c",
+                        "import kvtools._lib as l; print(l.lib._name)"],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == os.path.join(BUILD, "libkv.so")
