@@ -113,8 +113,10 @@ int offd_pool_init(struct offd *d)
 
 static void free_slot(struct offd *d, uint32_t i)
 {
-	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner)
+	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner) {
 		d->slots[i].owner->nallocs--;
+		d->slots[i].owner->peer->nallocs--;
+	}
 	memset(&d->slots[i], 0, sizeof(d->slots[i]));
 	kv_slots_release(d->store, i);
 }
@@ -432,7 +434,7 @@ static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref 
 	uint32_t i;
 	int err;
 
-	if (c->nallocs >= alloc_share(d)) {
+	if (c->peer->nallocs >= alloc_share(d)) {
 		d->st.alloc_refused++;
 		return -EDQUOT;
 	}
@@ -445,6 +447,7 @@ static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref 
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
 	c->nallocs++;
+	c->peer->nallocs++;
 	d->slots[i].ref = *ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
 	r->slot = i;
@@ -478,6 +481,7 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i)
 	s->state = SLOT_READY;
 	s->owner = NULL;
 	c->nallocs--;
+	c->peer->nallocs--;
 	kv_slots_insert(d->store, i);
 	kv_slots_touch(d->store, i);
 	d->st.puts++;
@@ -938,8 +942,6 @@ static void client_close(struct offd *d, struct client *c)
 		try_release(d, c->pins[k].slot);
 	}
 	c->peer->npins -= c->npins;
-	if (!--c->peer->refs)
-		free(c->peer);
 	for (uint32_t i = 0; i < d->nslots; i++)
 		if (owned_alloc(d, c, i))
 			free_slot(d, i);
@@ -954,6 +956,8 @@ static void client_close(struct offd *d, struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	close(c->fd);
+	if (!--c->peer->refs)
+		free(c->peer);
 	free(c->pins);
 	free(c->pbuf);
 	free(c->out);

@@ -54,6 +54,7 @@ struct peer {
 	pid_t pid;
 	unsigned refs;		/* its connections */
 	size_t npins;		/* pins over all of them */
+	uint32_t nallocs;	/* slots in SLOT_ALLOC over all of them */
 };
 
 struct client {

@@ -272,3 +272,32 @@ def test_an_installed_package_loads_its_own_libkv_not_a_build_tree_beside_it(tmp
                        capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == os.path.join(BUILD, "libkv.so")
+
+
+def test_one_process_cannot_hold_the_pool_in_allocations_over_many_connections(daemon_with):
+    import subprocess
+    import sys
+    from conftest import REPO
+    d = daemon_with("--cpu-bytes", "1M", "--slot-bytes", "16K")
+    conns = [kvtools.connect(d.sock) for _ in range(8)]
+    held, refused = [], 0
+    for i in range(64):
+        try:
+            held.append(conns[i % 8].alloc(MODEL_DIR, "%016x" % (0xa11c00 + i), 1000))
+        except kvtools.KvError as e:
+            assert e.errno == errno.EDQUOT, e
+            refused += 1
+    # Half the 64 slots, whatever the number of connections.
+    assert len(held) == 32 and refused == 32, (len(held), refused)
+    code = """
+import sys, kvtools
+with kvtools.connect(sys.argv[1]) as c:
+    c.put_many(sys.argv[2], ["%016x" % (0xabc000 + i) for i in range(20)], [b"q" * 1000] * 20)
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, d.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+    for c in conns:
+        c.close()
