@@ -29,6 +29,8 @@
 #define ALLOC_TIMEOUT_S		60
 /* Out of descriptors, say so at most this often. */
 #define ACCEPT_LOG_INTERVAL_S	10
+/* Malformed frames, likewise. */
+#define PROTOCOL_LOG_INTERVAL_S	10
 #define FRAMES_PER_WAKEUP	64
 /* The loop ticks each second to judge a stalled file tier (stall_check)
  * and rewrites the metrics file every METRICS_TICKS ticks. */
@@ -1027,10 +1029,26 @@ static int payload_room(struct client *c, size_t need)
 	return 0;
 }
 
+/* Malformed frames are said at most once per PROTOCOL_LOG_INTERVAL_S, with
+ * how many came since: a peer sending them by the thousand cannot fill
+ * the log.  protocol_errors counts each. */
 static void protocol_error(struct offd *d, struct client *c)
 {
+	int64_t now = kv_monotonic_ns();
+
 	d->st.protocol_errors++;
-	tool_err("closing client pid %d: malformed frame", (int)c->pid);
+	if (!d->protocol_logged_ns ||
+	    now - d->protocol_logged_ns >= PROTOCOL_LOG_INTERVAL_S * 1000000000LL) {
+		uint64_t more = d->st.protocol_errors - d->protocol_logged - 1;
+
+		if (more)
+			tool_err("closing client pid %d: malformed frame (and %llu more since "
+				 "the last said)", (int)c->pid, (unsigned long long)more);
+		else
+			tool_err("closing client pid %d: malformed frame", (int)c->pid);
+		d->protocol_logged_ns = now;
+		d->protocol_logged = d->st.protocol_errors;
+	}
 	c->doomed = 1;
 }
 

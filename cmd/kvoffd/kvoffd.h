@@ -224,6 +224,8 @@ struct offd {
 	int sfd, tfd;			/* signalfd, one-second timerfd */
 	int accept_paused;		/* out of fds: listener not polled */
 	int64_t accept_logged_ns;	/* last "cannot accept" message */
+	int64_t protocol_logged_ns;	/* last "malformed frame" message */
+	uint64_t protocol_logged;	/* protocol_errors it counted */
 	uint64_t ticks;			/* timer ticks seen */
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */
