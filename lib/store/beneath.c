@@ -208,11 +208,13 @@ int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *f
 {
 	int64_t deadline = kv_monotonic_ns() + (wait_ns > 0 ? wait_ns : 0);
 	struct timespec nap = { 0, 20 * 1000 * 1000 };
-	struct stat st, now;
+	struct stat st, now, dir;
 	char who[160];
 	int lfd, err;
 
 	kvi_error_clear();
+	if (fstat(dirfd, &dir) < 0)
+		return -errno;
 	for (int tries = 0; tries < 8; tries++) {
 		lfd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
 			     0600);
@@ -222,8 +224,10 @@ int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *f
 			close(lfd);
 			return kvi_fail(-EINVAL, "lock '%s' is not a regular file", name);
 		}
-		if (st.st_uid != geteuid() || (st.st_mode & 077)) {
-			/* Others could open it, so hold it: it is not ours to trust. */
+		if ((st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != dir.st_uid) ||
+		    (st.st_mode & 077)) {
+			/* Others could open it, so hold it (or it is the file of
+			 * a user who may not run the tool here): not to trust. */
 			err = lock_replace(dirfd, name);
 			close(lfd);
 			if (err < 0)

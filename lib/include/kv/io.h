@@ -133,9 +133,9 @@ int kv_open_parent_beneath(int dirfd, const char *path, const char **name);
 
 /* flock(op: LOCK_SH or LOCK_EX) the lock file name in dirfd, made mode
  * 0600 where missing; *fd holds the lock until closed.  A lock file
- * that others could open (not this user's, or group or other bits set)
- * is first replaced by a fresh one, so that no one who may not run the
- * tool can hold it.  Waits at most wait_ns (0: not at all), then
+ * that others could open (group or other bits set), or of a user other
+ * than this one, root or dirfd's owner, is first replaced by a fresh
+ * one, so that no one who may not run the tool can hold it.  Waits at most wait_ns (0: not at all), then
  * -EWOULDBLOCK with the holder (pid, command, uid) in kv_error_detail();
  * -EPERM when a foreign lock file cannot be replaced; -errno. */
 int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *fd);
