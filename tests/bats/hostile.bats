@@ -22,6 +22,7 @@ setup() {
 
 teardown() {
 	kill_daemon
+	[ -z "${LOCK_TMP:-}" ] || rm -rf "$LOCK_TMP"
 	common_teardown
 }
 
@@ -489,7 +490,6 @@ let_go() {
 		stop_daemon
 		let_go
 	done
-	rm -rf "$d"
 }
 
 @test "hostile: --events ipc://PATH never removes a file that is not a socket, nor a live one's" {
