@@ -129,6 +129,11 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 /* Batch input (cmd/tool_lines.c): NDJSON lines from a file or stdin,
  * numbered, blank ones skipped; a refused line is said on stderr as
  * "NAME:LINE: why", and its result record carries the same words. */
+/* A line over max (0: TOOL_LINE_MAX, tool_record.h) is handed over cut
+ * to max + 1 bytes, its rest dropped as it comes, and tool_record_parse
+ * with the same line_max refuses it: input without newlines costs no
+ * more. */
+
 struct tool_lines {
 	int fd;
 	const char *name;	/* the file, or "<stdin>" */
@@ -137,6 +142,8 @@ struct tool_lines {
 	size_t cap, start, end;
 	size_t scanned;		/* [start, scanned) holds no newline */
 	int eof;
+	size_t max;		/* the longest line; 0: TOOL_LINE_MAX */
+	int skipping;		/* inside an over-long line's rest */
 	char why[512];		/* the last refusal */
 };
 

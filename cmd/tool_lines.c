@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tool.h"
+#include "tool_record.h"
 
 #define LINES_CHUNK_BYTES	(64u * 1024)
 
@@ -26,23 +27,38 @@ int tool_lines_open(struct tool_lines *l, const char *path)
 }
 
 /* The next line in the buffer, NUL-terminated in place: 1, else 0 when
- * the rest has no newline yet (the last line needs none at the end). */
+ * the rest has no newline yet (the last line needs none at the end).  A
+ * line over max goes out cut to max + 1 bytes as
+ * soon as that much is here; its rest is dropped as it comes. */
 static int take(struct tool_lines *l, char **text)
 {
+	size_t max = l->max ? l->max : TOOL_LINE_MAX, stop;
 	char *nl = NULL;
-	size_t stop = l->end;
 
 	if (l->scanned < l->end)
 		nl = memchr(l->buf + l->scanned, '\n', l->end - l->scanned);
-	if (nl)
-		stop = (size_t)(nl - l->buf);
-	else if (!l->eof || l->start == l->end) {
+	if (l->skipping) {
+		l->start = l->scanned = nl ? (size_t)(nl - l->buf) + 1 : l->end;
+		if (!nl)
+			return 0;
+		l->skipping = 0;
+		return take(l, text);
+	}
+	stop = nl ? (size_t)(nl - l->buf) : l->end;
+	if (stop - l->start > max) {
+		stop = l->start + max + 1;
+		/* Unless its newline is right there, the rest is to skip. */
+		l->skipping = !(nl && stop == (size_t)(nl - l->buf)) && !(l->eof && stop >= l->end);
+		nl = NULL;
+	} else if (!nl && (!l->eof || l->start == l->end)) {
 		l->scanned = l->end;
 		return 0;
 	}
+	/* The byte at stop is the newline, the rest to skip, or the
+	 * spare byte past the end. */
 	l->buf[stop] = '\0';
 	*text = l->buf + l->start;
-	l->start = l->scanned = nl ? stop + 1 : stop;
+	l->start = l->scanned = stop < l->end ? stop + 1 : l->end;
 	return 1;
 }
 

@@ -172,6 +172,9 @@ static int parse_bare_hash(char *text, const struct tool_record_opts *o,
 int tool_record_parse(char *text, const struct tool_record_opts *o, struct tool_record *r)
 {
 	memset(r, 0, sizeof(*r));
+	if (strlen(text) > (o->line_max ? o->line_max : TOOL_LINE_MAX))
+		return refuse(r, NULL, NULL, "line longer than %zu bytes",
+			      o->line_max ? o->line_max : TOOL_LINE_MAX);
 	text += strspn(text, " \t\r\n");
 	if (*text == '{' || o->bare == TOOL_RECORD_BARE_NONE)
 		return parse_json(text, o, r);

@@ -20,6 +20,10 @@
 #include <jansson.h>
 #include <kv/kv.h>
 
+/* The longest line a record may take, unless it carries a payload:
+ * far above any valid one (a path of PATH_MAX, a hash, a few fields). */
+#define TOOL_LINE_MAX		(64u * 1024)
+
 /* What a line that is not a JSON object is taken for. */
 enum tool_record_bare {
 	TOOL_RECORD_BARE_NONE,	/* nothing: it is invalid JSON */
@@ -36,6 +40,7 @@ struct tool_record_opts {
 	 * as resolved (root_real); with root NULL it is refused. */
 	const char *root;
 	const char *root_real;
+	size_t line_max;	/* a longer line is refused; 0: TOOL_LINE_MAX */
 };
 
 struct tool_record {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include "tool.h"
 
@@ -173,15 +174,33 @@ int tool_root_open(const char *root)
 int tool_root_managed(const char *root, char *who, size_t len)
 {
 	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), fd, err;
+	struct stat st, rst;
 	ssize_t n;
 
 	if (dfd < 0)
 		return -errno;
+	if (fstatat(dfd, TOOL_OFFD_LOCK, &st, AT_SYMLINK_NOFOLLOW) < 0 || fstat(dfd, &rst) < 0) {
+		err = errno;
+		close(dfd);
+		return err == ENOENT ? 0 : -err;
+	}
+	/* kvoffd makes its claim 0600, as root, the root's owner or this
+	 * user: anything else anyone could have made or could hold. */
+	if (!S_ISREG(st.st_mode) || (st.st_mode & 077) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != rst.st_uid)) {
+		close(dfd);
+		return 0;
+	}
 	fd = openat(dfd, TOOL_OFFD_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	err = fd < 0 ? -errno : 0;
 	close(dfd);
 	if (err == -ENOENT)
 		return 0;
+	if (err == -EACCES) {
+		/* Another user's daemon: taken as live, as its lock cannot be tried. */
+		snprintf(who, len, "a claim of uid %u", (unsigned)st.st_uid);
+		return 1;
+	}
 	if (err)
 		return err;
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {

@@ -1,8 +1,11 @@
 /* --plot: the latency CDF of each phase's data operations (log time
  * axis) above its throughput over time, as a self-contained SVG. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include "kvbench.h"
 
 #define W		900
@@ -179,11 +182,24 @@ static void rate_panel(FILE *f, const struct bench *b)
 
 int plot_svg(const char *path, const struct bench *b)
 {
-	FILE *f = fopen(path, "we");
+	struct stat st;
+	FILE *f;
 	int r = 0;
+	/* kvbench often runs as root with the plot beside the scratch dir:
+	 * a link planted at the name is refused, not followed, and only a
+	 * regular file is truncated. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+		      0644);
 
-	if (!f)
+	if (fd < 0)
 		return -errno;
+	r = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL
+	    : ftruncate(fd, 0) < 0 ? -errno : 0;
+	if (r < 0 || !(f = fdopen(fd, "w"))) {
+		r = r < 0 ? r : -errno;
+		close(fd);
+		return r;
+	}
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
 		"viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <liburing.h>
+#include <linux/openat2.h>
 #include "../tool.h"
 #include "kvbench.h"
 #include "ranks.h"
@@ -45,6 +46,7 @@ struct slot {
 	int is_write;
 	int failed;		/* an earlier request of this operation failed */
 	int flags;		/* for openat */
+	struct open_how how;	/* the ring's openat2, read at submission */
 	const char *path;	/* what is opened: the target or the temp */
 	uint64_t file;
 	uint64_t done;			/* bytes moved so far */
@@ -144,6 +146,41 @@ static void record(struct worker *w, enum lat l, int64_t from, int64_t to)
 	kv_hist_record(w->lat[l], (uint64_t)(to - from));
 }
 
+/*
+ * --dir is often a shared scratch dir that others can write to, and the
+ * block names follow from --seed: every path under it resolves beneath
+ * it, with no symlink followed, so a planted link cannot point a write,
+ * a rename or an unlink at a file elsewhere.
+ */
+
+/* What the ring's openat2 resolves with: kv_open_beneath's rules. */
+#define BENEATH_RESOLVE	(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+/* fstat of path under rootfd, the link itself if it is one. */
+static int stat_beneath(int rootfd, const char *path, struct stat *st)
+{
+	int fd = kv_open_beneath(rootfd, path, O_PATH, 0), r;
+
+	if (fd < 0)
+		return fd;
+	r = fstat(fd, st) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+/* unlinkat(rootfd, path, flags) with path's dirs resolved beneath. */
+static int unlink_beneath(int rootfd, const char *path, int flags)
+{
+	const char *name;
+	int dfd = kv_open_parent_beneath(rootfd, path, &name), r;
+
+	if (dfd < 0)
+		return dfd;
+	r = unlinkat(dfd, name, flags) < 0 ? -errno : 0;
+	close(dfd);
+	return r;
+}
+
 /* Choose what an operation opens, and how. */
 static int name_op(struct worker *w, struct slot *s, uint64_t file, int is_write)
 {
@@ -168,6 +205,8 @@ static int name_op(struct worker *w, struct slot *s, uint64_t file, int is_write
 				return r;
 			}
 			s->path = s->tmp;
+			/* A fresh name: never one that someone planted. */
+			s->flags |= O_EXCL;
 		}
 	} else {
 		s->flags |= O_RDONLY;
@@ -184,10 +223,10 @@ static int begin_op(struct worker *w, struct slot *s, uint64_t file, int is_writ
 	if ((r = name_op(w, s, file, is_write)) < 0)
 		return r;
 	t0 = kv_monotonic_ns();
-	s->fd = openat(w->sh->rootfd, s->path, s->flags, 0644);
+	s->fd = kv_open_beneath(w->sh->rootfd, s->path, s->flags, 0644);
 	s->t_data = kv_monotonic_ns();
 	if (s->fd < 0) {
-		r = -errno;
+		r = s->fd;
 		set_err(w->sh, r, "cannot open '%s': %s", s->path);
 		return r;
 	}
@@ -205,13 +244,19 @@ static int finish_meta(struct worker *w, struct slot *s, int64_t t)
 	const char *path = s->is_write ? sh->paths[s->file] : sh->rpaths[s->file];
 	int64_t t2;
 	int r = 0, dfd;
+	const char *name;
 	char dir[PATH_MAX], *slash;
 
 	if (s->is_write && s->tmp[0]) {
-		if (renameat(sh->rootfd, s->tmp, sh->rootfd, path) < 0) {
-			r = -errno;
+		/* The temp is beside the target: one dir for both names. */
+		dfd = kv_open_parent_beneath(sh->rootfd, path, &name);
+		r = dfd < 0 ? dfd
+		    : renameat(dfd, strrchr(s->tmp, '/') + 1, dfd, name) < 0 ? -errno : 0;
+		if (dfd >= 0)
+			close(dfd);
+		if (r < 0) {
 			set_err(sh, r, "cannot rename into '%s': %s", path);
-			unlinkat(sh->rootfd, s->tmp, 0);
+			unlink_beneath(sh->rootfd, s->tmp, 0);
 		}
 		s->tmp[0] = '\0';
 		t2 = kv_monotonic_ns();
@@ -222,9 +267,9 @@ static int finish_meta(struct worker *w, struct slot *s, int64_t t)
 		snprintf(dir, sizeof(dir), "%s", path);
 		slash = strrchr(dir, '/');
 		*slash = '\0';
-		dfd = openat(sh->rootfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		dfd = kv_open_beneath(sh->rootfd, dir, O_RDONLY | O_DIRECTORY, 0);
 		if (dfd < 0 || fsync(dfd) < 0) {
-			r = -errno;
+			r = dfd < 0 ? dfd : -errno;
 			set_err(sh, r, "cannot fsync the directory of '%s': %s", path);
 		}
 		if (dfd >= 0)
@@ -236,10 +281,13 @@ static int finish_meta(struct worker *w, struct slot *s, int64_t t)
 	if (!r && !s->is_write) {
 		struct timespec ts[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
 
-		if (utimensat(sh->rootfd, path, ts, 0) < 0) {
-			r = -errno;
+		dfd = kv_open_parent_beneath(sh->rootfd, path, &name);
+		r = dfd < 0 ? dfd
+		    : utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+		if (dfd >= 0)
+			close(dfd);
+		if (r < 0)
 			set_err(sh, r, "cannot stamp atime on '%s': %s", path);
-		}
 		t2 = kv_monotonic_ns();
 		record(w, LAT_TOUCH, t, t2);
 		t = t2;
@@ -279,7 +327,7 @@ static int finish_op(struct worker *w, struct slot *s)
 	record(w, LAT_CLOSE, t, t2);
 	if (r) {
 		if (s->tmp[0])
-			unlinkat(sh->rootfd, s->tmp, 0);
+			unlink_beneath(sh->rootfd, s->tmp, 0);
 		s->tmp[0] = '\0';
 		return r;
 	}
@@ -292,7 +340,7 @@ static void abort_op(struct worker *w, struct slot *s)
 		close(s->fd);
 	s->fd = -1;
 	if (s->tmp[0])
-		unlinkat(w->sh->rootfd, s->tmp, 0);
+		unlink_beneath(w->sh->rootfd, s->tmp, 0);
 	s->tmp[0] = '\0';
 }
 
@@ -383,8 +431,12 @@ static int start_op(struct worker *w, unsigned i, uint64_t file, int is_write)
 	s->t_file = kv_monotonic_ns();
 	sqe = get_sqe(w, i, ST_OPEN);
 	/* Direct descriptors are never in the fd table: no O_CLOEXEC. */
-	io_uring_prep_openat_direct(sqe, w->sh->rootfd, s->path, s->flags & ~O_CLOEXEC,
-				    0644, i);
+	s->how = (struct open_how){
+		.flags = (unsigned)((s->flags & ~O_CLOEXEC) | O_NOFOLLOW),
+		.mode = (s->flags & O_CREAT) ? 0644 : 0,
+		.resolve = BENEATH_RESOLVE,
+	};
+	io_uring_prep_openat2_direct(sqe, w->sh->rootfd, s->path, &s->how, i);
 	sqe->flags |= IOSQE_IO_LINK;
 	prep_io(w, i);
 	return 0;
@@ -463,7 +515,7 @@ static int complete(struct worker *w, unsigned i, enum stage st, int res)
 		record(w, LAT_CLOSE, s->t_data, now);
 		if (s->failed || res < 0) {
 			if (s->tmp[0])
-				unlinkat(w->sh->rootfd, s->tmp, 0);
+				unlink_beneath(w->sh->rootfd, s->tmp, 0);
 			s->tmp[0] = '\0';
 			return 1;
 		}
@@ -546,7 +598,7 @@ static void run_lookup(struct worker *w)
 		if (w->io)
 			r = kv_io_has(w->io, path);
 		else
-			r = fstatat(sh->rootfd, path, &st, 0) < 0 ? -errno : 0;
+			r = stat_beneath(sh->rootfd, path, &st);
 		t1 = kv_monotonic_ns();
 		if (r < 0 && r != -ENOENT) {
 			set_err(sh, r, "cannot stat '%s': %s", path);
@@ -579,14 +631,14 @@ static void run_meta(struct worker *w)
 		t0 = kv_monotonic_ns();
 		switch (sh->phase) {
 		case PH_CREATE:
-			fd = openat(sh->rootfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-			r = fd < 0 ? -errno : close(fd);
+			fd = kv_open_beneath(sh->rootfd, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+			r = fd < 0 ? fd : close(fd);
 			break;
 		case PH_STAT:
-			r = fstatat(sh->rootfd, path, &st, 0) < 0 ? -errno : 0;
+			r = stat_beneath(sh->rootfd, path, &st);
 			break;
 		default:
-			r = unlinkat(sh->rootfd, path, 0) < 0 ? -errno : 0;
+			r = unlink_beneath(sh->rootfd, path, 0);
 			break;
 		}
 		if (r < 0 && (r != -ENOENT || sh->phase == PH_CREATE)) {
@@ -880,7 +932,7 @@ static const char *make_cold(struct bench *b, struct shared *sh)
 			close(fd);
 	}
 	for (i = 0; i < b->files; i++) {
-		fd = openat(sh->rootfd, sh->rpaths[i], O_RDONLY | O_CLOEXEC);
+		fd = kv_open_beneath(sh->rootfd, sh->rpaths[i], O_RDONLY | O_NONBLOCK, 0);
 		if (fd < 0)
 			continue;
 		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -1134,14 +1186,16 @@ static int make_model_dir(struct bench *b, int rootfd)
 static int mkdirs_for(int rootfd, const char *relpath)
 {
 	char p[PATH_MAX], *s;
+	int fd;
 
 	snprintf(p, sizeof(p), "%s", relpath);
-	for (s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
-		*s = '\0';
-		if (mkdirat(rootfd, p, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
+	if (!(s = strrchr(p, '/')))
+		return 0;
+	*s = '\0';
+	fd = kv_mkdir_beneath(rootfd, p);
+	if (fd < 0)
+		return fd;
+	close(fd);
 	return 0;
 }
 
@@ -1218,24 +1272,24 @@ static void cleanup(struct bench *b, struct shared *sh)
 	uint64_t i;
 
 	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++)
-		unlinkat(sh->rootfd, sh->paths[i], 0);
+		unlink_beneath(sh->rootfd, sh->paths[i], 0);
 	/* What a failed or stonewalled metadata phase left. */
 	for (i = 0; i < b->files && sh->missing && sh->missing[i]; i++)
-		unlinkat(sh->rootfd, sh->missing[i], 0);
+		unlink_beneath(sh->rootfd, sh->missing[i], 0);
 	/* Bucket dirs, rank dir, then the model dir: rmdir leaves any that
 	 * hold something that is not ours. */
 	for (i = 0; i < b->files && sh->paths && sh->paths[i]; i++) {
 		snprintf(p, sizeof(p), "%s", sh->paths[i]);
 		while ((s = strrchr(p, '/'))) {
 			*s = '\0';
-			if (unlinkat(sh->rootfd, p, AT_REMOVEDIR) < 0)
+			if (unlink_beneath(sh->rootfd, p, AT_REMOVEDIR) < 0)
 				break;
 		}
 	}
 	if (b->model_dir[0]) {
 		snprintf(p, sizeof(p), "%s/%s", b->model_dir, KV_CONFIG_NAME);
-		unlinkat(sh->rootfd, p, 0);
-		unlinkat(sh->rootfd, b->model_dir, AT_REMOVEDIR);
+		unlink_beneath(sh->rootfd, p, 0);
+		unlink_beneath(sh->rootfd, b->model_dir, AT_REMOVEDIR);
 	}
 }
 
@@ -1254,13 +1308,19 @@ static int populate(struct bench *b, struct shared *sh)
 	if (!buf)
 		return -ENOMEM;
 	for (i = 0; i < b->files && r == 0; i++) {
-		if (fstatat(sh->rootfd, sh->paths[i], &st, 0) == 0 &&
+		if (stat_beneath(sh->rootfd, sh->paths[i], &st) == 0 && S_ISREG(st.st_mode) &&
 		    (uint64_t)st.st_size == b->o.block_bytes)
 			continue;
 		bad = sh->paths[i];
-		fd = openat(sh->rootfd, bad, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = kv_open_beneath(sh->rootfd, bad, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK,
+				     0644);
 		if (fd < 0) {
-			r = -errno;
+			r = fd;
+			break;
+		}
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			r = -EINVAL;
+			close(fd);
 			break;
 		}
 		for (done = 0; done < b->o.block_bytes; done += (uint64_t)n) {

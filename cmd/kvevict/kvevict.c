@@ -14,9 +14,9 @@ static const char usage_text[] =
 	"Usage: kvevict [-r DIR] [--high PCT] [--low PCT] [--max-bytes SIZE]\n"
 	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
 	"               [--hot DUR] [--orphans-after DUR [--force]] [--dir-grace DUR]\n"
-	"               [-n] [--once | -w INTERVAL] [--wait] [-t N] [-J | --ndjson]\n"
+	"               [-n] [--once | -w INTERVAL] [--wait[=DUR]] [-t N] [-J | --ndjson]\n"
 	"               [--events ENDPOINT] [--shard I/N [--shard-wait DUR]]\n"
-	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait] [-J | --ndjson]\n"
+	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait[=DUR]] [-J | --ndjson]\n"
 	"               [--events ENDPOINT]\n"
 	"\n"
 	"Delete least-recently-used KV-cache blocks (oldest atime first) until\n"
@@ -42,7 +42,8 @@ static const char usage_text[] =
 	"  -n, --dry-run            list what would go, change nothing\n"
 	"      --once               one pass, for cron (default)\n"
 	"  -w, --watch INTERVAL     stay up, check every INTERVAL\n"
-	"      --wait               wait for another kvevict's lock instead of exiting 1\n"
+	"      --wait[=DUR]         wait at most DUR (default 10m) for another kvevict's\n"
+	"                           lock instead of exiting 1 at once\n"
 	"      --stdin              delete the block paths or kvls NDJSON records on stdin\n"
 	"  -t, --threads N          walk and delete threads, 1 to 64 (default: 64 on a\n"
 	"                           network filesystem, else one per CPU, at most 8)\n"
@@ -74,6 +75,7 @@ enum {
  * filesystem: removing it fails that put. */
 #define ORPHANS_FLOOR_NS	(60ull * 1000000000)
 #define SHARD_WAIT_NS		(120ull * 1000000000)
+#define LOCK_WAIT_NS		(600ll * 1000000000)
 
 static const struct option longopts[] = {
 	{ "root", required_argument, NULL, 'r' },
@@ -89,7 +91,7 @@ static const struct option longopts[] = {
 	{ "dry-run", no_argument, NULL, 'n' },
 	{ "once", no_argument, NULL, OPT_ONCE },
 	{ "watch", required_argument, NULL, 'w' },
-	{ "wait", no_argument, NULL, OPT_WAIT },
+	{ "wait", optional_argument, NULL, OPT_WAIT },
 	{ "stdin", no_argument, NULL, OPT_STDIN },
 	{ "threads", required_argument, NULL, 't' },
 	{ "json", no_argument, NULL, 'J' },
@@ -399,7 +401,8 @@ int main(int argc, char **argv)
 	struct kv_evict_report r;
 	const char *root_opt = NULL, *events_opt = NULL, *endpoint;
 	uint64_t watch_ns = 0;
-	int c, wait = 0, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd[2] = { -1, -1 }, rc;
+	int64_t wait_ns = 0;
+	int c, use_stdin = 0, once = 0, low_bytes_set = 0, lockfd[2] = { -1, -1 }, rc;
 	int force = 0, shard_wait_set = 0;
 
 	tool_init("kvevict");
@@ -434,7 +437,10 @@ int main(int argc, char **argv)
 			if (!watch_ns)
 				tool_usage_fail("--watch needs an interval above 0");
 			break;
-		case OPT_WAIT: wait = 1; break;
+		case OPT_WAIT:
+			wait_ns = optarg ? (int64_t)tool_parse_duration_ns("--wait", optarg)
+				  : LOCK_WAIT_NS;
+			break;
 		case OPT_STDIN: use_stdin = 1; break;
 		case 't': o.threads = (unsigned)tool_parse_uint("--threads", optarg, 64); break;
 		case 'J': s.out = OUT_JSON; break;
@@ -515,15 +521,16 @@ int main(int argc, char **argv)
 	}
 	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
 	if (!o.dry_run) {
-		rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait, lockfd) :
-				kv_evict_lock(s.root, wait, &lockfd[0]);
+		rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait_ns, lockfd) :
+				kv_evict_lock(s.root, wait_ns, &lockfd[0]);
 		if (rc == -EWOULDBLOCK && s.shards) {
-			tool_err("another kvevict (unsharded, or shard %u) holds the lock on '%s'",
-				 s.shard, s.root);
+			tool_err("another kvevict (unsharded, or shard %u) holds the lock on '%s' (%s)",
+				 s.shard, s.root, kv_error_detail());
 			return EXIT_ANSWER_NO;
 		}
 		if (rc == -EWOULDBLOCK) {
-			tool_err("another kvevict holds the lock on '%s'", s.root);
+			tool_err("another kvevict holds the lock on '%s' (%s)", s.root,
+				 kv_error_detail());
 			return EXIT_ANSWER_NO;
 		}
 		if (rc < 0) {

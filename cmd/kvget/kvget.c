@@ -25,9 +25,11 @@
 #define DEFAULT_QD	32
 #define MAX_QD		1024
 #define GET_TRIES	3	/* reads of a block that turned out bigger */
+#define DEFAULT_MAX_BLOCK_BYTES	(1ull << 30)	/* kvput's too */
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
-       OPT_BUFFERED, OPT_QD, OPT_DAEMON, OPT_ARCHIVE, OPT_ARCHIVE_LEVEL };
+       OPT_BUFFERED, OPT_QD, OPT_DAEMON, OPT_ARCHIVE, OPT_ARCHIVE_LEVEL,
+       OPT_MAX_BLOCK_BYTES };
 
 /* A model dir's config.json as read once for the archive, or why not. */
 struct config_text {
@@ -56,6 +58,7 @@ struct get {
 	char model_dir[KV_NAME_MAX + 1];	/* "" when none was given */
 	unsigned rank, group;
 	uint64_t tail_bytes;			/* 0: whole blocks */
+	uint64_t max_block_bytes;		/* a bigger block is refused */
 	int exists;
 	const char *out;
 	struct tool_store store;
@@ -114,6 +117,8 @@ static void usage(void)
 	       "  -e, --exists           only test presence: exit 0 present, 1 absent\n"
 	       "      --blocks N         read only the last N blocks of the file ...\n"
 	       "      --block-bytes SIZE ... of SIZE bytes each (2M, 163840)\n"
+	       "      --max-block-bytes SIZE  refuse a block larger than SIZE, as\n"
+	       "                         one is held whole in memory (default 1G)\n"
 	       "      --no-touch         leave the atime alone\n"
 	       "      --buffered         never use O_DIRECT\n"
 	       "  -o, --output FILE      write to FILE, atomically (- for stdout); with\n"
@@ -206,17 +211,35 @@ static int emit(struct get *get, const void *buf, size_t len)
 	return ret;
 }
 
-/* The bytes a whole block needs: a daemon's slot, else the block's size. */
+/* The bytes a whole block needs: a daemon's slot, else the block's size;
+ * -EMSGSIZE over --max-block-bytes, as a block is held whole in memory. */
 static int block_bytes(struct get *get, const char *relpath, uint64_t *size)
 {
+	int ret;
+
 	*size = get->store.block_max;
-	return *size ? 0 : kv_tier_size(get->store.tier, relpath, size);
+	ret = *size ? 0 : kv_tier_size(get->store.tier, relpath, size);
+	if (ret == 0 && *size > get->max_block_bytes)
+		return -EMSGSIZE;
+	return ret;
+}
+
+/* Why a block is not read: over the limit, or the store's words. */
+static const char *get_error(struct get *get, int err, char *buf, size_t len)
+{
+	char size[32];
+
+	if (err != -EMSGSIZE)
+		return kv_strerror(err);
+	kv_size_format(get->max_block_bytes, size, sizeof(size));
+	snprintf(buf, len, "larger than the %s block limit (--max-block-bytes)", size);
+	return buf;
 }
 
 static int get_one(struct get *get, const char *relpath)
 {
 	struct tool_store *st = &get->store;
-	char where[PATH_MAX + 64];
+	char where[PATH_MAX + 64], why[128];
 	void *buf = NULL;
 	size_t cap = 0, len = 0;
 	uint64_t size;
@@ -266,6 +289,8 @@ static int get_one(struct get *get, const char *relpath)
 			 (unsigned long long)len);
 	else if (ret == -KV_ECHECKSUM)
 		tool_err("%s: checksum mismatch (the file is left in place)", where);
+	else if (ret == -EMSGSIZE)
+		tool_err("%s: %s", where, get_error(get, ret, why, sizeof(why)));
 	else if (ret < 0)
 		tool_store_err(st, TOOL_STORE_GET, relpath, ret);
 	else if (emit(get, buf, len) < 0)
@@ -353,8 +378,14 @@ static int prepare(struct batch *b, struct slot *s)
 		return 0;
 	}
 	if (ret < 0) {
-		tool_store_err(&get->store, TOOL_STORE_OPEN, s->relpath, ret);
-		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+		char why[128];
+
+		if (ret == -EMSGSIZE)
+			tool_err("'%s': %s", s->relpath, get_error(get, ret, why, sizeof(why)));
+		else
+			tool_store_err(&get->store, TOOL_STORE_OPEN, s->relpath, ret);
+		print_record(get, s->line, s->hash, s->relpath, -1, 0,
+			     get_error(get, ret, why, sizeof(why)));
 		return 0;
 	}
 	return 1;
@@ -691,6 +722,7 @@ int main(int argc, char **argv)
 		{ "exists", no_argument, NULL, 'e' },
 		{ "blocks", required_argument, NULL, OPT_BLOCKS },
 		{ "block-bytes", required_argument, NULL, OPT_BLOCK_BYTES },
+		{ "max-block-bytes", required_argument, NULL, OPT_MAX_BLOCK_BYTES },
 		{ "no-touch", no_argument, NULL, OPT_NO_TOUCH },
 		{ "buffered", no_argument, NULL, OPT_BUFFERED },
 		{ "output", required_argument, NULL, 'o' },
@@ -707,7 +739,8 @@ int main(int argc, char **argv)
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	const char *daemon_opt = NULL, *daemon;
 	uint64_t blocks = 0, block_bytes = 0;
-	struct get get = { .archive = { .rootfd = -1, .fd = -1 } };
+	struct get get = { .archive = { .rootfd = -1, .fd = -1 },
+			   .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES };
 	int archive_level = 0;
 	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
 	int c, batch = 0, ret;
@@ -724,6 +757,11 @@ int main(int argc, char **argv)
 		case 'e': get.exists = 1; break;
 		case OPT_BLOCKS: blocks = tool_parse_uint("--blocks", optarg, UINT32_MAX); break;
 		case OPT_BLOCK_BYTES: block_bytes = tool_parse_size("--block-bytes", optarg); break;
+		case OPT_MAX_BLOCK_BYTES:
+			get.max_block_bytes = tool_parse_size("--max-block-bytes", optarg);
+			if (!get.max_block_bytes)
+				tool_usage_fail("invalid --max-block-bytes value '%s'", optarg);
+			break;
 		case OPT_NO_TOUCH: opts.flags |= KV_IO_NO_TOUCH; break;
 		case OPT_BUFFERED: opts.flags |= KV_IO_BUFFERED; break;
 		case 'o': get.out = optarg; break;
@@ -755,6 +793,8 @@ int main(int argc, char **argv)
 	if (blocks && block_bytes > UINT64_MAX / blocks)
 		tool_usage_fail("--blocks times --block-bytes is too large");
 	get.tail_bytes = blocks * block_bytes;
+	if (get.tail_bytes > get.max_block_bytes)
+		tool_usage_fail("--blocks times --block-bytes is over --max-block-bytes");
 	if (get.exists && (get.tail_bytes || (get.out && !batch)))
 		tool_usage_fail("--exists reads no data: drop --blocks and -o");
 	if (get.archive.path && (!batch || get.exists || get.tail_bytes || get.out))

@@ -562,6 +562,29 @@ static const char *type_name(mode_t mode)
 	}
 }
 
+/* The tree may change under the walk (a FIFO or a symlink swapped in
+ * after its stat): read it again beneath the root, no link followed, a
+ * regular file or nothing, never blocking. */
+static int load_config(struct ls *ls, const struct kv_walk_entry *e, struct kv_config **cfg)
+{
+	char model_dir[KV_NAME_MAX + 1];
+	const char *slash = strrchr(e->path, '/');
+	size_t len;
+	char *text;
+	int rc;
+
+	if (!slash || (size_t)(slash - e->path) >= sizeof(model_dir))
+		return -KV_EBADPATH;
+	memcpy(model_dir, e->path, (size_t)(slash - e->path));
+	model_dir[slash - e->path] = '\0';
+	rc = kv_config_read(ls->rootfd, model_dir, &text, &len);
+	if (rc < 0)
+		return rc;
+	rc = kv_config_parse(text, len, cfg);
+	free(text);
+	return rc;
+}
+
 static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 {
 	struct kv_config *cfg;
@@ -574,7 +597,7 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 		return STOP_NOMEM;
 	m->has_dir = 1;
 	m->has_config_file = 1;
-	rc = kv_config_load(e->dirfd, e->name, &cfg);
+	rc = load_config(ls, e, &cfg);
 	if (rc < 0) {
 		if (ls->check)
 			return problem(ls, "bad-config", e->path,
@@ -970,6 +993,9 @@ int main(int argc, char **argv)
 	if (ls.mode == MODE_BLOCKS)
 		return list_blocks(&ls, daemon, root, &wopts);
 
+	/* For config.json, read beneath it; the walk says why it cannot. */
+	if (!announce)
+		ls.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = kv_walk(root, &wopts, on_entry, &ls);
 	tool_progress_done(&ls.progress);
 	if (rc == STOP_WRITE)

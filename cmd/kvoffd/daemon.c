@@ -29,6 +29,8 @@
 #define ALLOC_TIMEOUT_S		60
 /* Out of descriptors, say so at most this often. */
 #define ACCEPT_LOG_INTERVAL_S	10
+/* Malformed frames, likewise. */
+#define PROTOCOL_LOG_INTERVAL_S	10
 #define FRAMES_PER_WAKEUP	64
 /* The loop ticks each second to judge a stalled file tier (stall_check)
  * and rewrites the metrics file every METRICS_TICKS ticks. */
@@ -113,8 +115,10 @@ int offd_pool_init(struct offd *d)
 
 static void free_slot(struct offd *d, uint32_t i)
 {
-	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner)
+	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner) {
 		d->slots[i].owner->nallocs--;
+		d->slots[i].owner->peer->nallocs--;
+	}
 	memset(&d->slots[i], 0, sizeof(d->slots[i]));
 	kv_slots_release(d->store, i);
 }
@@ -198,18 +202,18 @@ static int storage_behind(struct offd *d)
 /*
  * A slot for a new block of len bytes, holding path: a free one, else
  * the least recently used unpinned block of its class already in the
- * file tier.  Dirty blocks met on the way
- * are queued for write-behind (-EAGAIN: the caller parks until one
- * lands); when storage is behind the oldest dirty block is dropped
- * instead, so a slow or stalled file tier costs blocks, never a stalled
- * put.
+ * file tier.  Dirty blocks met on the way are queued for write-behind
+ * (-EAGAIN: the caller parks until one lands).  A full queue on storage
+ * that makes progress is backpressure: the put waits for the writes
+ * ahead of it, so a burst on healthy storage loses nothing.  Only once
+ * storage stalls (no write landed for a whole tick, stall_check) is the
+ * oldest dirty block dropped instead, so a stalled file tier costs
+ * blocks, never a put stalled for good.
  */
 static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	/* Judged before this call queues anything: a queue it filled
-	 * itself is worth waiting for. */
-	int behind = storage_behind(d);
+	int behind = d->wb_stalled;
 	int err = kv_slots_alloc(d->store, len, path, out);
 	unsigned cls;
 
@@ -432,7 +436,7 @@ static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref 
 	uint32_t i;
 	int err;
 
-	if (c->nallocs >= alloc_share(d)) {
+	if (c->peer->nallocs >= alloc_share(d)) {
 		d->st.alloc_refused++;
 		return -EDQUOT;
 	}
@@ -445,6 +449,7 @@ static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref 
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
 	c->nallocs++;
+	c->peer->nallocs++;
 	d->slots[i].ref = *ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
 	r->slot = i;
@@ -478,6 +483,7 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i)
 	s->state = SLOT_READY;
 	s->owner = NULL;
 	c->nallocs--;
+	c->peer->nallocs--;
 	kv_slots_insert(d->store, i);
 	kv_slots_touch(d->store, i);
 	d->st.puts++;
@@ -506,11 +512,23 @@ static int op_abort(struct offd *d, struct client *c, uint32_t i)
 	return 0;
 }
 
+/* Pins a peer (a process, whatever its connections) may hold at once:
+ * as with ALLOCs, at most half the slots, so that no peer can take the
+ * pool from the others by opening more connections. */
+static size_t pin_share(const struct offd *d)
+{
+	size_t share = d->nslots / ALLOC_SHARE_DIVISOR;
+
+	return share ? share : 1;
+}
+
 /* Pin a committed block for c and count the get. */
 static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 		  struct kv_offd_result *r)
 {
 	if (c->npins >= MAX_PINS_PER_CLIENT)
+		return -EMFILE;
+	if (c->peer->npins >= pin_share(d))
 		return -EMFILE;
 	if (c->npins == c->cap_pins) {
 		size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
@@ -524,6 +542,7 @@ static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 	c->pins[c->npins].slot = i;
 	c->pins[c->npins].start_ns = kv_monotonic_ns();
 	c->npins++;
+	c->peer->npins++;
 	d->slots[i].pins++;
 	kv_slots_touch(d->store, i);
 	if (!rerun)
@@ -562,6 +581,7 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
+	c->peer->npins--;
 	try_release(d, i);
 	return 0;
 }
@@ -923,6 +943,7 @@ static void client_close(struct offd *d, struct client *c)
 		d->slots[c->pins[k].slot].pins--;
 		try_release(d, c->pins[k].slot);
 	}
+	c->peer->npins -= c->npins;
 	for (uint32_t i = 0; i < d->nslots; i++)
 		if (owned_alloc(d, c, i))
 			free_slot(d, i);
@@ -937,6 +958,8 @@ static void client_close(struct offd *d, struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	close(c->fd);
+	if (!--c->peer->refs)
+		free(c->peer);
 	free(c->pins);
 	free(c->pbuf);
 	free(c->out);
@@ -1006,10 +1029,26 @@ static int payload_room(struct client *c, size_t need)
 	return 0;
 }
 
+/* Malformed frames are said at most once per PROTOCOL_LOG_INTERVAL_S, with
+ * how many came since: a peer sending them by the thousand cannot fill
+ * the log.  protocol_errors counts each. */
 static void protocol_error(struct offd *d, struct client *c)
 {
+	int64_t now = kv_monotonic_ns();
+
 	d->st.protocol_errors++;
-	tool_err("closing client pid %d: malformed frame", (int)c->pid);
+	if (!d->protocol_logged_ns ||
+	    now - d->protocol_logged_ns >= PROTOCOL_LOG_INTERVAL_S * 1000000000LL) {
+		uint64_t more = d->st.protocol_errors - d->protocol_logged - 1;
+
+		if (more)
+			tool_err("closing client pid %d: malformed frame (and %llu more since "
+				 "the last said)", (int)c->pid, (unsigned long long)more);
+		else
+			tool_err("closing client pid %d: malformed frame", (int)c->pid);
+		d->protocol_logged_ns = now;
+		d->protocol_logged = d->st.protocol_errors;
+	}
 	c->doomed = 1;
 }
 
@@ -1104,6 +1143,25 @@ static int send_hello(struct offd *d, int fd, int status)
 	return kv_offd_hello_send(fd, status, d->memfd, &geo);
 }
 
+/* The peer of a new connection from pid: shared with its other
+ * connections, or a new one; NULL without memory. */
+static struct peer *peer_of(struct offd *d, pid_t pid)
+{
+	struct peer *p;
+
+	for (struct client *c = d->clients; c; c = c->next)
+		if (c->peer->pid == pid) {
+			c->peer->refs++;
+			return c->peer;
+		}
+	p = calloc(1, sizeof(*p));
+	if (p) {
+		p->pid = pid;
+		p->refs = 1;
+	}
+	return p;
+}
+
 static void accept_clients(struct offd *d)
 {
 	for (;;) {
@@ -1140,8 +1198,16 @@ static void accept_clients(struct offd *d)
 		c->fd = fd;
 		c->uid = cred.uid;
 		c->pid = cred.pid;
+		c->peer = peer_of(d, cred.pid);
+		if (!c->peer) {
+			free(c);
+			close(fd);
+			continue;
+		}
 		ev.data.ptr = c;
 		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			if (!--c->peer->refs)
+				free(c->peer);
 			free(c);
 			close(fd);
 			continue;

@@ -48,10 +48,20 @@ struct pin {
 
 enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD };
 
+/* A process the daemon serves, over however many connections: what it
+ * may hold of the pool is counted here, not per connection. */
+struct peer {
+	pid_t pid;
+	unsigned refs;		/* its connections */
+	size_t npins;		/* pins over all of them */
+	uint32_t nallocs;	/* slots in SLOT_ALLOC over all of them */
+};
+
 struct client {
 	int fd;
 	uid_t uid;
 	pid_t pid;
+	struct peer *peer;
 	unsigned char rbuf[KV_OFFD_FRAME_BYTES];
 	size_t rlen;
 	struct kv_offd_frame head;	/* a BATCH frame whose payload is due */
@@ -172,6 +182,9 @@ struct writer {
 	struct job *done;	/* ring of capacity wcap + lcap */
 	size_t dhead, dcount;
 	size_t running;
+	const struct job **active;	/* each thread's job, waiting or running */
+	uint64_t *ticket;		/* ... in the order it left the ring */
+	uint64_t next_ticket;
 	int efd;		/* eventfd: completions ready */
 	unsigned nthreads;
 	pthread_t *threads;
@@ -217,6 +230,8 @@ struct offd {
 	int sfd, tfd;			/* signalfd, one-second timerfd */
 	int accept_paused;		/* out of fds: listener not polled */
 	int64_t accept_logged_ns;	/* last "cannot accept" message */
+	int64_t protocol_logged_ns;	/* last "malformed frame" message */
+	uint64_t protocol_logged;	/* protocol_errors it counted */
 	uint64_t ticks;			/* timer ticks seen */
 	int draining;			/* SIGTERM seen */
 	int waking;			/* inside wake_parked */

@@ -205,10 +205,12 @@ static int listen_on(const char *path, int *out)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* The umask gives bind's socket its mode 0660: no chmod by path
+	 * after, which a name swapped in between would redirect. */
 	old = umask(0117);
 	err = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (err < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0) {
+	if (err < 0 || listen(fd, 128) < 0) {
 		err = -errno;
 		close(fd);
 		return err;

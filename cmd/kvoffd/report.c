@@ -4,10 +4,12 @@
  * stats body of a STATS reply.  All of it runs on the event loop thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include "kvoffd.h"
 
@@ -18,7 +20,9 @@ static const char *const dir_names[DIR_COUNT] = {
 
 int report_open_events(struct offd *d)
 {
+	struct stat st;
 	FILE *f;
+	int fd, err;
 
 	if (!d->events_path)
 		return 0;
@@ -26,9 +30,23 @@ int report_open_events(struct offd *d)
 		d->events = stdout;
 		return 0;
 	}
-	f = fopen(d->events_path, "ae");
-	if (!f)
+	/* Its dir may be writable by others: a link planted at the name
+	 * is refused, not followed to a file of root's, and only a regular
+	 * file is appended to (a FIFO would stall the loop). */
+	fd = open(d->events_path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+		  O_NOCTTY | O_CLOEXEC, 0644);
+	if (fd < 0)
 		return -errno;
+	err = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL
+	      : fcntl(fd, F_SETFL, O_APPEND) < 0 ? -errno : 0;
+	if (err < 0) {
+		close(fd);
+		return err;
+	}
+	if (!(f = fdopen(fd, "a"))) {
+		close(fd);
+		return -errno;
+	}
 	if (d->events && d->events != stdout)
 		fclose(d->events);
 	d->events = f;
@@ -225,17 +243,25 @@ int report_write_metrics(struct offd *d)
 	};
 	char tmp[4096];
 	FILE *f;
-	int err = 0;
+	int fd, err = 0;
 
 	if (!d->metrics_path)
 		return 0;
 	report_fill_stats(d, &st);
-	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", d->metrics_path, (int)getpid()) >=
-	    (int)sizeof(tmp))
+	/* A fresh, unguessable name made O_EXCL: a link planted in a
+	 * textfile dir others can write is never opened through. */
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX.tmp", d->metrics_path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	f = fopen(tmp, "we");
-	if (!f)
+	fd = mkostemps(tmp, 4, O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
+	/* node_exporter reads it as another user. */
+	if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
+		err = -errno;
+		close(fd);
+		unlink(tmp);
+		return err;
+	}
 	fputs("# HELP kv_offload_bytes_total Block bytes moved, by direction.\n"
 	      "# TYPE kv_offload_bytes_total counter\n", f);
 	for (int i = 0; i < DIR_COUNT; i++)

@@ -298,15 +298,11 @@ static int claim(struct offd *d, struct ftier *t)
 
 	if (fd < 0)
 		return -errno;
-	lfd = openat(fd, TOOL_OFFD_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	/* 0600 and this user's: a reader of the root cannot hold it. */
+	n = kv_lock_beneath(fd, TOOL_OFFD_LOCK, LOCK_EX, 0, &lfd);
 	close(fd);
-	if (lfd < 0)
-		return -errno;
-	if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
-		n = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		close(lfd);
-		return n;
-	}
+	if (n < 0)
+		return n == -EWOULDBLOCK ? -EBUSY : n;
 	n = snprintf(text, sizeof(text), "pid %d socket %s\n", (int)getpid(), d->socket_path);
 	if (ftruncate(lfd, 0) < 0 || pwrite(lfd, text, (size_t)n, 0) != n) {
 		n = -errno;
@@ -356,9 +352,9 @@ int tiers_open(struct offd *d)
 		}
 		if (t->capacity && (err = claim(d, t))) {
 			tool_err(err == -EBUSY ? "cannot manage '%s': another kvoffd does "
-						 "(see its " TOOL_OFFD_LOCK ")"
+						 "(see its " TOOL_OFFD_LOCK ": %s)"
 					       : "cannot claim '%s': %s",
-				 t->root, kv_strerror(err));
+				 t->root, err == -EBUSY ? kv_error_detail() : kv_strerror(err));
 			return err;
 		}
 		err = reindex(t);

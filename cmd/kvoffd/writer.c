@@ -15,6 +15,7 @@
 
 struct worker_arg {
 	struct offd *d;
+	unsigned idx;		/* its entry in the writer's active[] */
 	struct kv_io **io;	/* one per file tier */
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
@@ -190,6 +191,23 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 	j->ns = kv_monotonic_ns() - t0;
 }
 
+/* A write of the same file that left the ring before thread idx's (so
+ * an older version's) is still on another thread: it must land first,
+ * as its rename coming last would put the older bytes back. */
+static int older_same_file(const struct writer *w, unsigned idx)
+{
+	const struct job *j = w->active[idx];
+
+	for (unsigned k = 0; k < w->nthreads; k++) {
+		const struct job *o = w->active[k];
+
+		if (k != idx && o && o->kind == JOB_WRITE && o->tier == j->tier &&
+		    w->ticket[k] < w->ticket[idx] && !strcmp(o->path, j->path))
+			return 1;
+	}
+	return 0;
+}
+
 static void *worker(void *p)
 {
 	struct worker_arg *a = p;
@@ -214,9 +232,16 @@ static void *worker(void *p)
 			break;
 		}
 		w->running++;
+		w->active[a->idx] = &j;
+		w->ticket[a->idx] = w->next_ticket++;
+		while (j.kind == JOB_WRITE && older_same_file(w, a->idx))
+			pthread_cond_wait(&w->cond, &w->lock);
 		pthread_mutex_unlock(&w->lock);
 		run_job(d, a, &j);
 		pthread_mutex_lock(&w->lock);
+		w->active[a->idx] = NULL;
+		/* Wake a write waiting on this one's file, and idle threads. */
+		pthread_cond_broadcast(&w->cond);
 		w->running--;
 		w->done[(w->dhead + w->dcount) % (w->wcap + w->lcap)] = j;
 		w->dcount++;
@@ -247,8 +272,11 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	w->loads = calloc(w->lcap, sizeof(struct job));
 	w->done = calloc(w->wcap + w->lcap, sizeof(struct job));
 	w->threads = calloc(nthreads, sizeof(pthread_t));
+	w->active = calloc(nthreads, sizeof(*w->active));
+	w->ticket = calloc(nthreads, sizeof(*w->ticket));
 	w->ios = calloc((size_t)nthreads * d->ntiers, sizeof(struct kv_io *));
-	if (!w->writes || !w->loads || !w->done || !w->threads || !w->ios)
+	if (!w->writes || !w->loads || !w->done || !w->threads || !w->active ||
+	    !w->ticket || !w->ios)
 		return -ENOMEM;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
@@ -266,6 +294,7 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		if (!a)
 			return -ENOMEM;
 		a->d = d;
+		a->idx = i;
 		a->io = io;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {

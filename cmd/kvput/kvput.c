@@ -327,7 +327,7 @@ static int load_line(struct batch *b, char *text, struct slot *s)
 {
 	const struct tool_record_opts o = { .model_dir = b->put->model_dir,
 					    .rank = b->put->rank, .group = b->put->group,
-					    .model_opts = 1 };
+					    .model_opts = 1, .line_max = b->in.max };
 	struct manifest_line m;
 	char limit[128];
 	int ret;
@@ -440,6 +440,8 @@ static int run_batch(struct put *put, const char *manifest)
 	/* The manifest is MANIFEST, or stdin when absent or "-". */
 	if (tool_lines_open(&b.in, manifest) < 0)
 		return EXIT_RUNTIME;
+	/* A record may carry its block as "data_b64": room for the largest. */
+	b.in.max = TOOL_LINE_MAX + (size_t)((put->max_block_bytes + 2) / 3 * 4);
 	ret = kv_tier_batch_stream(put->store.tier, batch_next, batch_done, &b);
 	if (tool_store_lost(&put->store, ret))
 		tool_err("batch stopped at %s:%lu: lost the daemon", b.in.name, b.in.line);

@@ -17,8 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <msgpack.h>
 #include <zmq.h>
 #include <kv/config.h>
@@ -74,6 +77,8 @@ struct dir_name {
 struct kv_events {
 	struct kv_events_opts o;
 	char *ipc_path;			/* a socket file we bound: unlinked at close */
+	dev_t ipc_dev;			/* ... if it is still that one */
+	ino_t ipc_ino;
 	void *zctx, *pub, *mon;
 	int wakefd;
 	pthread_t thread;
@@ -754,6 +759,33 @@ void kv_events_stats(struct kv_events *ev, struct kv_events_stats *out)
 
 /* ---- open and close ---- */
 
+/* libzmq unlinks an ipc:// path before it binds there: allow that only
+ * for nothing, or a socket no one serves.  Any other file is refused, so
+ * a mistyped or planted endpoint never deletes a file. */
+static int ipc_path_free(const char *addr, const char *endpoint)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = addr + 6;
+	struct stat st;
+	int fd, err;
+
+	if (strncmp(addr, "ipc://", 6) || path[0] == '@')
+		return 0;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : kvi_fail(-errno, "'%s': %s", endpoint, strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return kvi_fail(-EEXIST, "'%s': '%s' exists and is not a socket", endpoint, path);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	err = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (err == 0)
+		return kvi_fail(-EADDRINUSE, "'%s': another process serves '%s'", endpoint, path);
+	return 0;
+}
+
 static void destroy(struct kv_events *ev)
 {
 	if (ev->mon)
@@ -762,8 +794,15 @@ static void destroy(struct kv_events *ev)
 		zmq_close(ev->pub);
 	if (ev->zctx)
 		zmq_ctx_term(ev->zctx);
-	if (ev->ipc_path)
-		unlink(ev->ipc_path);
+	if (ev->ipc_path) {
+		struct stat st;
+
+		/* libzmq unlinks the path itself: a file put there since is
+		 * not ours to remove. */
+		if (lstat(ev->ipc_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+		    st.st_dev == ev->ipc_dev && st.st_ino == ev->ipc_ino)
+			unlink(ev->ipc_path);
+	}
 	free(ev->ipc_path);
 	if (ev->wakefd >= 0)
 		close(ev->wakefd);
@@ -844,12 +883,21 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 		rc = zmq_err("cannot monitor the publisher for", endpoint);
 		goto fail;
 	}
+	if (bind && (rc = ipc_path_free(addr, endpoint)) < 0)
+		goto fail;
 	if ((bind ? zmq_bind(ev->pub, addr) : zmq_connect(ev->pub, addr)) < 0) {
 		rc = zmq_err(bind ? "cannot bind" : "cannot connect to", endpoint);
 		goto fail;
 	}
-	if (bind && !strncmp(addr, "ipc://", 6) && addr[6] != '@')
+	if (bind && !strncmp(addr, "ipc://", 6) && addr[6] != '@') {
+		struct stat st;
+
 		ev->ipc_path = strdup(addr + 6);
+		if (lstat(addr + 6, &st) == 0) {
+			ev->ipc_dev = st.st_dev;
+			ev->ipc_ino = st.st_ino;
+		}
+	}
 	ev->open_ns = kv_monotonic_ns();
 	rc = -pthread_create(&ev->thread, NULL, sender, ev);
 	if (rc < 0)

@@ -29,6 +29,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <kv/integrity.h>
+#include <kv/io.h>
 #include <kv/layout.h>
 #include <kv/units.h>
 #include <kv/walk.h>
@@ -172,39 +173,21 @@ static double pct(uint64_t used, uint64_t total)
 	return total ? 100.0 * (double)used / (double)total : 0.0;
 }
 
-/* Open (creating) dirfd/name and flock it with op. */
-static int lock_at(int dirfd, const char *name, int op, int wait, int *fd)
-{
-	int lfd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-
-	if (lfd < 0)
-		return -errno;
-	while (flock(lfd, op | (wait ? 0 : LOCK_NB)) < 0) {
-		int e = errno;
-
-		if (e == EINTR)
-			continue;
-		close(lfd);
-		return -e;
-	}
-	*fd = lfd;
-	return 0;
-}
-
-int kv_evict_lock(const char *root, int wait, int *fd)
+int kv_evict_lock(const char *root, int64_t wait_ns, int *fd)
 {
 	int rootfd, rc;
 
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0)
 		return -errno;
-	rc = lock_at(rootfd, KV_EVICT_LOCK_NAME, LOCK_EX, wait, fd);
+	rc = kv_lock_beneath(rootfd, KV_EVICT_LOCK_NAME, LOCK_EX, wait_ns, fd);
 	close(rootfd);
 	return rc;
 }
 
-int kv_evict_lock_shard(const char *root, unsigned index, int wait, int fd[2])
+int kv_evict_lock_shard(const char *root, unsigned index, int64_t wait_ns, int fd[2])
 {
+	int64_t deadline = kv_monotonic_ns() + wait_ns, left;
 	char name[32];
 	int rootfd, dirfd = -1, shared = -1, rc;
 
@@ -215,11 +198,12 @@ int kv_evict_lock_shard(const char *root, unsigned index, int wait, int fd[2])
 	if (rootfd < 0)
 		return -errno;
 	snprintf(name, sizeof(name), "lock.%u", index);
-	rc = lock_at(rootfd, KV_EVICT_LOCK_NAME, LOCK_SH, wait, &shared);
+	rc = kv_lock_beneath(rootfd, KV_EVICT_LOCK_NAME, LOCK_SH, wait_ns, &shared);
 	if (rc == 0)
 		rc = kvi_round_dir_open(rootfd, &dirfd);
+	left = deadline - kv_monotonic_ns();
 	if (rc == 0)
-		rc = lock_at(dirfd, name, LOCK_EX, wait, &fd[1]);
+		rc = kv_lock_beneath(dirfd, name, LOCK_EX, left > 0 ? left : 0, &fd[1]);
 	if (rc == 0)
 		fd[0] = shared;
 	else if (shared >= 0)

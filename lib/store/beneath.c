@@ -3,11 +3,19 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <kv/io.h>
+#include <kv/layout.h>
+#include <kv/units.h>
 #include "beneath.h"
+#include "util/error.h"
 
 /* Cleared on the first ENOSYS (a kernel before 5.6, a seccomp filter). */
 static atomic_int have_openat2 = 1;
@@ -106,4 +114,152 @@ int kvi_mkdir_beneath(int dirfd, const char *path)
 		fd = next;
 		p = slash + 1;
 	}
+}
+
+int kv_open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+{
+	return kvi_open_beneath(dirfd, path, flags, mode, 0);
+}
+
+int kv_mkdir_beneath(int dirfd, const char *path)
+{
+	return kvi_mkdir_beneath(dirfd, path);
+}
+
+int kv_open_parent_beneath(int dirfd, const char *path, const char **name)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	char dir[PATH_MAX];
+	int fd;
+
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return -EINVAL;
+	*name = base;
+	if (!slash) {
+		fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+		return fd < 0 ? -errno : fd;
+	}
+	if ((size_t)(slash - path) >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return kvi_open_beneath(dirfd, dir, O_PATH | O_DIRECTORY, 0, 0);
+}
+
+/* Who holds a flock on st's file, from /proc/locks: "pid P (COMM, uid U)",
+ * or "an unknown process" (another PID namespace, no /proc). */
+static void lock_holder(const struct stat *st, char *buf, size_t len)
+{
+	char line[256], path[64], comm[64] = "?";
+	unsigned maj, min;
+	unsigned long long ino;
+	struct stat pst;
+	int pid = 0;
+	FILE *f = fopen("/proc/locks", "re");
+
+	snprintf(buf, len, "an unknown process");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "FLOCK") || strstr(line, "->"))
+			continue;
+		if (sscanf(line, "%*s %*s %*s %*s %d %x:%x:%llu", &pid, &maj, &min, &ino) == 4 &&
+		    ino == (unsigned long long)st->st_ino && makedev(maj, min) == st->st_dev)
+			break;
+		pid = 0;
+	}
+	fclose(f);
+	if (pid <= 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	if ((f = fopen(path, "re"))) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	if (stat(path, &pst) == 0)
+		snprintf(buf, len, "pid %d (%s, uid %u)", pid, comm, (unsigned)pst.st_uid);
+	else
+		snprintf(buf, len, "pid %d", pid);
+}
+
+/* A fresh 0600 lock file of this user renamed over name. */
+static int lock_replace(int dirfd, const char *name)
+{
+	char tmp[NAME_MAX + 1];
+	int fd, err;
+
+	if ((err = kv_layout_temp_name(name, tmp, sizeof(tmp))) < 0)
+		return err;
+	fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* The umask may have taken bits, never added any: 0600 exactly. */
+	err = fchmod(fd, 0600) < 0 || renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	close(fd);
+	if (err)
+		unlinkat(dirfd, tmp, 0);
+	return err;
+}
+
+int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *fd)
+{
+	int64_t deadline = kv_monotonic_ns() + (wait_ns > 0 ? wait_ns : 0);
+	struct timespec nap = { 0, 20 * 1000 * 1000 };
+	struct stat st, now, dir;
+	char who[160];
+	int lfd, err;
+
+	kvi_error_clear();
+	if (fstat(dirfd, &dir) < 0)
+		return -errno;
+	for (int tries = 0; tries < 8; tries++) {
+		lfd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+			     0600);
+		if (lfd < 0)
+			return kvi_fail(-errno, "lock '%s': %s", name, strerror(errno));
+		if (fstat(lfd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			close(lfd);
+			return kvi_fail(-EINVAL, "lock '%s' is not a regular file", name);
+		}
+		if ((st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != dir.st_uid) ||
+		    (st.st_mode & 077)) {
+			/* Others could open it, so hold it (or it is the file of
+			 * a user who may not run the tool here): not to trust. */
+			err = lock_replace(dirfd, name);
+			close(lfd);
+			if (err < 0)
+				return kvi_fail(err == -EACCES ? -EPERM : err,
+						"lock '%s' belongs to uid %u (mode %04o) and cannot be "
+						"replaced: %s", name, (unsigned)st.st_uid,
+						(unsigned)(st.st_mode & 07777), strerror(-err));
+			continue;
+		}
+		while (flock(lfd, op | LOCK_NB) < 0) {
+			err = errno;
+			if (err == EINTR)
+				continue;
+			if (err != EWOULDBLOCK || kv_monotonic_ns() >= deadline) {
+				if (err == EWOULDBLOCK)
+					lock_holder(&st, who, sizeof(who));
+				close(lfd);
+				return err == EWOULDBLOCK
+				       ? kvi_fail(-EWOULDBLOCK, "lock '%s' held by %s", name, who)
+				       : kvi_fail(-err, "lock '%s': %s", name, strerror(err));
+			}
+			nanosleep(&nap, NULL);
+			if (nap.tv_nsec < 320 * 1000 * 1000)
+				nap.tv_nsec *= 2;
+		}
+		/* Replaced while we waited on the old one: take the new one. */
+		if (fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+			*fd = lfd;
+			return 0;
+		}
+		close(lfd);
+	}
+	return kvi_fail(-EAGAIN, "lock '%s' keeps being replaced", name);
 }

@@ -409,6 +409,14 @@ static int v0_name_ok(const char *s, size_t n)
 	       !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
 }
 
+/* A part of a model name: a v0_name_ok name the walk enters, so not a
+ * dot-name (the walk skips those: a block below one would never be
+ * listed nor evicted). */
+static int v0_model_part_ok(const char *s, size_t n)
+{
+	return v0_name_ok(s, n) && s[0] != '.';
+}
+
 int kv_layout_v0_parse(const char *model_dir, struct kv_layout_v0 *out)
 {
 	const char *comp[KV_LAYOUT_V0_MODEL_DEPTH + 2];
@@ -422,7 +430,7 @@ int kv_layout_v0_parse(const char *model_dir, struct kv_layout_v0 *out)
 		const char *slash = strchr(p, '/');
 		size_t l = slash ? (size_t)(slash - p) : strlen(p);
 
-		if (n == KV_LAYOUT_V0_MODEL_DEPTH + 2 || !v0_name_ok(p, l))
+		if (n == KV_LAYOUT_V0_MODEL_DEPTH + 2 || !v0_model_part_ok(p, l))
 			return -KV_EBADPATH;
 		comp[n] = p;
 		clen[n++] = l;
@@ -480,7 +488,7 @@ static int v0_block_parse(const char *const *comp, const size_t *clen, int n,
 	if (n < 8 || n > 7 + KV_LAYOUT_V0_MODEL_DEPTH)
 		return -1;
 	for (int i = 0; i < n - 7; i++)
-		if (!v0_name_ok(comp[i], clen[i]))
+		if (!v0_model_part_ok(comp[i], clen[i]))
 			return -1;
 	if (two_numbers(comp[n - 5], clen[n - 5], "rank_", NULL, &r->rank, NULL) < 0 ||
 	    !v0_name_ok(comp[n - 4], clen[n - 4]) || clen[n - 4] > KV_DTYPE_DIR_MAX)

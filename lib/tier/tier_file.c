@@ -233,7 +233,11 @@ static int file_del(struct kv_tier *t, const char *key)
 
 	if (r < 0)
 		return r;
-	return unlinkat(F(t)->rootfd, key, 0) < 0 ? -errno : 0;
+	/* Through the engine: its bucket dir resolved beneath the root. */
+	pthread_mutex_lock(&F(t)->lock);
+	r = kv_io_del(F(t)->io, key);
+	pthread_mutex_unlock(&F(t)->lock);
+	return r;
 }
 
 static int file_stat(struct kv_tier *t, struct kv_tier_stat *st)

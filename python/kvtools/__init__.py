@@ -104,8 +104,14 @@ def _dst(out):
     return ctypes.cast(arr, ctypes.c_void_p), len(mv), (mv, arr)
 
 
-def _view(ptr, n, writable):
-    mv = memoryview((ctypes.c_char * n).from_address(ptr)).cast("B") if n else memoryview(b"")
+def _view(client, ptr, n, writable):
+    if not n:
+        return memoryview(b"")
+    arr = (ctypes.c_char * n).from_address(ptr)
+    # The array is what every view (and numpy array) of it holds on to:
+    # it keeps the Client, and so the pool's mapping, alive with it.
+    arr._kv_client = client
+    mv = memoryview(arr).cast("B")
     return mv if writable else mv.toreadonly()
 
 
@@ -115,7 +121,7 @@ class Pinned:
 
     def __init__(self, client, slot, ptr, n):
         self._client, self.slot, self.len = client, slot, n
-        self.view = _view(ptr, n, False)
+        self.view = _view(client, ptr, n, False)
 
     def release(self):
         if self._client is not None:
@@ -138,7 +144,7 @@ class Allocation:
 
     def __init__(self, client, slot, ptr, n):
         self._client, self.slot, self.len = client, slot, n
-        self.view = _view(ptr, n, True)
+        self.view = _view(client, ptr, n, True)
 
     def _client_or_raise(self, what):
         if self._client is None:

@@ -1,8 +1,9 @@
-"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else the build tree this
-package sits in (python/ beside build/), else where `make install` put it
-(named by _installed.py), else the system's libkv.so.0 (ld.so's search, or
-/usr/local/lib, where `make install` puts it by default: a package that
-`pip install` put in place finds it there)."""
+"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else where `make install`
+put it when this is the installed package (named by _installed.py), else
+the build tree this package sits in (python/ beside build/), else the
+system's libkv.so.0 (ld.so's search, or /usr/local/lib, where `make
+install` puts it by default: a package that `pip install` put in place
+finds it there)."""
 import ctypes
 import os
 
@@ -13,12 +14,14 @@ def _candidates():
     env = os.environ.get("KVTOOLS_LIBKV")
     if env:
         yield env
-    yield os.path.join(_here, "..", "..", os.environ.get("BUILD", "build"), "libkv.so")
     try:
         from ._installed import LIBKV
-        yield LIBKV
     except ImportError:
-        pass
+        # Not installed: the build tree's.  An installed package never
+        # looks there, as whatever lies two dirs above it is not its own.
+        yield os.path.join(_here, "..", "..", os.environ.get("BUILD", "build"), "libkv.so")
+    else:
+        yield LIBKV
     yield "libkv.so.0"
     yield "/usr/local/lib/libkv.so.0"
 

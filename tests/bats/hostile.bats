@@ -22,6 +22,7 @@ setup() {
 
 teardown() {
 	kill_daemon
+	[ -z "${LOCK_TMP:-}" ] || rm -rf "$LOCK_TMP"
 	common_teardown
 }
 
@@ -370,4 +371,244 @@ streams() {
 	done < "$d/paths"
 	stored=$(find "$KV_ROOT" -name 'fffff*.bin' | wc -l)
 	[ "$stored" -le $((n + 4)) ] || fail "$stored blocks stored, $n reported"
+}
+
+@test "hostile: kvoffd never writes its metrics or events through a planted symlink" {
+	requires kvoffd
+	local tdir=$BATS_TEST_TMPDIR/textfile prom
+	mkdir -p "$tdir"
+	chmod 1777 "$tdir"
+	prom=$tdir/kvoffd.prom
+	# --events FILE: a link at the name is refused at start, at once.
+	ln -s "$OUTSIDE/passwd" "$tdir/events"
+	run timeout 10 kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 8M --events "$tdir/events"
+	[ "$status" -eq 3 ] || fail "kvoffd started with --events a symlink: $status"
+	[ "$(cat "$OUTSIDE/passwd")" = "root:x:0:0:secret" ] || fail "passwd appended to"
+	mkfifo "$tdir/fifo"
+	run timeout 10 kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 8M --events "$tdir/fifo"
+	[ "$status" -eq 3 ] || fail "kvoffd with --events a FIFO: $status"
+	rm "$tdir/events"
+	start_daemon --cpu-bytes 8M --metrics-file "$prom" --events "$tdir/events" ||
+		fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	# The temp names the old daemon used, and the events file swapped
+	# for a link before a SIGHUP reopens it.
+	ln -s "$OUTSIDE/passwd" "$prom.$DPID.tmp"
+	rm "$tdir/events"
+	ln -s "$OUTSIDE/passwd" "$tdir/events"
+	kill -HUP "$DPID"
+	random_file "$BATS_TEST_TMPDIR/b2" 4096
+	kvput --daemon "$SOCK" --config "$CFG" abcde22222222222222222222222222222 "$BATS_TEST_TMPDIR/b2"
+	stop_daemon
+	[ "$(cat "$OUTSIDE/passwd")" = "root:x:0:0:secret" ] || fail "passwd overwritten"
+	[ -f "$prom" ] && [ ! -L "$prom" ] || fail "the .prom is not a regular file"
+	grep -q '^kv_offload_blocks ' "$prom"
+	[ "$(stat -c %a "$prom")" = 644 ]
+	[ -z "$(ls "$tdir" | grep -v -e '^kvoffd.prom$' -e '^kvoffd.prom.[0-9]*.tmp$' -e '^events$' -e '^fifo$')" ] ||
+		fail "left behind: $(ls "$tdir")"
+}
+
+# as_nobody CMD...: CMD as user nobody, no groups.
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+# hold_as WHO MODE FILE: WHO (root or nobody) holds flock MODE on FILE in
+# the background ($holder) until let_go; its handshake FIFO is in
+# $LOCK_TMP, a dir that nobody can reach.
+hold_as() {
+	local fifo=$LOCK_TMP/held.$RANDOM run=()
+	mkfifo "$fifo"
+	chmod 666 "$fifo"
+	[ "$1" = nobody ] && run=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+	"${run[@]}" flock -o "$2" "$3" sh -c 'echo held > "$1"; exec sleep 60' sh "$fifo" \
+		> /dev/null 2>&1 3>&- &
+	holder=$!
+	read -r -t 10 _ <> "$fifo" || fail "$1 could not take $3"
+	rm "$fifo"
+}
+
+# let_go: the holder, and the command it ran, end.
+let_go() {
+	pkill -P "$holder" || true
+	kill "$holder" 2>/dev/null || true
+	wait "$holder" || true
+}
+
+@test "hostile: users who can read or write the root cannot hold kvevict's or kvoffd's locks" {
+	requires root setpriv flock
+	local d
+	d=$(mktemp -d /tmp/kv-locks.XXXXXX)
+	LOCK_TMP=$d
+	chmod 0755 "$d"
+	export KV_ROOT=$d/root
+	mkdir -m 1777 "$KV_ROOT" "$KV_ROOT/.kvevict"
+	# kvevict makes its lock 0600: nobody cannot even open it.
+	kvevict --max-bytes 1G > /dev/null
+	[ "$(stat -c %a "$KV_ROOT/.kvevict.lock")" = 600 ]
+	! as_nobody flock -n -s "$KV_ROOT/.kvevict.lock" true || fail "nobody took the lock"
+	# An older, readable lock file that nobody holds shared, and one that
+	# nobody made and holds in the 1777 root, for a run and a shard:
+	# --wait (what the systemd unit and cron use) replaces them and runs.
+	for lock in .kvevict.lock .kvevict/lock.0; do
+		chmod 644 "$KV_ROOT/$lock"
+		hold_as nobody -s "$KV_ROOT/$lock"
+		run --separate-stderr timeout 20 kvevict --max-bytes 1G --wait=5s --shard 0/1 --shard-wait 0
+		let_go
+		[ "$status" -eq 0 ] || fail "$lock 0644 held by nobody: exit $status: $stderr"
+		rm "$KV_ROOT/$lock"
+		as_nobody sh -c 'umask 077 && : > "$1"' sh "$KV_ROOT/$lock"
+		hold_as nobody -x "$KV_ROOT/$lock"
+		run --separate-stderr timeout 20 kvevict --max-bytes 1G --wait=5s --shard 0/1 --shard-wait 0
+		let_go
+		[ "$status" -eq 0 ] || fail "$lock of nobody's: exit $status: $stderr"
+		[ "$(stat -c '%a %U' "$KV_ROOT/$lock")" = "600 root" ]
+	done
+	# A run that does hold it: --wait is bounded and names the holder.
+	hold_as root -x "$KV_ROOT/.kvevict.lock"
+	SECONDS=0
+	run --separate-stderr timeout 30 kvevict --max-bytes 1G --wait=1s
+	let_go
+	[ "$status" -eq 1 ] || fail "exit $status: $stderr"
+	[ "$SECONDS" -lt 10 ]
+	[[ "$stderr" == *"held by pid $holder (flock, uid 0)"* ]] || fail "$stderr"
+	# kvoffd's claim: a readable one of an older daemon, or one nobody
+	# made, held by nobody, neither keeps kvoffd from starting nor makes
+	# kvevict refuse the root.
+	for owner in root nobody; do
+		rm -f "$KV_ROOT/.kvoffd.lock"
+		if [ $owner = root ]; then
+			(umask 022 && : > "$KV_ROOT/.kvoffd.lock")
+		else
+			as_nobody sh -c 'umask 077 && : > "$1"' sh "$KV_ROOT/.kvoffd.lock"
+		fi
+		hold_as nobody -x "$KV_ROOT/.kvoffd.lock"
+		run --separate-stderr kvevict --max-bytes 1G
+		[ "$status" -eq 0 ] || fail "kvevict, $owner's claim held by nobody: $status: $stderr"
+		start_kvoffd --tier "local:$KV_ROOT:64M" --cpu-bytes 8M ||
+			fail "kvoffd, $owner's claim held by nobody: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+		[ "$(stat -c '%a %U' "$KV_ROOT/.kvoffd.lock")" = "600 root" ]
+		run --separate-stderr kvevict --max-bytes 1G
+		[ "$status" -eq 2 ] || fail "kvevict beside a live kvoffd: $status"
+		stop_daemon
+		let_go
+	done
+}
+
+@test "hostile: --events ipc://PATH never removes a file that is not a socket, nor a live one's" {
+	local p=$BATS_TEST_TMPDIR/precious.txt sock=$BATS_TEST_TMPDIR/live.sock
+	echo precious > "$p"
+	run --separate-stderr env KV_EVENTS="ipc://$p" kvevict --max-bytes 1G
+	[ "$status" -eq 3 ] || fail "kvevict: $status: $stderr"
+	[[ "$stderr" == *"exists and is not a socket"* ]] || fail "$stderr"
+	run kvput --config "$CFG" --events "ipc://$p" abcde33333333333333333333333333333 \
+		"$BATS_TEST_TMPDIR/blk"
+	[ "$status" -eq 3 ]
+	[ "$(cat "$p")" = precious ] || fail "the file at the ipc path is gone"
+	# A socket someone serves is theirs: not unlinked and rebound.
+	python3 -c 'import socket,sys,time
+s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print(flush=True); time.sleep(30)' \
+		"$sock" > "$BATS_TEST_TMPDIR/srv.out" &
+	local srv=$!
+	for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+	ino=$(stat -c %i "$sock")
+	run --separate-stderr kvevict --max-bytes 1G --events "ipc://$sock"
+	kill "$srv"; wait "$srv" || true
+	[ "$status" -eq 3 ] || fail "kvevict on a live socket: $status: $stderr"
+	[ "$(stat -c %i "$sock")" = "$ino" ] || fail "the live socket was replaced"
+}
+
+@test "hostile: kvls never hangs on nor follows a config.json swapped for a FIFO or a symlink" {
+	requires python3
+	local cfg=$KV_ROOT/$MDIR/config.json i hung=0 leaked=0
+	cp "$cfg" "$BATS_TEST_TMPDIR/good.json"
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	# A writer that holds the FIFO open and never writes.
+	sleep 300 <> "$BATS_TEST_TMPDIR/fifo" &
+	local writer=$!
+	ln -s "$OUTSIDE/passwd" "$BATS_TEST_TMPDIR/link"
+	# Swap config.json with the FIFO, then the link, and back, again and
+	# again (renameat2 RENAME_EXCHANGE), while kvls reads the tree.
+	python3 - "$cfg" "$BATS_TEST_TMPDIR/fifo" "$BATS_TEST_TMPDIR/link" <<'PY' &
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+cfg, others = sys.argv[1].encode(), [a.encode() for a in sys.argv[2:]]
+end = time.time() + 60
+while time.time() < end:
+    for o in others:
+        libc.renameat2(-100, cfg, -100, o, 2)
+        time.sleep(0.0002)
+        libc.renameat2(-100, cfg, -100, o, 2)
+        time.sleep(0.0002)
+PY
+	local swapper=$!
+	for i in $(seq 60); do
+		run --separate-stderr timeout 5 kvls --check
+		[ "$status" -ne 124 ] || hung=$((hung + 1))
+		[[ "$output$stderr" != *secret* ]] || leaked=$((leaked + 1))
+		run --separate-stderr timeout 5 kvls
+		[ "$status" -ne 124 ] || hung=$((hung + 1))
+	done
+	kill "$swapper" "$writer"
+	wait "$swapper" "$writer" || true
+	[ "$hung" -eq 0 ] || fail "kvls hung $hung times"
+	[ "$leaked" -eq 0 ] || fail "kvls showed the link's target $leaked times"
+}
+
+@test "hostile: a line with no end costs bounded memory: refused as a bad line, the next one served" {
+	local big=$BATS_TEST_TMPDIR/big.ndjson prog rss
+	# 96 MB without a newline, then a valid record of the block.
+	{ head -c 96000000 /dev/zero | tr '\0' a; echo; echo "{\"model_dir\":\"$MDIR\",\"hash\":\"$H\"}"; } > "$big"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --batch < "$big"
+	[[ "$stderr" == *"<stdin>:1: line longer than 65536 bytes"* ]] || fail "kvget: ${stderr:0:300}"
+	[ "$(jq -s 'map(select(.line == 2 and .hit)) | length' <<< "$output")" = 1 ] || fail "line 2: $output"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvget --batch: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvput --batch --model-dir "$MDIR" --max-block-bytes 4K < "$big"
+	# Room for a 4K block in "data_b64" (5,464 bytes), and no more.
+	[[ "$stderr" == *"<stdin>:1: line longer than 71000 bytes"* ]] || fail "kvput: ${stderr:0:300}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvput --batch: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvevict --stdin --hot 0 < "$big"
+	[[ "$stderr" == *"<stdin>:1: line longer than 65536 bytes"* ]] || fail "kvevict: ${stderr:0:300}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 40000 ] || fail "kvevict --stdin: $rss KiB"
+	# A line of exactly the limit is still a line.
+	{ printf '{"model_dir":"%s","hash":"%s","pad":"' "$MDIR" "$H"; head -c $((65536 - 35 - ${#MDIR} - ${#H})) /dev/zero | tr '\0' x; echo '"}'; } > "$big"
+	[ "$(head -1 "$big" | wc -c)" -eq 65537 ]
+	run --separate-stderr kvget --batch < "$big"
+	[[ "$stderr" != *"longer than"* ]] || fail "a 64 KiB line refused"
+}
+
+@test "hostile: kvget holds no more than --max-block-bytes of a huge sparse block" {
+	local big=$KV_ROOT/$(dirname "${BLOCK#"$KV_ROOT"/}")/abcde44444444444444444444444444444.bin rss
+	truncate -s 3G "$big"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --model-dir "$MDIR" abcde44444444444444444444444444444 -o "$BATS_TEST_TMPDIR/out"
+	[ "$status" -eq 3 ] || fail "exit $status"
+	[[ "$stderr" == *"larger than the 1.0G block limit (--max-block-bytes)"* ]] || fail "$stderr"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 100000 ] || fail "kvget: $rss KiB"
+	run --separate-stderr /usr/bin/time -f 'rss %M' kvget --batch --max-block-bytes 1M \
+		<<< "{\"model_dir\":\"$MDIR\",\"hash\":\"abcde44444444444444444444444444444\"}
+{\"model_dir\":\"$MDIR\",\"hash\":\"$H\"}"
+	rss=$(grep -o 'rss [0-9]*' <<< "$stderr" | cut -d' ' -f2)
+	[ "$rss" -lt 100000 ] || fail "kvget --batch: $rss KiB"
+	[ "$(jq -r 'select(.line == 1) | .error' <<< "$output")" = "larger than the 1.0M block limit (--max-block-bytes)" ] ||
+		fail "$output"
+	[ "$(jq -r 'select(.line == 2) | .hit' <<< "$output")" = true ] || fail "$output"
+}
+
+@test "hostile: kvput writes no llmd-v0 block below a dot-dir, which no walk would list or evict" {
+	local v0=block_size_16_blocks_per_file_1/tp_1_pp_size_1_pcp_size_1/rank_0/bfloat16/abc/de
+	for model in .hidden org/.hidden .kvevict.lock; do
+		run --separate-stderr kvput --model-dir "$MDIR" --batch <<< \
+			"{\"path\":\"$model/$v0/abcde55555555555555555555555555555.bin\",\"file\":\"$BATS_TEST_TMPDIR/blk\"}"
+		[ "$(jq -r .status <<< "$output")" = error ] || fail "$model: $output"
+	done
+	[ ! -e "$KV_ROOT/.hidden" ] && [ ! -e "$KV_ROOT/org" ] && [ ! -e "$KV_ROOT/.kvevict.lock" ] ||
+		fail "made: $(ls -A "$KV_ROOT")"
+	# What is written is what kvls sees.
+	run kvput --model-dir "$MDIR" --batch <<< \
+		"{\"path\":\"org/vis/$v0/abcde55555555555555555555555555555.bin\",\"file\":\"$BATS_TEST_TMPDIR/blk\"}"
+	[ "$(jq -r .status <<< "$output")" = ok ] || fail "$output"
+	kvls --blocks --ndjson | grep -q abcde55555555555555555555555555555
+	run kvevict --max-bytes 1G
+	assert_success
 }

@@ -355,6 +355,12 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	run --separate-stderr tiny --phases write --plot "$BATS_TEST_TMPDIR/no/such/dir.svg"
 	assert_equal "$status" 3
 	[[ "$stderr" == *"cannot write"* ]]
+	# A link planted at the plot's name is not written through.
+	echo secret > "$BATS_TEST_TMPDIR/victim"
+	ln -s "$BATS_TEST_TMPDIR/victim" "$BATS_TEST_TMPDIR/planted.svg"
+	run --separate-stderr tiny --phases write --plot "$BATS_TEST_TMPDIR/planted.svg"
+	assert_equal "$status" 3
+	[ "$(cat "$BATS_TEST_TMPDIR/victim")" = secret ]
 }
 
 @test "O_DIRECT: used where the filesystem takes it, refused loudly when asked" {
@@ -683,4 +689,47 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	run --separate-stderr kvbench verdict --from-run "$BATS_TEST_TMPDIR/none.json" \
 		--block-size 1M --prefill-tokens-per-s 1000
 	assert_equal "$status" 3
+}
+
+# The scratch dir is often shared (1777) and the block names follow from
+# --seed: a neighbour plants links where the next run will write.
+@test "hostile: kvbench never writes, truncates or removes through a symlink in --dir" {
+	local out=$BATS_TEST_TMPDIR/outside blocks b bucket engine
+	mkdir -p "$out"
+	tiny --phases write --keep > /dev/null
+	blocks=$(cd "$D" && find . -name '*.bin' | sort)
+	[ -n "$blocks" ]
+	for engine in uring uring-registered psync; do
+		local extra=(--engine "${engine%-registered}")
+		[ "$engine" = uring-registered ] && extra+=(--registered-files)
+		for mode in read in-place atomic; do
+			rm -rf "${D:?}"/* "$out"/*
+			echo secret > "$out/victim"
+			# Every block a link to a file outside, and one bucket dir
+			# a link to a dir outside that holds a file of a block's name.
+			bucket=
+			for b in $blocks; do
+				mkdir -p "$D/$(dirname "$b")"
+				if [ -z "$bucket" ]; then
+					bucket=$(dirname "$b")
+					rmdir "$D/$bucket"
+					mkdir "$out/bucket"
+					echo secret > "$out/bucket/$(basename "$b")"
+					ln -s "$out/bucket" "$D/$bucket"
+				else
+					ln -s "$out/victim" "$D/$b"
+				fi
+			done
+			case $mode in
+			read) run tiny "${extra[@]}" --phases read ;;
+			in-place) run tiny "${extra[@]}" --phases write --in-place ;;
+			atomic) run tiny "${extra[@]}" --phases write,read,lookup,meta ;;
+			esac
+			[ "$(cat "$out/victim")" = secret ] || fail "$engine $mode: victim overwritten"
+			[ "$(ls "$out/bucket")" = "$(basename "$(echo "$blocks" | head -1)")" ] ||
+				fail "$engine $mode: bucket outside now holds: $(ls "$out/bucket")"
+			[ "$(cat "$out/bucket"/*)" = secret ] || fail "$engine $mode: file outside changed"
+			[ "$status" -ne 0 ] || fail "$engine $mode: exited 0 through a planted link"
+		done
+	done
 }

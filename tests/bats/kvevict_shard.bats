@@ -301,6 +301,7 @@ BUDGET=(--max-bytes 3000K --low-bytes 2000K)
 	mkfifo "$T/held" "$T/release"
 	# hold MODE FILE: a holder of the lock, in the background, until released.
 	hold() {
+		(umask 077 && : >> "$2")
 		flock "$1" "$2" sh -c 'echo held > "$1"; cat "$2" > /dev/null' sh "$T/held" "$T/release" &
 		holder=$!
 		read -r _ < "$T/held"

@@ -274,6 +274,23 @@ for payload in (os.urandom(512), b"KVOD" + bytes(508), b"\x4b\x56\x4f\x44\x01\x0
 PY
 	assert_success
 	[ "$(stat_of protocol_errors)" -eq 3 ]
+	# Hundreds more are counted, and said in a line or two, not hundreds.
+	run python3 - "$SOCK" <<'PY'
+import os, socket, sys
+for _ in range(300):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    hello = b""
+    while len(hello) < 512:
+        hello += s.recv(512 - len(hello))
+    s.sendall(os.urandom(512))
+    s.recv(512)
+    s.close()
+PY
+	assert_success
+	[ "$(stat_of protocol_errors)" -eq 303 ]
+	[ "$(grep -c 'malformed frame' "$BATS_TEST_TMPDIR/kvoffd.log")" -le 3 ] ||
+		fail "$(grep -c 'malformed frame' "$BATS_TEST_TMPDIR/kvoffd.log") log lines"
 	# The earlier client is still served: its release succeeds.
 	release_hold
 	get_equals a abcdef0001

@@ -186,3 +186,118 @@ def test_tier_stats_count_read_throughs_of_the_file_tier(daemon):
     assert [t["kind"] for t in tiers] == ["shared"]
     assert tiers[0]["hits"] == 4 and tiers[0]["capacity_bytes"] == 0
     assert tiers[0]["blocks"] == 4
+
+
+def test_a_view_keeps_the_pool_mapped_after_its_client_is_gone(daemon):
+    # In a child: on the old package the read below was a SIGSEGV.
+    import subprocess
+    import sys
+    code = """
+import gc, sys, kvtools
+c = kvtools.connect(sys.argv[1])
+c.put(sys.argv[2], "abcdef77", b"kept alive" * 1000)
+view = c.lookup(sys.argv[2], "abcdef77").view
+arr = __import__("numpy").frombuffer(c.lookup(sys.argv[2], "abcdef77").view, dtype="u1")
+del c
+gc.collect()
+assert bytes(view[:10]) == b"kept alive", bytes(view[:10])
+assert arr[:10].tobytes() == b"kept alive"
+print("ok")
+"""
+    from conftest import REPO
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, daemon.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+
+
+def test_one_process_cannot_pin_the_pool_over_many_connections(daemon_with):
+    import subprocess
+    import sys
+    from conftest import REPO
+    d = daemon_with("--cpu-bytes", "1M", "--slot-bytes", "16K")
+    hs = hashes(64, tag=0x91)
+    with kvtools.connect(d.sock) as c:
+        assert c.slot_bytes == 16384
+        c.put_many(MODEL_DIR, hs, [b"p" * 1000] * 64)
+    conns = [kvtools.connect(d.sock) for _ in range(8)]
+    pinned, refused = [], 0
+    for i, h in enumerate(hs):
+        try:
+            p = conns[i % 8].lookup(MODEL_DIR, h)
+        except kvtools.KvError as e:
+            assert e.errno == errno.EMFILE
+            refused += 1
+            continue
+        if p is not None:
+            pinned.append(p)
+    # Half the 64 slots, whatever the number of connections.
+    assert len(pinned) == 32 and refused == 32, (len(pinned), refused)
+    # Another process still stores a burst of its own.
+    code = """
+import sys, kvtools
+with kvtools.connect(sys.argv[1]) as c:
+    c.put_many(sys.argv[2], ["%016x" % (0xabc000 + i) for i in range(20)], [b"q" * 1000] * 20)
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, d.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+    for c in conns:
+        c.close()
+
+
+def test_an_installed_package_loads_its_own_libkv_not_a_build_tree_beside_it(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from conftest import REPO, BUILD
+    site = tmp_path / "lib" / "site"
+    shutil.copytree(os.path.join(REPO, "python", "kvtools"), site / "kvtools")
+    (site / "kvtools" / "_installed.py").write_text(
+        "LIBKV = %r\n" % os.path.join(BUILD, "libkv.so"))
+    # Where a build tree would be, relative to the package: some other
+    # library, which must not be loaded.
+    other = os.path.join(BUILD, "tests", "libfaultinj.so")
+    if not os.path.exists(other):
+        pytest.skip("no %s (make all builds it)" % other)
+    (tmp_path / "lib" / "build").mkdir()
+    shutil.copy(other,
+                tmp_path / "lib" / "build" / "libkv.so")
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTOOLS_LIBKV", "BUILD")}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c",
+                        "import kvtools._lib as l; print(l.lib._name)"],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == os.path.join(BUILD, "libkv.so")
+
+
+def test_one_process_cannot_hold_the_pool_in_allocations_over_many_connections(daemon_with):
+    import subprocess
+    import sys
+    from conftest import REPO
+    d = daemon_with("--cpu-bytes", "1M", "--slot-bytes", "16K")
+    conns = [kvtools.connect(d.sock) for _ in range(8)]
+    held, refused = [], 0
+    for i in range(64):
+        try:
+            held.append(conns[i % 8].alloc(MODEL_DIR, "%016x" % (0xa11c00 + i), 1000))
+        except kvtools.KvError as e:
+            assert e.errno == errno.EDQUOT, e
+            refused += 1
+    # Half the 64 slots, whatever the number of connections.
+    assert len(held) == 32 and refused == 32, (len(held), refused)
+    code = """
+import sys, kvtools
+with kvtools.connect(sys.argv[1]) as c:
+    c.put_many(sys.argv[2], ["%016x" % (0xabc000 + i) for i in range(20)], [b"q" * 1000] * 20)
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code, d.sock, MODEL_DIR],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
+    for c in conns:
+        c.close()

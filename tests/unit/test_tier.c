@@ -337,6 +337,39 @@ static int check_batches(const char *root)
 	return 0;
 }
 
+/* A rank dir symlinked out of the root: has, get and del all refuse,
+ * and the file outside stays. */
+static int check_del_beneath(const char *root)
+{
+	char outside[256], rankdir[256], victim[1200], bucket[600];
+	const char *rank_end;
+	struct kv_tier *t;
+	struct stat st;
+	int r;
+
+	snprintf(outside, sizeof(outside), "%s/outside", root);
+	snprintf(rankdir, sizeof(rankdir), "%s/in", root);
+	CHECK(mkdir(outside, 0755) == 0 && mkdir(rankdir, 0755) == 0, "mkdir");
+	rank_end = strchr(keys[5], '/');
+	snprintf(bucket, sizeof(bucket), "%s/%s", outside, rank_end + 1);
+	*strrchr(bucket, '/') = '\0';
+	snprintf(victim, sizeof(victim), "mkdir -p '%s' && touch '%s/%s'", bucket,
+		 outside, rank_end + 1);
+	CHECK(system(victim) == 0, "plant");
+	snprintf(victim, sizeof(victim), "%s/%.*s", rankdir, (int)(rank_end - keys[5]),
+		 keys[5]);
+	CHECK(symlink(outside, victim) == 0, "symlink");
+	r = kv_tier_file_open(rankdir, NULL, &t);
+	CHECK(r == 0, "file open: %s", kv_strerror(r));
+	CHECK(kv_tier_has(t, keys[5]) < 0, "has through a symlinked rank dir");
+	r = kv_tier_del(t, keys[5]);
+	CHECK(r < 0, "del through a symlinked rank dir: %d", r);
+	snprintf(victim, sizeof(victim), "%s/%s", outside, rank_end + 1);
+	CHECK(stat(victim, &st) == 0, "del removed a file outside the root");
+	kv_tier_close(t);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kv-test-tier-XXXXXX";
@@ -378,6 +411,7 @@ int main(void)
 	check_write_through(root);
 	check_failed_spill();
 	check_user_memory(cpu);
+	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {
 		fprintf(stderr, "GPU tier opened on the CPU device\n");
 		failures++;

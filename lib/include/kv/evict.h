@@ -116,16 +116,18 @@ struct kv_evict_report {
  * to unprivileged users), used = blocks - free. */
 int kv_evict_fs_use(const char *path, double *use_pct);
 
-/* Open and flock "<root>/.kvevict.lock"; *fd holds the lock until
- * closed.  -EWOULDBLOCK when another holds it and wait is 0. */
-int kv_evict_lock(const char *root, int wait, int *fd);
+/* Open and flock "<root>/.kvevict.lock" (0600, this user's: see
+ * kv_lock_beneath); *fd holds the lock until closed.  -EWOULDBLOCK when
+ * another still holds it after wait_ns (0: at once), its holder in
+ * kv_error_detail(). */
+int kv_evict_lock(const char *root, int64_t wait_ns, int *fd);
 
 /* The lock of shard index of a sharded run: a shared flock on
  * "<root>/.kvevict.lock" (so that an unsharded run and shards exclude
  * each other, and shards do not) and an exclusive one on
  * "<root>/.kvevict/lock.<index>"; fd[0] and fd[1] hold them until
- * closed.  -EWOULDBLOCK when another holds either and wait is 0. */
-int kv_evict_lock_shard(const char *root, unsigned index, int wait, int fd[2]);
+ * closed.  -EWOULDBLOCK when another still holds either after wait_ns. */
+int kv_evict_lock_shard(const char *root, unsigned index, int64_t wait_ns, int fd[2]);
 
 /* Remove orphans and empty dirs, then evict by the thresholds, budget
  * and quotas in opts; fills report.  -EINVAL when a low target is above

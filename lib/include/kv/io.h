@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,6 +109,36 @@ typedef int (*kv_io_next_fn)(void *arg, struct kv_io_req **req);
 typedef void (*kv_io_done_fn)(void *arg, struct kv_io_req *req);
 int kv_io_batch_stream(struct kv_io *io, kv_io_next_fn next,
 		       kv_io_done_fn done, void *arg);
+
+/*
+ * Paths below a directory that others can write to (a shared scratch
+ * dir, a cache root): resolved without ever leaving it, no symlink
+ * followed at any component, no ".." above it.  What the engine does
+ * for every open; programs use these for their own files there.
+ */
+
+/* openat(dirfd, path, flags | O_NOFOLLOW | O_CLOEXEC, mode) resolved
+ * beneath dirfd: the fd, or -errno (-ELOOP a symlink, -EXDEV an escape). */
+int kv_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
+
+/* The dirs of path ("a/b/c") made where missing (0777 before umask) and
+ * opened beneath dirfd: the fd of the last, or -errno. */
+int kv_mkdir_beneath(int dirfd, const char *path);
+
+/* The dir that holds path's last component, opened O_PATH | O_DIRECTORY
+ * beneath dirfd (a dup of dirfd for a bare name), for an *at() call on
+ * *name with AT_SYMLINK_NOFOLLOW (renameat, unlinkat, utimensat):
+ * the fd, or -errno; *name points into path. */
+int kv_open_parent_beneath(int dirfd, const char *path, const char **name);
+
+/* flock(op: LOCK_SH or LOCK_EX) the lock file name in dirfd, made mode
+ * 0600 where missing; *fd holds the lock until closed.  A lock file
+ * that others could open (group or other bits set), or of a user other
+ * than this one, root or dirfd's owner, is first replaced by a fresh
+ * one, so that no one who may not run the tool can hold it.  Waits at most wait_ns (0: not at all), then
+ * -EWOULDBLOCK with the holder (pid, command, uid) in kv_error_detail();
+ * -EPERM when a foreign lock file cannot be replaced; -errno. */
+int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *fd);
 
 #ifdef __cplusplus
 }
