@@ -30,6 +30,7 @@
 #include <kv/units.h>
 #include "store/beneath.h"
 #include "util/error.h"
+#include "events/endpoint.h"
 
 #define DEFAULT_QUEUE	1024
 #define DEFAULT_BATCH	1024
@@ -762,7 +763,7 @@ void kv_events_stats(struct kv_events *ev, struct kv_events_stats *out)
 /* libzmq unlinks an ipc:// path before it binds there: allow that only
  * for nothing, or a socket no one serves.  Any other file is refused, so
  * a mistyped or planted endpoint never deletes a file. */
-static int ipc_path_free(const char *addr, const char *endpoint)
+int kvi_ipc_path_free(const char *addr, const char *endpoint)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	const char *path = addr + 6;
@@ -883,7 +884,7 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 		rc = zmq_err("cannot monitor the publisher for", endpoint);
 		goto fail;
 	}
-	if (bind && (rc = ipc_path_free(addr, endpoint)) < 0)
+	if (bind && (rc = kvi_ipc_path_free(addr, endpoint)) < 0)
 		goto fail;
 	if ((bind ? zmq_bind(ev->pub, addr) : zmq_connect(ev->pub, addr)) < 0) {
 		rc = zmq_err(bind ? "cannot bind" : "cannot connect to", endpoint);

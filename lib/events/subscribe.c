@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <msgpack.h>
 #include <zmq.h>
 
 #include <kv/errors.h>
 #include <kv/events.h>
 #include "util/error.h"
+#include "events/endpoint.h"
 
 #define SUB_MAX_MSG_BYTES	(16 << 20)	/* a bigger message is dropped by ZMQ */
 #define SUB_HWM			10000		/* messages queued inside ZMQ */
@@ -318,7 +318,6 @@ int kv_events_sub_open(struct kv_events_sub **out)
 int kv_events_sub_add(struct kv_events_sub *s, const char *endpoint)
 {
 	const char *addr = endpoint;
-	struct stat st;
 	int bind, rc = kv_events_endpoint_check(endpoint, &bind);
 
 	if (rc)
@@ -327,10 +326,8 @@ int kv_events_sub_add(struct kv_events_sub *s, const char *endpoint)
 		addr += 5;
 	else if (!strncmp(addr, "connect:", 8))
 		addr += 8;
-	/* ZMQ unlinks an ipc path before it binds there. */
-	if (bind && !strncmp(addr, "ipc://", 6) && lstat(addr + 6, &st) == 0 &&
-	    !S_ISSOCK(st.st_mode))
-		return kvi_fail(-EEXIST, "'%s': the path exists and is not a socket", endpoint);
+	if (bind && (rc = kvi_ipc_path_free(addr, endpoint)) < 0)
+		return rc;
 	if ((bind ? zmq_bind(s->sock, addr) : zmq_connect(s->sock, addr)) < 0) {
 		int err = errno;
 

@@ -150,9 +150,9 @@ struct kv_events_sub_stats {
 
 int kv_events_sub_open(struct kv_events_sub **out);
 /* Subscribe on endpoint: bind or connect by kv_events_endpoint_check's
- * rule.  An ipc path that exists and is not a socket is refused
- * (-EEXIST), since binding would replace it.  -EINVAL malformed, -errno
- * from ZMQ. */
+ * rule.  An ipc path that holds anything but a socket no one serves is
+ * refused (-EEXIST, -EADDRINUSE), since binding would replace it.
+ * -EINVAL malformed, -errno from ZMQ. */
 int kv_events_sub_add(struct kv_events_sub *s, const char *endpoint);
 /* A file descriptor to poll(2) for POLLIN; it is edge-triggered, so a
  * caller polls it only after a drain that returned 0. */
