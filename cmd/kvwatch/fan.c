@@ -13,15 +13,38 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/fanotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include "../tool.h"
 #include "kvwatch.h"
 
 #define FAN_BUF_BYTES	(256 << 10)
+#define FDS_SPARE	128	/* kept free of event fds */
+
+/* The kernel opens an fd for every event a read returns, and loses the
+ * events it cannot open one for: raise the soft limit on open files to
+ * the hard one, and read no more events at once than fds are left. */
+static size_t read_bytes_for_fds(void)
+{
+	struct rlimit rl;
+	rlim_t fds;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	fds = rl.rlim_cur > 2 * FDS_SPARE ? rl.rlim_cur - FDS_SPARE : FDS_SPARE;
+	if (fds > FAN_BUF_BYTES / FAN_EVENT_METADATA_LEN)
+		return FAN_BUF_BYTES;
+	return (size_t)fds * FAN_EVENT_METADATA_LEN;
+}
 
 void fan_open(struct watch *w)
 {
 	uint64_t mask = FAN_OPEN | FAN_CLOSE_WRITE;
+
+	w->fan_read_bytes = read_bytes_for_fds();
 
 	w->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE,
 			       O_RDONLY | O_LARGEFILE | O_CLOEXEC);
@@ -156,11 +179,13 @@ int fan_drain(struct watch *w)
 {
 	static char buf[FAN_BUF_BYTES] __attribute__((aligned(8)));
 	const struct fanotify_event_metadata *md;
-	ssize_t len = read(w->fan, buf, sizeof(buf));
+	ssize_t len = read(w->fan, buf, w->fan_read_bytes);
 	pid_t self = getpid();
+	size_t got;
 
 	if (len <= 0)
 		return 0;
+	got = (size_t)len;	/* FAN_EVENT_NEXT counts len down */
 	for (md = (const void *)buf; FAN_EVENT_OK(md, len); md = FAN_EVENT_NEXT(md, len)) {
 		if (md->vers != FANOTIFY_METADATA_VERSION)
 			break;
@@ -174,5 +199,5 @@ int fan_drain(struct watch *w)
 			w->last_pid = 0;
 		close(md->fd);
 	}
-	return (size_t)len + FAN_EVENT_METADATA_LEN * 64 > sizeof(buf);
+	return got + FAN_EVENT_METADATA_LEN * 64 > w->fan_read_bytes;
 }

@@ -83,6 +83,7 @@ struct watch {
 	int64_t last_pid_ns;		/* and when (pids are reused) */
 	const char *metrics;
 	int fan;			/* fanotify fd */
+	size_t fan_read_bytes;		/* a read's worth: fds to spare for it */
 	const char *mark;		/* "filesystem" or "mount" */
 	struct kv_events_sub *sub;
 

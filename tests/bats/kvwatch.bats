@@ -353,3 +353,19 @@ publish() {
 	stop_kvwatch
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/kvwatch.out")" -eq 300 ]
 }
+
+@test "a backlog of reads queued at SIGTERM is recorded whole, read after read (few fds: small reads)" {
+	mount_tmpfs 128m
+	mount -o remount,noatime "$MNT"
+	"$KV_BIN/../bench/kvtree" -B 4096 "$MNT" 3000 > /dev/null
+	kvls --root "$MNT" --blocks --ndjson | jq -r --arg r "$MNT/" '$r + .path' > "$BATS_TEST_TMPDIR/list"
+	(
+		ulimit -n 300
+		KV_ROOT=$MNT start_kvwatch --resolution 0 --metrics "$BATS_TEST_TMPDIR/m.prom"
+		"$KV_BIN/../bench/readblocks" "$BATS_TEST_TMPDIR/list" 1 > /dev/null
+		stop_kvwatch
+		[ "$WRC" -eq 0 ]
+	)
+	grep -qx 'kvwatch_uses_total{source="read"} 3000' "$BATS_TEST_TMPDIR/m.prom" ||
+		fail "$(grep uses_total "$BATS_TEST_TMPDIR/m.prom")"
+}
