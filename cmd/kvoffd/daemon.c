@@ -227,11 +227,13 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 		if (s->pins || s->wb_pending)
 			continue;
 		if (needs_write(s)) {
-			if (spills < budget && !queue_write(d, i, 0, 0)) {
+			/* Storage that refused it would refuse it again: a
+			 * put must not wait on that. */
+			if (!s->wb_failed && spills < budget && !queue_write(d, i, 0, 0)) {
 				spills++;
 				continue;
 			}
-			if (!behind)
+			if (!behind && !s->wb_failed)
 				continue;
 			/* Lost only if no tier had it. */
 			if (!s->held)
@@ -258,7 +260,8 @@ static void spill_ahead(struct offd *d, unsigned cls)
 	     i = kv_slots_newer(d->store, i), seen++) {
 		struct slot *s = &d->slots[i];
 
-		if (needs_write(s) && !s->pins && !s->wb_pending && queue_write(d, i, 0, 0))
+		if (needs_write(s) && !s->wb_failed && !s->pins && !s->wb_pending &&
+		    queue_write(d, i, 0, 0))
 			return;
 	}
 }
@@ -1356,6 +1359,7 @@ static void write_done(struct offd *d, const struct job *j)
 	} else if (j->result == -KV_ECHECKSUM) {
 		drop_altered(d, j->slot);
 	} else {
+		s->wb_failed = 1;
 		ft->st.errors++;
 		if (!j->promote)
 			d->st.wb_errors++;

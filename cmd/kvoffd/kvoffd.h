@@ -31,6 +31,9 @@ struct slot {
 	int wb_pending;		/* a worker may read the slot: not reusable */
 	unsigned wb_tier;	/* wb_pending: the tier it is written to */
 	int wb_refused;		/* always: the full queue refused it at commit */
+	int wb_failed;		/* its write-behind failed (ENOSPC, EIO...):
+				   not retried; it goes, a counted drop, when
+				   its room is needed */
 	int drain_tried;	/* SIGTERM drain queued it once already */
 	int64_t start_ns;	/* ALLOC time, for put seconds */
 	uint64_t sum;		/* SLOT_READY: xxh3 of the payload, fixed at
