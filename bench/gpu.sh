@@ -44,7 +44,7 @@
 #        [GDS_DIR=DIR] [NVIDIA_SMI=nvidia-smi] bench/gpu.sh [DIR]
 #        bench/gpu.sh --from REC DIR
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 3
 REPO=$PWD
 NVIDIA_SMI=${NVIDIA_SMI:-nvidia-smi}
 GPU_BUILD=${GPU_BUILD:-build-gpu}
