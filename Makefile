@@ -158,6 +158,14 @@ $(BUILD)/bench/kvtree: $(BUILD)/bench/kvtree.o $(BUILD)/libkv.a
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 all: $(BUILD)/bench/kvtree
 
+# bench/gpu.sh's GDS measurement (bench/gds_bw.c): block files <-> GPU
+# by cuFile against the pinned bounce buffer.
+$(BUILD)/bench/gds_bw: $(BUILD)/bench/gds_bw.o $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+all: $(BUILD)/bench/gds_bw
+
 # The block reader of bench/kvwatch.sh: opens and reads as a model server.
 $(BUILD)/bench/readblocks: bench/readblocks.c
 	@mkdir -p $(@D)

@@ -34,6 +34,11 @@
  *       and ns
  *   offd_client zipf-fill SOCK MODEL_DIR KEYS
  *       put every one of those KEYS keys once
+ *   offd_client dma SOCK MODEL_DIR BYTES
+ *       register the shared pool with CUDA device 0 (cudaHostRegister),
+ *       DMA a block of BYTES from the device straight into a slot, read
+ *       it back through the daemon, then DMA it from the slot back to
+ *       the device; every byte checked
  *
  * Exit: 0 ok, 1 block absent, 3 failure or mismatch, 4 daemon unreachable.
  */
@@ -632,6 +637,122 @@ static int cmd_zipf_fill(char **a)
 	return buf ? err : fail("malloc", -ENOMEM);
 }
 
+static int dma_fail(const char *what, int err)
+{
+	fprintf(stderr, "offd_client: dma: %s: %s%s%s\n", what, kv_strerror(err),
+		*kv_error_detail() ? ": " : "", kv_error_detail());
+	return 3;
+}
+
+/* The pinned-mapping path of a CUDA client: the pool registered in
+ * place, blocks DMA'd into and out of slots with no copy through the
+ * socket. */
+static int dma_round_trip(struct kv_dma *dma, struct kv_offd *c, const char *model,
+			  size_t len)
+{
+	size_t pool_bytes = 0, got = 0;
+	unsigned char *pool = kv_offd_pool(c, &pool_bytes);
+	unsigned char *want = malloc(len), *back = malloc(len);
+	void *dev = NULL, *dev2 = NULL, *ptr;
+	const void *rptr;
+	struct kv_block_ref ref;
+	uint32_t slot;
+	int err, registered = 0;
+
+	make_ref(&ref, model, 0, 0, "00000000000000000000000000dead29");
+	err = !pool ? -EINVAL : !want || !back ? -ENOMEM : 0;
+	if (err) {
+		err = dma_fail("pool or buffers", err);
+		goto out;
+	}
+	fill(want, len, 29);
+	if ((err = kv_dma_register(dma, pool, pool_bytes))) {
+		err = dma_fail("register the pool", err);
+		goto out;
+	}
+	registered = 1;
+	if ((err = kv_dma_dev_alloc(dma, len, &dev)) ||
+	    (err = kv_dma_dev_alloc(dma, len, &dev2)) ||
+	    (err = kv_dma_copy(dma, dev, want, len)) ||
+	    (err = kv_dma_memset(dma, dev2, 0xA5, len))) {
+		err = dma_fail("device buffers", err);
+		goto out;
+	}
+	if ((err = kv_offd_alloc(c, &ref, len, &slot, &ptr))) {
+		err = fail("alloc", err);
+		goto out;
+	}
+	if ((unsigned char *)ptr < pool || (unsigned char *)ptr + len > pool + pool_bytes) {
+		fprintf(stderr, "offd_client: dma: slot %u lies outside the pool\n", slot);
+		kv_offd_abort(c, slot);
+		err = 3;
+		goto out;
+	}
+	if ((err = kv_dma_copy(dma, ptr, dev, len))) {
+		kv_offd_abort(c, slot);
+		err = dma_fail("device -> slot", err);
+		goto out;
+	}
+	if ((err = kv_offd_commit(c, slot))) {
+		err = fail("commit", err);
+		goto out;
+	}
+	memset(back, 0xA5, len);
+	if ((err = kv_offd_get(c, &ref, back, len, &got))) {
+		err = fail("get", err);
+		goto out;
+	}
+	if (got != len || memcmp(back, want, len)) {
+		fprintf(stderr, "offd_client: dma: the daemon holds other bytes than the device sent\n");
+		err = 3;
+		goto out;
+	}
+	if ((err = kv_offd_lookup(c, &ref, &slot, &rptr, &got))) {
+		err = fail("lookup", err);
+		goto out;
+	}
+	err = got == len ? kv_dma_copy(dma, dev2, rptr, len) : -EIO;
+	kv_offd_release(c, slot);
+	memset(back, 0xA5, len);
+	if (err || (err = kv_dma_copy(dma, back, dev2, len))) {
+		err = dma_fail("slot -> device", err);
+		goto out;
+	}
+	if (memcmp(back, want, len)) {
+		fprintf(stderr, "offd_client: dma: the device got other bytes than the slot held\n");
+		err = 3;
+		goto out;
+	}
+	printf("%s: registered %zu pool bytes; %zu bytes device -> slot -> device: equal\n",
+	       kv_dma_name(dma), pool_bytes, len);
+out:
+	kv_dma_dev_free(dma, dev);
+	kv_dma_dev_free(dma, dev2);
+	if (registered)
+		kv_dma_unregister(dma, pool);
+	free(want);
+	free(back);
+	return err;
+}
+
+static int cmd_dma(char **a)
+{
+	size_t len = strtoull(a[2], NULL, 0);
+	struct kv_offd *c;
+	struct kv_dma *dma;
+	int err;
+
+	if (len == 0)
+		return dma_fail(a[2], -EINVAL);
+	if ((err = kv_dma_open(0, NULL, &dma)))
+		return dma_fail("open CUDA device 0", err);
+	connect_to(a[0], &c);
+	err = dma_round_trip(dma, c, a[1], len);
+	kv_offd_close(c);
+	kv_dma_close(dma);
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -644,7 +765,7 @@ int main(int argc, char **argv)
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
 		{ "memcpy", 3, cmd_memcpy }, { "batch", 6, cmd_batch },
 		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill }, { "zipf", 6, cmd_zipf },
-		{ "zipf-fill", 3, cmd_zipf_fill },
+		{ "zipf-fill", 3, cmd_zipf_fill }, { "dma", 3, cmd_dma },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(cmds[0]); i++)

@@ -188,3 +188,130 @@ needs_latfs() {
 	assert_output --partial "2000 blocks: index"
 	refute_output --partial "warning"
 }
+
+# bench/gpu.sh (issue 29) needs a GPU to measure; here it answers 77,
+# and its report is checked against a recorded run (tests/fixtures/gpu/,
+# sample figures, not measurements) and, every step, on the simulated
+# device with a stand-in nvidia-smi.
+GPU_REC=$REPO/tests/fixtures/gpu
+
+@test "bench/gpu.sh without a GPU exits 77 with one line saying why" {
+	run env NVIDIA_SMI=kv-no-such-nvidia-smi OUT="$SCRATCH" "$REPO/bench/gpu.sh"
+	[ "$status" -eq 77 ]
+	assert_output "bench/gpu.sh: no NVIDIA GPU: kv-no-such-nvidia-smi not found"
+	[ ! -e "$SCRATCH" ]
+	run env NVIDIA_SMI=false "$REPO/bench/gpu.sh" "$SCRATCH"
+	[ "$status" -eq 77 ]
+	assert_output "bench/gpu.sh: no NVIDIA GPU: false -L: "
+	if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+		run "$REPO/bench/gpu.sh" "$SCRATCH"
+		[ "$status" -eq 77 ]
+		[ "${#lines[@]}" -eq 1 ]
+		assert_output --regexp "^bench/gpu.sh: no NVIDIA GPU: "
+	fi
+	run env -u OUT "$REPO/bench/gpu.sh"
+	[ "$status" -eq 2 ]
+	run "$REPO/bench/gpu.sh" --from "$GPU_REC"
+	[ "$status" -eq 2 ]
+}
+
+@test "bench/gpu.sh --from a recorded run writes the RESULTS rows, gpu.json and a line per target" {
+	requires python3
+	run "$REPO/bench/gpu.sh" --from "$GPU_REC" "$SCRATCH"
+	# The sample misses one target (d2h fragments): exit 1.
+	[ "$status" -eq 1 ] || fail "exit $status: $output"
+	assert_line --index 0 --partial "device: NVIDIA H100 80GB HBM3 (driver 550.90.07, PCIe Gen5 x16), 00000000:19:00.0; PCIe Gen5 x16 under load (max Gen5 x16, idle Gen1 x16); SM clock 1980 MHz under load"
+	assert_line "target contiguous h2d: 2M pinned batched (copies) 52.6 GB/s = 0.99 of the large copy's 53.2 GB/s (target 0.9): met"
+	assert_line "target contiguous d2h: 2M pinned batched (copies) 53.5 GB/s = 0.99 of the large copy's 54.1 GB/s (target 0.9): met"
+	assert_line "target fragments h2d: 2M pinned batched (kernel) 45.6 GB/s = 0.86 of the large copy's 53.2 GB/s (target 0.8): met"
+	assert_line "target fragments d2h: 2M pinned batched (kernel) 41.6 GB/s = 0.77 of the large copy's 54.1 GB/s (target 0.8): NOT met"
+	assert_line "reference h2d: vLLM DMA offload about 50 GB/s one direction at 2 MB blocks (published, H100); here 52.6 GB/s (1.05 of it)"
+	assert_line "reference d2h: pinned copy about 55 GB/s on PCIe Gen5 (published); here the large copy 54.1 GB/s on Gen5 x16 (0.98 of it)"
+	assert_line --partial "gds: cuFile absent (libcufile.so.0: cannot open shared object file"
+	assert_line "step tests: ok: 4 unit tests and tests/bats/dma.bats on the real runtime (4 bats skips)"
+	diff -u - "$SCRATCH/rows.md" <<'ROWS'
+| NVIDIA H100 80GB HBM3 (driver 550.90.07, PCIe Gen5 x16) | h2d | 0.99 (52.6 / 53.2 GB/s) | 0.86 (45.6 / 53.2 GB/s) |
+| NVIDIA H100 80GB HBM3 (driver 550.90.07, PCIe Gen5 x16) | d2h | 0.99 (53.5 / 54.1 GB/s) | 0.77 (41.6 / 54.1 GB/s) |
+ROWS
+	# Every measurement a row, under the header.
+	[ "$(wc -l < "$SCRATCH/dma-table.md")" -eq 162 ]
+	grep -qx '| d2h | pageable | batched | fragments | copies | 64M | 256 | 20.44 | 0.38 |' \
+		"$SCRATCH/dma-table.md"
+	[ "$(grep -c ': met$\|: NOT met$' "$SCRATCH/summary.txt")" -eq 4 ]
+	python3 - "$SCRATCH/gpu.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["device"]["pcie_gen"] == 1 and d["device_under_load"]["pcie_gen"] == 5, d
+assert d["device_under_load"]["power_w"] == 118.4, d["device_under_load"]
+assert d["device"]["driver_version"] == "550.90.07"
+assert [(t["direction"], t["layout"], t["met"]) for t in d["targets"]] == [
+    ("h2d", "contiguous", True), ("d2h", "contiguous", True),
+    ("h2d", "fragments", True), ("d2h", "fragments", False)], d["targets"]
+assert len(d["dma"]["results"]) == 160 and d["gds"]["cufile"] is False
+assert [s["step"] for s in d["steps"]] == ["build", "tests", "dma", "gds"]
+PY
+}
+
+@test "bench/gpu.sh --from reports a failed step with exit 3, and refuses records it cannot read" {
+	requires python3
+	local rec=$BATS_TEST_TMPDIR/rec
+	mkdir -p "$rec"
+	cp "$GPU_REC"/* "$rec/"
+	echo "tests fail failed: test_tier_gpu(1) (tests.log)" >> "$rec/steps.txt"
+	run "$REPO/bench/gpu.sh" --from "$rec" "$SCRATCH/a"
+	[ "$status" -eq 3 ] || fail "exit $status: $output"
+	assert_line "step tests: fail: failed: test_tier_gpu(1) (tests.log)"
+	# A build that failed: no figures, the steps are the report.
+	rm "$rec/dma.json"
+	echo "build fail make CUDA=1: see build.log" > "$rec/steps.txt"
+	run "$REPO/bench/gpu.sh" --from "$rec" "$SCRATCH/b"
+	[ "$status" -eq 3 ]
+	assert_output "step build: fail: make CUDA=1: see build.log"
+	# No figures and no failed step, figures cut short, or figures that
+	# disagree with kvbench's own ratios: refused.
+	: > "$rec/steps.txt"
+	run --separate-stderr "$REPO/bench/gpu.sh" --from "$rec" "$SCRATCH/c"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == "bench/gpu.sh: no dma.json in "* ]] || fail "stderr: $stderr"
+	head -c 2000 "$GPU_REC/dma.json" > "$rec/dma.json"
+	run --separate-stderr "$REPO/bench/gpu.sh" --from "$rec" "$SCRATCH/d"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == "bench/gpu.sh: dma.json: "* ]] || fail "stderr: $stderr"
+	python3 - "$GPU_REC/dma.json" "$rec/dma.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["reference"]["d2h_elapsed_ns"] //= 2
+json.dump(d, open(sys.argv[2], "w"))
+PY
+	run --separate-stderr "$REPO/bench/gpu.sh" --from "$rec" "$SCRATCH/e"
+	[ "$status" -eq 3 ]
+	[[ "$stderr" == *"ratio"*"disagrees with its rows" ]] || fail "stderr: $stderr"
+}
+
+@test "bench/gpu.sh runs every step on the simulated device (a stand-in nvidia-smi)" {
+	requires python3
+	local mock=$KV_BIN/../tests/libcudart_mock.so
+	[ -f "$mock" ] || skip "built without CUDA: no simulated device"
+	run env REUSE_BUILD=1 GPU_BUILD="$BENCH_BUILD" GPU_SUITES= DMA_TOTAL=64M DMA_REPEAT=1 \
+		GDS_DIR="$BATS_TEST_TMPDIR/gds" NVIDIA_SMI="$GPU_REC/nvidia-smi" LD_PRELOAD="$mock" \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		"$REPO/bench/gpu.sh" "$SCRATCH"
+	# Whether the simulated device meets a target is no matter here.
+	[ "$status" -eq 0 ] || [ "$status" -eq 1 ] || fail "exit $status: $output"
+	diff -u - <(cut -d' ' -f1,2 "$SCRATCH/steps.txt") <<'STEPS'
+build reused
+tests ok
+dma ok
+gds absent
+STEPS
+	assert_line "step tests: ok: 4 unit tests and no bats suite on the simulated device (LD_PRELOAD) (0 bats skips)"
+	assert_line "note: nvidia-smi names NVIDIA H100 80GB HBM3, kvbench dma measured kvtools simulated GPU"
+	[ "$(grep -c ': met$\|: NOT met$' "$SCRATCH/summary.txt")" -eq 4 ]
+	[ "$(wc -l < "$SCRATCH/rows.md")" -eq 2 ]
+	for f in env.txt nvidia-smi.csv nvidia-smi-load.csv nvidia-smi-q.txt tests.log \
+		dma.json gds.json gpu.json dma-table.md summary.txt; do
+		[ -s "$SCRATCH/$f" ] || fail "$f missing or empty"
+	done
+	grep -q '^== test_tier_gpu: exit 0$' "$SCRATCH/tests.log"
+	[ ! -e "$BATS_TEST_TMPDIR/gds" ]
+}

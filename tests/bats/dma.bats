@@ -19,6 +19,21 @@ with_mock() {
 		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "$@"
 }
 
+teardown() {
+	kill_daemon
+	common_teardown
+}
+
+# offd_dma [WRAPPER...]: a kvoffd client that registers the daemon's
+# shared pool with CUDA device 0 and DMAs a 1 MiB block into a slot and
+# back out of it (bench/offd_client.c dma), run under WRAPPER.
+offd_dma() {
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	start_daemon --cpu-bytes 8M
+	run "$@" "$KV_BIN/../bench/offd_client" dma "$SOCK" \
+		meta-llama_Llama-3.1-8B_0123456789ab 1048576
+}
+
 no_gpu() {
 	if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
 		skip "a GPU is present"
@@ -117,6 +132,46 @@ PY
 	run with_mock env KV_TEST_CUFILE="$TESTS/libcufile_mock.so" "$TESTS/test_gds"
 	assert_success
 	assert_output --partial "kvtools simulated GPU: cuFile"
+}
+
+@test "simulated device: a kvoffd client DMAs a block into and out of the registered pool" {
+	needs_mock
+	offd_dma with_mock
+	assert_success
+	assert_output --regexp "^kvtools simulated GPU: registered [0-9]+ pool bytes; 1048576 bytes device -> slot -> device: equal$"
+}
+
+@test "GPU: a kvoffd client DMAs a block into and out of the registered pool" {
+	requires gpu
+	offd_dma
+	assert_success
+	assert_output --regexp ": registered [0-9]+ pool bytes; 1048576 bytes device -> slot -> device: equal$"
+}
+
+@test "simulated device: bench/gds_bw moves 2 MiB blocks by cuFile and staged, checked" {
+	requires python3
+	needs_mock
+	run --separate-stderr with_mock "$KV_BIN/../bench/gds_bw" "$KV_ROOT" 3 \
+		"$TESTS/libcufile_mock.so"
+	assert_success
+	python3 - "$output" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["cufile"] is True and d["blocks"] == 3 and d["block_bytes"] == 2 << 20, d
+for k in ("cufile_write", "cufile_read", "staged_write", "staged_read"):
+    assert d[k + "_bytes_per_s"] > 0, k
+PY
+	[ "$(find "$KV_ROOT" -name '*.bin' | wc -l)" -eq 3 ]
+	# Without a cuFile: the reason, and the staged path alone.
+	run --separate-stderr with_mock "$KV_BIN/../bench/gds_bw" "$KV_ROOT" 1 \
+		libkv-test-absent-cufile.so.0
+	assert_success
+	python3 - "$output" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["cufile"] is False and "libkv-test-absent-cufile" in d["reason"], d
+assert "cufile_read_bytes_per_s" not in d and d["staged_read_bytes_per_s"] > 0, d
+PY
 }
 
 @test "simulated device: its PCI bus id maps to a NUMA node" {
