@@ -65,5 +65,9 @@ int main(int argc, char **argv)
 			opens++;
 		}
 	printf("opens %llu bytes %llu seconds %.6f\n", opens, bytes, now_s() - t0);
+	for (size_t i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+	free(buf);
 	return 0;
 }
