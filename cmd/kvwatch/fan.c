@@ -150,10 +150,8 @@ static void on_event(struct watch *w, const struct fanotify_event_metadata *md)
 	path[n] = '\0';
 	if (ends_with(path, (size_t)n, KV_BLOCK_SUFFIX)) {
 		rel = relpath_of(w, path, md->fd);
-		if (!rel || kv_layout_block_parse(rel, &ref) < 0) {
-			w->c.reads_other++;
+		if (!rel || kv_layout_block_parse(rel, &ref) < 0)
 			return;
-		}
 		watch_index_add(w, rel);
 		if (!(md->mask & FAN_OPEN))
 			return;

@@ -68,7 +68,6 @@ struct watch {
 	char root_real[4096];
 	size_t root_len;
 	int rootfd;
-	dev_t dev;
 	struct kv_io *io;		/* kv_io_touch beneath the root */
 	struct kv_uses_journal *journal; /* opened on the first unstampable use */
 	char node[65];
@@ -101,15 +100,12 @@ struct watch {
 	struct counters {
 		uint64_t uses[2];		/* by source */
 		uint64_t stamped, journaled, skipped, failed;
-		uint64_t reads_other;		/* opens outside the layout/root */
 		uint64_t reads_ignored;		/* by --ignore-comm */
-		uint64_t stored_gpu_hashes, unmatched;
-		uint64_t events_other;		/* storage media, removals */
+		uint64_t unmatched;
 		uint64_t overflows;
 		uint64_t rescans;
 		double lag_s;			/* the last event's, from its stamp */
 	} c;
-	int64_t started_ns;
 };
 
 /* Index relpath (a block just read or written on this node). */

@@ -152,12 +152,9 @@ static int on_kv_event(const struct kv_event *ev, void *arg)
 
 	if (ev->ts > 0)
 		w->c.lag_s = (double)kv_now_ns() / 1e9 - ev->ts;
-	if (ev->kind != KV_EVENT_BLOCK_STORED || !is_use_medium(ev->medium)) {
-		w->c.events_other++;
+	if (ev->kind != KV_EVENT_BLOCK_STORED || !is_use_medium(ev->medium))
 		return 0;
-	}
 	for (size_t i = 0; i < ev->nhashes; i++) {
-		w->c.stored_gpu_hashes++;
 		if (!index_each(&w->idx, ev->hashes[i], use_one, w))
 			w->c.unmatched++;
 	}
@@ -352,7 +349,6 @@ int main(int argc, char **argv)
 	w.root_len = strlen(w.root_real);
 	if (w.root_len == 1)
 		w.root_len = 0;		/* "/": every path is under it */
-	w.dev = st.st_dev;
 	rc = kv_io_open(w.root, NULL, &w.io);
 	if (rc) {
 		tool_err("cannot open '%s': %s", w.root, kv_strerror(rc));
@@ -381,7 +377,7 @@ int main(int argc, char **argv)
 		tool_err("cannot index '%s': %s", w.root, kv_strerror(rc));
 		return EXIT_RUNTIME;
 	}
-	w.last_scan_ns = w.started_ns = kv_now_ns();
+	w.last_scan_ns = kv_now_ns();
 	if (ready_fd >= 0) {
 		if (write(ready_fd, "\n", 1) != 1)
 			tool_err("cannot write to --ready-fd: %s", strerror(errno));
