@@ -36,8 +36,9 @@ BUILD       ?= build
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -fPIC -pthread \
-	-D_GNU_SOURCE -DKV_VERSION_STRING='"$(VERSION)"' -Ilib/include -Ilib -MMD -MP
-LDLIBS  := -luring -lhwloc -lzstd -lxxhash -lisal -ljansson -lcrypto -lzmq -lmsgpackc -lpthread -lm
+	-D_GNU_SOURCE -DKV_VERSION_STRING='"$(VERSION)"' -Ilib/include -Ilib -MMD -MP \
+	$(shell pkg-config --cflags libxml-2.0 2>/dev/null || echo -I/usr/include/libxml2)
+LDLIBS  := -luring -lhwloc -lzstd -lxxhash -lisal -ljansson -lcrypto -lzmq -lmsgpackc -lcurl -lxml2 -lpthread -lm
 
 ifeq ($(V),1)
 Q :=

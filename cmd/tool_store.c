@@ -56,6 +56,15 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	s->daemon = daemon;
 	s->root = root;
 	s->block_max = 0;
+	if (!daemon && kv_root_is_s3(root)) {
+		err = kv_tier_s3_open(root, opts, &s->tier);
+		if (err < 0) {
+			tool_err("cannot open '%s': %s%s%s", root, kv_strerror(err),
+				 *kv_error_detail() ? ": " : "", kv_error_detail());
+			exit(EXIT_RUNTIME);
+		}
+		return;
+	}
 	if (!daemon) {
 		err = kv_tier_file_open(root, opts, &s->tier);
 		/* A missing root: tool_root_open says it in its words. */
@@ -153,6 +162,9 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 	else if (s->daemon)
 		tool_err("cannot get %s from the daemon at '%s': %s", hash, s->daemon,
 			 kv_strerror(err));
+	else if (kv_root_is_s3(s->root) && *kv_error_detail())
+		tool_err("cannot %s '%s/%s': %s: %s", file_verbs[verb], s->root, relpath,
+			 kv_strerror(err), kv_error_detail());
 	else
 		tool_err("cannot %s '%s/%s': %s", file_verbs[verb], s->root, relpath,
 			 kv_strerror(err));

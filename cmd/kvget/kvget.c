@@ -819,6 +819,8 @@ int main(int argc, char **argv)
 	}
 	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
 	daemon = tool_daemon(daemon_opt);
+	if (get.archive.path && !daemon && kv_root_is_s3(tool_root(root_opt)))
+		tool_usage_fail("--archive reads a file tier, not a bucket");
 	if (get.archive.path && daemon)
 		tool_usage_fail("--archive reads the file tier: drop --daemon (and $KV_DAEMON)");
 	tool_store_open(&get.store, daemon, daemon ? NULL : tool_root(root_opt), &opts);

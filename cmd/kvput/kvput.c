@@ -611,6 +611,8 @@ int main(int argc, char **argv)
 		if (!strcmp(archive, "-") && isatty(STDIN_FILENO))
 			tool_usage_fail("refusing to read an archive from a terminal");
 		root = tool_root(root_opt);
+		if (kv_root_is_s3(root))
+			tool_usage_fail("--archive restores into a file tier, not a bucket");
 		endpoint = tool_events_endpoint(events_opt);
 		if (endpoint) {
 			put.rootfd = tool_root_open(root);
@@ -638,12 +640,14 @@ int main(int argc, char **argv)
 	endpoint = daemon ? NULL : tool_events_endpoint(events_opt);
 	/* --config's model dir and config.json go to the root, daemon or
 	 * not: the daemon writes blocks behind into that layout. */
-	rootfd = root ? tool_root_open(root) : -1;
+	/* A bucket has no model dirs: vLLM's obj tier writes no config.json,
+	 * and neither does kvput there. */
+	rootfd = root && !kv_root_is_s3(root) ? tool_root_open(root) : -1;
 	tool_model_dir(model_dir, config, config ? rootfd : -1, put.rank, put.model_dir,
 		       sizeof(put.model_dir));
 	/* A rank dir beside no model dir is an orphan that no reader can
 	 * name a config for: --model-dir must name one that is there. */
-	if (model_dir && rootfd >= 0 && !daemon &&
+	if (model_dir && rootfd >= 0 && !daemon && !kv_root_is_s3(root) &&
 	    faccessat(rootfd, model_dir, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 		tool_err("model dir '%s' does not exist under '%s': give --config to create it",
 			 model_dir, root);

@@ -65,6 +65,8 @@ const char *kv_strerror(int err)
 		[KV_EFINGERPRINT - KV_EBADHASH] = "model dir name does not match config.json",
 		[KV_EPROTO - KV_EBADHASH] = "malformed message",
 		[KV_ENODEV - KV_EBADHASH] = "no GPU device",
+		[KV_ES3 - KV_EBADHASH] = "object store error",
+		[KV_ENOBUCKET - KV_EBADHASH] = "no such bucket",
 	};
 	int e = err < 0 ? -err : err;
 

@@ -14,6 +14,8 @@ enum {
 	KV_EFINGERPRINT,	/* model dir name disagrees with config.json */
 	KV_EPROTO,		/* malformed frame or record */
 	KV_ENODEV,		/* no GPU or device for this operation */
+	KV_ES3,			/* the object store refused (its code in the detail) */
+	KV_ENOBUCKET,		/* no such bucket */
 	KV_ERRMAX
 };
 

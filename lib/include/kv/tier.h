@@ -29,7 +29,7 @@ struct kv_dma;
 #define KV_TIER_WRITE_THROUGH	(1u << 2) /* puts also go below */
 
 struct kv_tier_stat {
-	const char *kind;	/* "mem", "file", "gpu" or "daemon" */
+	const char *kind;	/* "mem", "file", "s3", "gpu" or "daemon" */
 	uint64_t blocks;	/* held now; file: not counted (0) */
 	uint64_t used_bytes;	/* file: of the whole filesystem */
 	uint64_t capacity_bytes;
@@ -162,6 +162,17 @@ int kv_tier_mem_open(const struct kv_tier_mem_opts *opts, struct kv_tier **out);
  * (-KV_EBADPATH otherwise). */
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out);
+
+/* A bucket root "s3://BUCKET[/PREFIX]", configured and signed as the AWS
+ * CLI is (kv(7)): each block is one object at the key vLLM's obj tier
+ * writes, "PREFIX//<block path>", and is found there or at the
+ * single-slash form.  opts->flags: KV_IO_REPLACE, KV_IO_NO_CHECKSUM
+ * (others ignored).  The bucket is checked here: -KV_ENOBUCKET, -EACCES,
+ * -ECONNREFUSED... with the bucket and endpoint in kv_error_detail(). */
+int kv_tier_s3_open(const char *url, const struct kv_io_opts *opts, struct kv_tier **out);
+
+/* 1 if root names a bucket (begins "s3://"). */
+int kv_root_is_s3(const char *root);
 
 /* The RAM tier of the kvoffd serving socket_path, over one connection
  * whose connect and requests each wait at most timeout_ms (0: for ever;

@@ -1,0 +1,154 @@
+/*
+ * The object-store engine: one S3 bucket (and key prefix) reached the way
+ * the AWS CLI reaches it (environment, ~/.aws/credentials and config),
+ * requests signed by libcurl's SigV4 and run many at once on a curl multi
+ * handle, retried with backoff on throttling, server errors and resets.
+ * Keys are composed as vLLM's obj tier composes them, so a block written
+ * here is the object vLLM looks up.  kvi_* names stay out of libkv.so's
+ * exports; programs reach a bucket through kv_tier_s3_open and kv_walk.
+ */
+#ifndef KV_STORE_S3_H
+#define KV_STORE_S3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVI_S3_SCHEME		"s3://"
+#define KVI_S3_KEY_MAX		1024	/* S3's own limit on a key */
+#define KVI_S3_DELETE_MAX	1000	/* keys one DeleteObjects takes */
+#define KVI_S3_XXH3_META	"x-amz-meta-kv-xxh3"
+
+/* 1 if root names a bucket ("s3://..."). */
+int kvi_s3_is_url(const char *root);
+
+enum kvi_s3_method { KVI_S3_GET, KVI_S3_HEAD, KVI_S3_PUT, KVI_S3_DELETE, KVI_S3_POST };
+
+#define KVI_S3_IF_NONE_MATCH	(1u << 0)	/* PUT: only if absent (-EEXIST) */
+#define KVI_S3_TAIL		(1u << 1)	/* GET: the last len bytes */
+
+/* One request.  Set the inputs; the engine fills the outputs. */
+struct kvi_s3_op {
+	enum kvi_s3_method method;
+	const char *key;	/* the object key as sent; NULL: the bucket */
+	const char *query;	/* "a=b&c=d", sorted and encoded; NULL: none */
+	const void *body;	/* PUT, POST */
+	size_t body_len;
+	void *dst;		/* GET: into here (cap bytes); NULL: into resp */
+	size_t cap;
+	size_t tail;		/* GET with KVI_S3_TAIL: bytes from the end */
+	unsigned flags;
+	const char *xxh3;	/* PUT: 16 hex digits kept in the object's metadata */
+	const char *content_md5; /* POST: base64 MD5 of body */
+
+	int result;		/* 0, -ENOENT, -EEXIST, -EACCES, -KV_ES3... */
+	long status;		/* HTTP status, 0 if none came */
+	size_t got;		/* body bytes received */
+	uint64_t size;		/* object size (HEAD, GET; tail: the whole) */
+	int64_t mtime_ns;	/* Last-Modified */
+	char meta_xxh3[17];	/* the checksum kept with it, "" if none */
+	char *resp;		/* body when dst is NULL (malloc'd; free it) */
+	void *user;
+	/* engine state */
+	unsigned attempts;
+	int64_t not_before_ns;
+	void *priv;
+};
+
+struct kvi_s3;
+
+/* Open a bucket URL "s3://BUCKET[/PREFIX]": configuration and
+ * credentials as the AWS CLI finds them (kv(7)), then a HEAD of the
+ * bucket, so that a wrong endpoint, credentials or bucket fail here,
+ * -errno with the bucket and endpoint in kv_error_detail(). */
+int kvi_s3_open(const char *url, struct kvi_s3 **out);
+void kvi_s3_close(struct kvi_s3 *s);
+
+/* "s3://bucket/prefix at http://endpoint", for messages. */
+const char *kvi_s3_where(const struct kvi_s3 *s);
+
+/* The key under the prefix for a path relative to the root, as vLLM
+ * writes it: "PREFIX//rel" with a prefix, "/rel" without (slash 1); the
+ * form other clients write: "PREFIX/rel", "rel" (slash 0). */
+int kvi_s3_key(const struct kvi_s3 *s, const char *rel, int slash, char *buf, size_t len);
+
+/* The path relative to the root for a key under the prefix, either form;
+ * NULL for a key outside it. */
+const char *kvi_s3_rel(const struct kvi_s3 *s, const char *key);
+
+/* The prefix every key of this root starts with ("PREFIX/" or ""). */
+const char *kvi_s3_prefix(const struct kvi_s3 *s);
+
+/* Run one request (retried as any). */
+int kvi_s3_do(struct kvi_s3 *s, struct kvi_s3_op *op);
+
+/* Many requests, up to inflight at once (0: the engine's default):
+ * next() gives the next (1), none for now (0: asked again after each
+ * done()) or stops (-errno); done() gets each as it ends.  Returns the
+ * number that failed, or -errno. */
+typedef int (*kvi_s3_next_fn)(void *arg, struct kvi_s3_op **op);
+typedef void (*kvi_s3_done_fn)(void *arg, struct kvi_s3_op *op);
+int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
+	       kvi_s3_done_fn done, void *arg);
+
+/* The requests in flight by default. */
+unsigned kvi_s3_inflight(const struct kvi_s3 *s);
+
+/* ---- every object under the root (s3_list.c) ---- */
+
+struct kvi_s3_listed {
+	const char *key;	/* as stored */
+	const char *rel;	/* relative to the root, either key form */
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
+/* fn for each object under the root (in this thread, in no set order;
+ * a non-zero return stops and is returned).  model (kv_layout_model_matches)
+ * and rank (-1: all) skip other rank dirs unlisted. */
+typedef int (*kvi_s3_listed_fn)(const struct kvi_s3_listed *o, void *arg);
+int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, kvi_s3_listed_fn fn,
+		    void *arg);
+
+/* The uses recorded in the root's journals (kv/lastuse.h), at
+ * "<root>/.kvwatch/<node>.uses" in either key form: *out NULL if none. */
+struct kv_uses;
+int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out);
+
+/* ---- listings (s3_xml.c) ---- */
+
+struct kvi_s3_object {
+	const char *key;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
+/* A ListObjectsV2 page: fn per object (a non-zero return stops and is
+ * returned), prefix_fn per CommonPrefix (may be NULL); *truncated and
+ * the continuation token (malloc'd, NULL if none) for the next page.
+ * -KV_EPROTO for what is not a listing. */
+typedef int (*kvi_s3_object_fn)(const struct kvi_s3_object *o, void *arg);
+typedef int (*kvi_s3_prefix_fn)(const char *prefix, void *arg);
+int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
+		      kvi_s3_prefix_fn prefix_fn, void *arg, int *truncated,
+		      char **token);
+
+/* A DeleteObjects answer: fn per key that failed with its code. */
+typedef void (*kvi_s3_delete_err_fn)(const char *key, const char *code, void *arg);
+int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, void *arg);
+
+/* An <Error>: Code and Message into code/msg ("" where absent). */
+void kvi_s3_error_parse(const char *xml, size_t len, char *code, size_t code_len,
+			char *msg, size_t msg_len);
+
+/* An ISO 8601 time ("2026-11-25T10:00:00.000Z") in ns; 0 if it is not one. */
+int64_t kvi_s3_time_parse(const char *text);
+
+/* DeleteObjects request body for keys (XML-escaped) into a malloc'd
+ * buffer. */
+int kvi_s3_delete_body(const char *const *keys, size_t n, char **body, size_t *len);
+
+/* URI-encode s into buf as S3 wants a query value (keep_slash 0) or a
+ * key in the path (keep_slash 1). */
+int kvi_s3_uri_encode(const char *s, int keep_slash, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * Every object under a bucket root, listed with many ListObjectsV2
+ * requests in flight.  The root's top level (under "PREFIX/" and, for
+ * keys vLLM writes, "PREFIX//") is listed with a delimiter, which names
+ * its dirs; each rank dir is then split into 17 contiguous key ranges
+ * around its first hex digit (its <hhh> buckets), listed side by side;
+ * any other dir is listed whole.  Memory is the pages in flight, never
+ * the number of objects.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <kv/errors.h>
+#include <kv/lastuse.h>
+#include <kv/layout.h>
+#include "store/s3.h"
+#include "util/error.h"
+
+#define SPLIT	16	/* hex digits a rank dir's ranges are cut at */
+
+/* One listing: a prefix, optionally a key range within it. */
+struct lister {
+	char prefix[KVI_S3_KEY_MAX + 1];
+	char after[KVI_S3_KEY_MAX + 2];	/* start-after; "" from the start */
+	char upto[KVI_S3_KEY_MAX + 2];	/* last key of the range; "" to the end */
+	int delimit;			/* top level: names its dirs */
+	char *token;
+	int busy;
+	struct lister *next;
+	struct kvi_s3_op op;
+	char query[4 * KVI_S3_KEY_MAX + 256];
+};
+
+struct listing {
+	struct kvi_s3 *s;
+	const char *model;
+	int rank;
+	kvi_s3_listed_fn fn;
+	void *arg;
+	struct lister *ready, *all;	/* all: every lister, to free */
+	int rc;
+	int top_slash_listed;
+};
+
+static int add(struct listing *l, const char *prefix, const char *after, const char *upto,
+	       int delimit)
+{
+	struct lister *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	if (strlen(prefix) > KVI_S3_KEY_MAX) {
+		free(p);
+		return 0;
+	}
+	strcpy(p->prefix, prefix);
+	snprintf(p->after, sizeof(p->after), "%s", after ? after : "");
+	snprintf(p->upto, sizeof(p->upto), "%s", upto ? upto : "");
+	p->delimit = delimit;
+	p->next = l->ready;
+	l->ready = p;
+	/* The list of all hangs off op.user. */
+	p->op.user = l->all;
+	l->all = p;
+	return 0;
+}
+
+static int query(struct lister *p)
+{
+	char tok[4 * KVI_S3_KEY_MAX + 1], pre[3 * KVI_S3_KEY_MAX + 1], aft[3 * KVI_S3_KEY_MAX + 7];
+	int n;
+
+	tok[0] = aft[0] = '\0';
+	if (p->token) {
+		strcpy(tok, "continuation-token=");
+		if (kvi_s3_uri_encode(p->token, 0, tok + 19, sizeof(tok) - 20) < 0)
+			return -ENAMETOOLONG;
+		strcat(tok, "&");
+	}
+	if (kvi_s3_uri_encode(p->prefix, 0, pre, sizeof(pre)) < 0)
+		return -ENAMETOOLONG;
+	if (p->after[0] && !p->token) {
+		strcpy(aft, "&start-after=");
+		if (kvi_s3_uri_encode(p->after, 0, aft + 13, sizeof(aft) - 13) < 0)
+			return -ENAMETOOLONG;
+	}
+	/* Parameters in the order SigV4 signs them. */
+	n = snprintf(p->query, sizeof(p->query), "%s%slist-type=2&max-keys=1000&prefix=%s%s",
+		     tok, p->delimit ? "delimiter=%2F&" : "", pre, aft);
+	return n < 0 || (size_t)n >= sizeof(p->query) ? -ENAMETOOLONG : 0;
+}
+
+static int next(void *arg, struct kvi_s3_op **op)
+{
+	struct listing *l = arg;
+	struct lister *p = l->ready;
+	int rc;
+
+	if (!p || l->rc)
+		return 0;
+	l->ready = p->next;
+	rc = query(p);
+	if (rc < 0)
+		return rc;
+	memset(&p->op, 0, offsetof(struct kvi_s3_op, user));
+	p->op.method = KVI_S3_GET;
+	p->op.key = "";
+	p->op.query = p->query;
+	p->op.priv = p;
+	p->busy = 1;
+	*op = &p->op;
+	return 1;
+}
+
+struct page {
+	struct listing *l;
+	struct lister *p;
+	int past;	/* a key beyond the range: stop after this page */
+};
+
+/* A dir the top level named: a rank dir is cut into ranges, anything
+ * else listed whole (a model dir's config.json, the tools' own dirs). */
+static int on_prefix(const char *prefix, void *arg)
+{
+	struct page *pg = arg;
+	struct listing *l = pg->l;
+	const char *root = kvi_s3_prefix(l->s), *rel;
+	char name[KV_NAME_MAX + 2], bound[KVI_S3_KEY_MAX + 2];
+	struct kv_block_ref ref;
+	size_t n;
+	int i, rc;
+
+	/* "PREFIX//": the keys vLLM writes, one level further down. */
+	if (strlen(prefix) == strlen(root) + 1 && strncmp(prefix, root, strlen(root)) == 0 &&
+	    prefix[strlen(root)] == '/') {
+		if (l->top_slash_listed++)
+			return 0;
+		return add(l, prefix, NULL, NULL, 1);
+	}
+	rel = kvi_s3_rel(l->s, prefix);
+	if (!rel)
+		return 0;
+	n = strlen(rel);
+	if (n < 2 || n > sizeof(name) - 1)
+		return add(l, prefix, NULL, NULL, 0);
+	memcpy(name, rel, n - 1);
+	name[n - 1] = '\0';
+	memset(&ref, 0, sizeof(ref));
+	if (kv_layout_rank_dir_parse(name, &ref) < 0)
+		return kv_layout_model_dir_parse(name, &ref) == 0 && l->model &&
+		       !kv_layout_model_matches(l->model, ref.model_dir) ? 0 :
+		       add(l, prefix, NULL, NULL, 0);
+	if ((l->model && !kv_layout_model_matches(l->model, ref.model_dir)) ||
+	    (l->rank >= 0 && ref.rank != (unsigned)l->rank))
+		return 0;
+	/* Ranges (-, P0], (P0, P1], ... (Pf, -): every key once. */
+	for (i = 0; i <= SPLIT; i++) {
+		char after[KVI_S3_KEY_MAX + 2];
+
+		snprintf(after, sizeof(after), "%s%c", prefix, i ? "0123456789abcdef"[i - 1] : 0);
+		snprintf(bound, sizeof(bound), "%s%c", prefix, i < SPLIT ? "0123456789abcdef"[i] : 0);
+		rc = add(l, prefix, i ? after : NULL, i < SPLIT ? bound : NULL, 0);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int on_object(const struct kvi_s3_object *o, void *arg)
+{
+	struct page *pg = arg;
+	struct listing *l = pg->l;
+	struct kvi_s3_listed e;
+
+	if (pg->p->upto[0] && strcmp(o->key, pg->p->upto) > 0) {
+		pg->past = 1;
+		return 0;
+	}
+	e.key = o->key;
+	e.rel = kvi_s3_rel(l->s, o->key);
+	e.size = o->size;
+	e.mtime_ns = o->mtime_ns;
+	/* Keys at the top level beside the layout's dirs. */
+	if (!e.rel)
+		return 0;
+	return l->fn(&e, l->arg);
+}
+
+static void done(void *arg, struct kvi_s3_op *op)
+{
+	struct listing *l = arg;
+	struct lister *p = op->priv;
+	struct page pg = { l, p, 0 };
+	char *token = NULL;
+	int truncated = 0, rc;
+
+	p->busy = 0;
+	if (op->result < 0) {
+		if (!l->rc)
+			l->rc = op->result;
+		return;
+	}
+	rc = kvi_s3_list_parse(op->resp, op->got, on_object, p->delimit ? on_prefix : NULL, &pg,
+			       &truncated, &token);
+	free(op->resp);
+	op->resp = NULL;
+	if (rc) {
+		if (!l->rc)
+			l->rc = rc == -KV_EPROTO ?
+				kvi_fail(rc, "not a listing from %s", kvi_s3_where(l->s)) : rc;
+		free(token);
+		return;
+	}
+	free(p->token);
+	p->token = token;
+	if (truncated && !pg.past) {
+		p->next = l->ready;
+		l->ready = p;
+	}
+}
+
+int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, kvi_s3_listed_fn fn,
+		    void *arg)
+{
+	struct listing l = { .s = s, .model = model, .rank = rank, .fn = fn, .arg = arg };
+	struct lister *p, *nx;
+	int rc;
+
+	rc = add(&l, kvi_s3_prefix(s), NULL, NULL, 1);
+	if (rc == 0) {
+		rc = kvi_s3_run(s, 0, next, done, &l);
+		if (rc > 0)
+			rc = 0;
+	}
+	if (l.rc)
+		rc = l.rc;
+	for (p = l.all; p; p = nx) {
+		nx = p->op.user;
+		free(p->token);
+		free(p->op.resp);
+		free(p);
+	}
+	return rc;
+}
+
+/* ---- the use journals (kv/lastuse.h) under the root ---- */
+
+struct journals {
+	struct kvi_s3 *s;
+	struct kv_uses *uses;
+	int rc;
+};
+
+static int on_journal(const struct kvi_s3_object *o, void *arg)
+{
+	struct journals *j = arg;
+	struct kvi_s3_op op = { .method = KVI_S3_GET, .key = o->key };
+	size_t n = strlen(o->key), sl = strlen(KV_USES_SUFFIX);
+	char *text;
+	int rc;
+
+	if (n <= sl || strcmp(o->key + n - sl, KV_USES_SUFFIX) || o->size == 0)
+		return 0;
+	op.cap = o->size < KV_USES_FILE_MAX ? o->size : KV_USES_FILE_MAX;
+	text = malloc(op.cap);
+	if (!text)
+		return -ENOMEM;
+	op.dst = text;
+	rc = kvi_s3_do(j->s, &op);
+	free(op.resp);
+	/* Grown since listed: what fits is read, as from a file. */
+	if (rc == -EFBIG)
+		rc = 0;
+	if (rc == 0 && !j->uses)
+		rc = kv_uses_new(&j->uses);
+	if (rc == 0)
+		rc = kv_uses_parse(j->uses, text, op.got, NULL);
+	free(text);
+	/* An unreadable journal is skipped, as on a filesystem. */
+	return rc == -ENOMEM ? rc : 0;
+}
+
+int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out)
+{
+	struct journals j = { s, NULL, 0 };
+	char prefix[KVI_S3_KEY_MAX + 1], pre[3 * KVI_S3_KEY_MAX + 1];
+	char q[4 * KVI_S3_KEY_MAX + 256], tok[4 * KVI_S3_KEY_MAX + 1];
+	char *token = NULL;
+	int slash, truncated, rc = 0;
+
+	*out = NULL;
+	for (slash = 1; slash >= 0 && rc == 0; slash--) {
+		if (kvi_s3_key(s, KV_USES_DIR "/", slash, prefix, sizeof(prefix)) < 0 ||
+		    kvi_s3_uri_encode(prefix, 0, pre, sizeof(pre)) < 0)
+			break;
+		do {
+			struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
+
+			tok[0] = '\0';
+			if (token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0)
+				break;
+			snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
+				 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
+			free(token);
+			token = NULL;
+			rc = kvi_s3_do(s, &op);
+			if (rc == 0)
+				rc = kvi_s3_list_parse(op.resp, op.got, on_journal, NULL, &j,
+						       &truncated, &token);
+			free(op.resp);
+		} while (rc == 0 && truncated);
+	}
+	free(token);
+	if (rc < 0) {
+		kv_uses_free(j.uses);
+		return rc;
+	}
+	*out = j.uses;
+	return 0;
+}

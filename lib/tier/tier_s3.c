@@ -1,0 +1,440 @@
+/*
+ * The object-store tier: a bucket root through the S3 engine.  Keys are
+ * layout block paths; each is stored at the key vLLM's obj tier computes
+ * ("PREFIX//<path>") and found at that key or at the single-slash form
+ * another client may have sent.  A put keeps the block's xxh3 in the
+ * object's metadata; a get verifies it where present.  S3 keeps no
+ * access time: a block's last use is its Last-Modified or a later use
+ * recorded in the root's journals (kv/lastuse.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <kv/errors.h>
+#include <kv/integrity.h>
+#include <kv/lastuse.h>
+#include <kv/layout.h>
+#include "store/s3.h"
+#include "tier_impl.h"
+#include "util/error.h"
+
+struct stier {
+	struct kv_tier base;
+	struct kvi_s3 *s3;
+	unsigned flags;		/* KV_IO_REPLACE, KV_IO_NO_CHECKSUM */
+};
+
+static struct stier *S(struct kv_tier *t)
+{
+	return (struct stier *)t;
+}
+
+static int check_key(const char *key)
+{
+	struct kv_block_ref ref;
+
+	return kv_layout_block_parse(key, &ref);
+}
+
+static void hex16(uint64_t v, char out[17])
+{
+	snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* A finished GET of a whole block: its checksum, where one was kept. */
+static int verify(const struct stier *st, const struct kvi_s3_op *op, const char *key)
+{
+	char want[17];
+
+	if (st->flags & KV_IO_NO_CHECKSUM || !op->meta_xxh3[0])
+		return 0;
+	hex16(kv_xxh3(op->dst, op->got), want);
+	if (strcmp(want, op->meta_xxh3))
+		return kvi_fail(-KV_ECHECKSUM, "'%s': xxh3 %s, metadata says %s", key, want,
+				op->meta_xxh3);
+	return 0;
+}
+
+/* Run op on key's vLLM form, then, if absent there, on the other. */
+static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, char *key,
+		     size_t len)
+{
+	int rc = kvi_s3_key(st->s3, rel, 1, key, len);
+
+	if (rc < 0)
+		return rc;
+	op->key = key;
+	rc = kvi_s3_do(st->s3, op);
+	if (rc != -ENOENT)
+		return rc;
+	free(op->resp);
+	op->resp = NULL;
+	if ((rc = kvi_s3_key(st->s3, rel, 0, key, len)) < 0)
+		return rc;
+	return kvi_s3_do(st->s3, op);
+}
+
+static int s3_put(struct kv_tier *t, const char *rel, const void *buf, size_t len)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1], sum[17];
+	struct kvi_s3_op op = { .method = KVI_S3_PUT, .body = buf, .body_len = len };
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	if ((rc = kvi_s3_key(st->s3, rel, 1, key, sizeof(key))) < 0)
+		return rc;
+	op.key = key;
+	if (!(st->flags & KV_IO_NO_CHECKSUM)) {
+		hex16(kv_xxh3(buf, len), sum);
+		op.xxh3 = sum;
+	}
+	if (!(st->flags & KV_IO_REPLACE))
+		op.flags |= KVI_S3_IF_NONE_MATCH;
+	rc = kvi_s3_do(st->s3, &op);
+	free(op.resp);
+	/* Already there: kept, as the file tier keeps it. */
+	return rc == -EEXIST ? 0 : rc;
+}
+
+static int s3_get(struct kv_tier *t, const char *rel, void *buf, size_t cap, size_t *len)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op op = { .method = KVI_S3_GET, .dst = buf, .cap = cap };
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	rc = on_either(st, rel, &op, key, sizeof(key));
+	free(op.resp);
+	if (rc == 0)
+		rc = verify(st, &op, rel);
+	if (rc == 0)
+		*len = op.got;
+	return rc;
+}
+
+static int s3_size(struct kv_tier *t, const char *rel, uint64_t *size)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op op = { .method = KVI_S3_HEAD };
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	rc = on_either(st, rel, &op, key, sizeof(key));
+	free(op.resp);
+	if (rc == 0)
+		*size = op.size;
+	return rc;
+}
+
+static int s3_has(struct kv_tier *t, const char *rel)
+{
+	uint64_t size;
+
+	return s3_size(t, rel, &size);
+}
+
+static int s3_get_tail(struct kv_tier *t, const char *rel, void *buf, size_t len)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op op = { .method = KVI_S3_GET, .dst = buf, .cap = len, .tail = len,
+				.flags = KVI_S3_TAIL };
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	if (len == 0)
+		return s3_has(t, rel);
+	rc = on_either(st, rel, &op, key, sizeof(key));
+	free(op.resp);
+	/* Verified only when the tail is the whole block. */
+	if (rc == 0 && op.size == len)
+		rc = verify(st, &op, rel);
+	return rc;
+}
+
+static int s3_del(struct kv_tier *t, const char *rel)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op head = { .method = KVI_S3_HEAD }, del = { .method = KVI_S3_DELETE };
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	rc = on_either(st, rel, &head, key, sizeof(key));
+	free(head.resp);
+	if (rc < 0)
+		return rc;
+	del.key = key;
+	rc = kvi_s3_do(st->s3, &del);
+	free(del.resp);
+	return rc;
+}
+
+static int s3_stat(struct kv_tier *t, struct kv_tier_stat *out)
+{
+	(void)t;
+	out->kind = "s3";
+	out->blocks = 0;
+	out->used_bytes = 0;
+	out->capacity_bytes = 0;
+	return 0;
+}
+
+static void s3_close(struct kv_tier *t)
+{
+	struct stier *st = S(t);
+
+	kvi_s3_close(st->s3);
+	free(st);
+}
+
+/* ---- listing ---- */
+
+struct slist {
+	struct stier *st;
+	struct kv_uses *uses;
+	kv_tier_list_fn fn;
+	void *arg;
+};
+
+static int on_listed(const struct kvi_s3_listed *o, void *arg)
+{
+	struct slist *l = arg;
+	struct kv_tier_entry e;
+
+	memset(&e, 0, sizeof(e));
+	if (kv_layout_block_parse(o->rel, &e.ref) < 0)
+		return 0;
+	e.key = o->rel;
+	e.size_bytes = o->size;
+	e.fields = KV_TIER_ENTRY_FILE;
+	e.alloc_bytes = o->size;
+	e.atime_ns = e.mtime_ns = o->mtime_ns;
+	e.last_use_ns = kv_last_use_ns(l->uses, o->rel, o->mtime_ns);
+	return l->fn(&e, l->arg);
+}
+
+static int s3_list(struct kv_tier *t, const struct kv_tier_list_opts *o, kv_tier_list_fn fn,
+		   void *arg)
+{
+	struct stier *st = S(t);
+	struct slist l = { st, NULL, fn, arg };
+	int rc = kvi_s3_uses_load(st->s3, &l.uses);
+
+	if (rc < 0)
+		return rc;
+	rc = kvi_s3_list_all(st->s3, o ? o->model : NULL, o ? o->rank : -1, on_listed, &l);
+	kv_uses_free(l.uses);
+	return rc;
+}
+
+/* ---- batches: many requests in flight ---- */
+
+struct sreq {
+	struct kvi_s3_op op;
+	struct kv_tier_req *req;
+	char key[KVI_S3_KEY_MAX + 1];
+	char sum[17];
+	int slash;		/* the key form being tried */
+	struct sreq *next;	/* free list, or the queue to try again */
+};
+
+struct sbatch {
+	struct stier *st;
+	kv_tier_next_fn next;
+	kv_tier_done_fn done;
+	void *arg;
+	struct sreq *free, *again;
+	int stop;
+	int failed;		/* answered here */
+};
+
+static int batch_next(void *arg, struct kvi_s3_op **out)
+{
+	struct sbatch *b = arg;
+	struct sreq *r;
+	struct kv_tier_req *req;
+	int rc;
+
+	if ((r = b->again)) {
+		b->again = r->next;
+		*out = &r->op;
+		return 1;
+	}
+	while (!b->stop) {
+		rc = b->next(b->arg, &req);
+		if (rc <= 0) {
+			if (rc < 0)
+				b->stop = rc;
+			return rc;
+		}
+		req->done = 0;
+		req->existed = 0;
+		req->result = check_key(req->key);
+		if (req->result == 0 && !(r = b->free) && !(r = malloc(sizeof(*r))))
+			req->result = -ENOMEM;
+		else if (req->result == 0 && r == b->free)
+			b->free = r->next;
+		if (req->result == 0)
+			req->result = kvi_s3_key(b->st->s3, req->key, 1, r->key, sizeof(r->key));
+		if (req->result < 0) {
+			if (r && req->result != -ENOMEM && req->result != -KV_EBADPATH) {
+				r->next = b->free;
+				b->free = r;
+			}
+			b->failed++;
+			b->done(b->arg, req);
+			continue;
+		}
+		memset(&r->op, 0, sizeof(r->op));
+		r->req = req;
+		r->slash = 1;
+		r->op.key = r->key;
+		r->op.priv = r;
+		switch (req->op) {
+		case KV_TIER_OP_PUT:
+			r->op.method = KVI_S3_PUT;
+			r->op.body = req->buf;
+			r->op.body_len = req->len;
+			if (!(b->st->flags & KV_IO_NO_CHECKSUM)) {
+				hex16(kv_xxh3(req->buf, req->len), r->sum);
+				r->op.xxh3 = r->sum;
+			}
+			if (!(b->st->flags & KV_IO_REPLACE))
+				r->op.flags = KVI_S3_IF_NONE_MATCH;
+			break;
+		case KV_TIER_OP_GET:
+			r->op.method = KVI_S3_GET;
+			r->op.dst = req->buf;
+			r->op.cap = req->len;
+			break;
+		case KV_TIER_OP_GET_TAIL:
+			r->op.method = KVI_S3_GET;
+			r->op.dst = req->buf;
+			r->op.cap = req->len;
+			r->op.tail = req->len;
+			r->op.flags = KVI_S3_TAIL;
+			break;
+		case KV_TIER_OP_HAS:
+			r->op.method = KVI_S3_HEAD;
+			break;
+		}
+		*out = &r->op;
+		return 1;
+	}
+	return 0;
+}
+
+static void batch_done(void *arg, struct kvi_s3_op *op)
+{
+	struct sbatch *b = arg;
+	struct sreq *r = op->priv;
+	struct kv_tier_req *req = r->req;
+	int rc = op->result;
+
+	free(op->resp);
+	op->resp = NULL;
+	/* Not at vLLM's key: try the other form before saying so. */
+	if (rc == -ENOENT && r->slash && req->op != KV_TIER_OP_PUT &&
+	    kvi_s3_key(b->st->s3, req->key, 0, r->key, sizeof(r->key)) == 0) {
+		r->slash = 0;
+		r->next = b->again;
+		b->again = r;
+		return;
+	}
+	if (req->op == KV_TIER_OP_PUT && rc == -EEXIST) {
+		rc = 0;
+		req->existed = 1;
+	}
+	if (rc == 0) {
+		switch (req->op) {
+		case KV_TIER_OP_PUT:
+			req->done = req->len;
+			break;
+		case KV_TIER_OP_GET:
+			rc = verify(b->st, op, req->key);
+			req->done = op->got;
+			break;
+		case KV_TIER_OP_GET_TAIL:
+			if (op->size == req->len)
+				rc = verify(b->st, op, req->key);
+			req->done = op->got;
+			break;
+		case KV_TIER_OP_HAS:
+			req->done = op->size;
+			break;
+		}
+	}
+	req->result = rc;
+	if (rc)
+		b->failed++;
+	r->next = b->free;
+	b->free = r;
+	b->done(b->arg, req);
+}
+
+static int s3_batch(struct kv_tier *t, kv_tier_next_fn next, kv_tier_done_fn done, void *arg)
+{
+	struct sbatch b = { .st = S(t), .next = next, .done = done, .arg = arg };
+	struct sreq *r;
+	int rc;
+
+	rc = kvi_s3_run(b.st->s3, 0, batch_next, batch_done, &b);
+	while ((r = b.free)) {
+		b.free = r->next;
+		free(r);
+	}
+	if (rc < 0)
+		return rc;
+	if (b.stop < 0)
+		return b.stop;
+	/* Not kvi_s3_run's count: it counts a miss the other key form then
+	 * answered. */
+	return b.failed;
+}
+
+static const struct kv_tier_ops s3_ops = {
+	.put = s3_put,
+	.get = s3_get,
+	.has = s3_has,
+	.del = s3_del,
+	.stat = s3_stat,
+	.close = s3_close,
+	.size = s3_size,
+	.get_tail = s3_get_tail,
+	.list = s3_list,
+	.batch_stream = s3_batch,
+};
+
+int kv_tier_s3_open(const char *url, const struct kv_io_opts *opts, struct kv_tier **out)
+{
+	struct stier *st = calloc(1, sizeof(*st));
+	int rc;
+
+	if (!st)
+		return -ENOMEM;
+	rc = kvi_s3_open(url, &st->s3);
+	if (rc < 0) {
+		free(st);
+		return rc;
+	}
+	kvi_tier_init(&st->base, &s3_ops);
+	st->flags = opts ? opts->flags : 0;
+	*out = &st->base;
+	return 0;
+}
+
+int kv_root_is_s3(const char *root)
+{
+	return kvi_s3_is_url(root);
+}
