@@ -75,6 +75,8 @@ struct ls {
 
 	struct kv_events *events;	/* --announce */
 	int rootfd;
+	struct kv_tier *bucket;	/* an s3:// root: for --verify */
+	int bucket_root;	/* the root is a bucket */
 };
 
 static void usage(void)
@@ -638,14 +640,22 @@ static int open_noatime(const struct kv_walk_entry *e)
 
 static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 {
-	int fd = open_noatime(e), rc;
+	int fd, rc;
 
-	if (fd == -ENOENT)
-		return 0;
-	if (fd < 0)
-		return problem(ls, "unreadable", e->path, kv_strerror(fd));
-	rc = kv_integrity_verify_fd(fd);
-	close(fd);
+	if (ls->bucket) {
+		/* An object: the checksum is in its metadata, where kept. */
+		rc = kv_tier_verify(ls->bucket, e->path);
+		if (rc == -ENOENT)
+			return 0;
+	} else {
+		fd = open_noatime(e);
+		if (fd == -ENOENT)
+			return 0;
+		if (fd < 0)
+			return problem(ls, "unreadable", e->path, kv_strerror(fd));
+		rc = kv_integrity_verify_fd(fd);
+		close(fd);
+	}
 	switch (rc) {
 	case 0:
 		ls->verified++;
@@ -753,8 +763,9 @@ static int check_models(struct ls *ls)
 	for (size_t i = 0; i < ls->nmodels; i++) {
 		const struct model *m = &ls->models[i];
 
-		/* llmd-v0 trees never had a config.json. */
-		if (m->has_config_file || m->layout == KV_LAYOUT_LLMD_V0)
+		/* llmd-v0 trees never had a config.json, nor have buckets
+		 * (vLLM's obj tier writes none). */
+		if (m->has_config_file || m->layout == KV_LAYOUT_LLMD_V0 || ls->bucket_root)
 			continue;
 		if (m->has_dir && problem(ls, "no-config", m->model_dir,
 					  "model dir without config.json"))
@@ -911,7 +922,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kv_walk_opts wopts = { .rank = -1 };
-	struct ls ls = { .mode = MODE_MODELS, .orphans_after_ns = ORPHANS_AFTER_NS };
+	struct ls ls = { .mode = MODE_MODELS, .orphans_after_ns = ORPHANS_AFTER_NS, .rootfd = -1 };
 	const char *root_opt = NULL, *root, *daemon = NULL, *events_opt = NULL, *endpoint;
 	int blocks = 0, check = 0, announce = 0, c, rc;
 	uint64_t older = 0, newer = 0;
@@ -980,7 +991,7 @@ int main(int argc, char **argv)
 	if (announce) {
 		struct kv_events_opts eo = { .backpressure = 1 };
 
-		ls.rootfd = tool_root_open(root);
+		ls.rootfd = kv_root_is_s3(root) ? -1 : tool_root_open(root);
 		ls.events = tool_events_open_opts(endpoint, &eo);
 	}
 
@@ -994,8 +1005,15 @@ int main(int argc, char **argv)
 		return list_blocks(&ls, daemon, root, &wopts);
 
 	/* For config.json, read beneath it; the walk says why it cannot. */
-	if (!announce)
+	ls.bucket_root = kv_root_is_s3(root);
+	if (!announce && !ls.bucket_root)
 		ls.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ls.bucket_root && ls.verify) {
+		struct tool_store st;
+
+		tool_store_open(&st, NULL, root, NULL);
+		ls.bucket = st.tier;
+	}
 	rc = kv_walk(root, &wopts, on_entry, &ls);
 	tool_progress_done(&ls.progress);
 	if (rc == STOP_WRITE)
@@ -1020,5 +1038,7 @@ int main(int argc, char **argv)
 	if (ls.write_errno)
 		out_fail(&ls);
 	models_free(&ls);
+	if (ls.bucket)
+		kv_tier_close(ls.bucket);
 	return rc;
 }

@@ -26,6 +26,8 @@
 #include <unistd.h>
 #include <kv/lastuse.h>
 #include <kv/walk.h>
+#include "store/s3.h"
+#include "store/walk_s3.h"
 #include "beneath.h"
 
 #ifndef STATX_ATTR_MOUNT_ROOT
@@ -860,6 +862,8 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 				      (opts->shard_count > 1 &&
 				       opts->shard_index >= opts->shard_count))))
 		return -EINVAL;
+	if (kvi_s3_is_url(root))
+		return kvi_walk_s3(root, opts, fn, arg);
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;

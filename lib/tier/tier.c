@@ -180,6 +180,11 @@ int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
 	return t->ops->list ? t->ops->list(t, opts ? opts : &all, fn, arg) : -EOPNOTSUPP;
 }
 
+int kv_tier_verify(struct kv_tier *t, const char *key)
+{
+	return t->ops->verify ? t->ops->verify(t, key) : -EOPNOTSUPP;
+}
+
 int kv_tier_del(struct kv_tier *t, const char *key)
 {
 	int r, rl;

@@ -26,6 +26,7 @@ struct kv_tier_ops {
 		    kv_tier_list_fn fn, void *arg);
 	int (*batch_stream)(struct kv_tier *t, kv_tier_next_fn next,
 			    kv_tier_done_fn done, void *arg);
+	int (*verify)(struct kv_tier *t, const char *key);
 };
 
 struct kv_tier {

@@ -161,6 +161,39 @@ static int s3_get_tail(struct kv_tier *t, const char *rel, void *buf, size_t len
 	return rc;
 }
 
+static int s3_verify(struct kv_tier *t, const char *rel)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op head = { .method = KVI_S3_HEAD }, get = { .method = KVI_S3_GET };
+	char want[17];
+	int rc = check_key(rel);
+
+	if (rc < 0)
+		return rc;
+	rc = on_either(st, rel, &head, key, sizeof(key));
+	free(head.resp);
+	if (rc < 0)
+		return rc;
+	if (!head.meta_xxh3[0])
+		return -ENODATA;
+	get.key = key;
+	get.cap = head.size;
+	get.dst = malloc(head.size ? head.size : 1);
+	if (!get.dst)
+		return -ENOMEM;
+	rc = kvi_s3_do(st->s3, &get);
+	free(get.resp);
+	if (rc == 0) {
+		hex16(kv_xxh3(get.dst, get.got), want);
+		if (strcmp(want, get.meta_xxh3[0] ? get.meta_xxh3 : head.meta_xxh3))
+			rc = kvi_fail(-KV_ECHECKSUM, "xxh3 %s, metadata says %s", want,
+				      get.meta_xxh3[0] ? get.meta_xxh3 : head.meta_xxh3);
+	}
+	free(get.dst);
+	return rc;
+}
+
 static int s3_del(struct kv_tier *t, const char *rel)
 {
 	struct stier *st = S(t);
@@ -414,6 +447,7 @@ static const struct kv_tier_ops s3_ops = {
 	.get_tail = s3_get_tail,
 	.list = s3_list,
 	.batch_stream = s3_batch,
+	.verify = s3_verify,
 };
 
 int kv_tier_s3_open(const char *url, const struct kv_io_opts *opts, struct kv_tier **out)

@@ -136,6 +136,12 @@ typedef int (*kv_tier_list_fn)(const struct kv_tier_entry *e, void *arg);
 int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
 		 kv_tier_list_fn fn, void *arg);
 
+/* Read a block of this tier (not its chain's) and check it against the
+ * checksum kept with it: 0 it matches, -ENODATA none was kept,
+ * -KV_ECHECKSUM it does not match, -ENOENT, -EOPNOTSUPP where a tier
+ * keeps none (mem, gpu, daemon). */
+int kv_tier_verify(struct kv_tier *t, const char *key);
+
 /* This tier's counters (not its chain's). */
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 

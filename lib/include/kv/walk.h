@@ -79,7 +79,9 @@ typedef int (*kv_walk_fn)(const struct kv_walk_entry *entry, void *arg);
  * per online CPU, at most 8. */
 unsigned kv_walk_default_threads(int fd);
 
-/* Walk root.  0 when done (unreadable subdirs were reported as
+/* Walk root, a directory or a bucket ("s3://BUCKET[/PREFIX]": every
+ * object under it, as regular files with dirfd -1, atime and mtime its
+ * Last-Modified; kv(7)).  0 when done (unreadable subdirs were reported as
  * KV_WALK_ERROR entries, not failures); -errno when the root itself
  * cannot be opened; -EINVAL for a shard_index not below shard_count or
  * a shard_count above KV_LAYOUT_TOP_BUCKETS; or the callback's non-zero
