@@ -114,6 +114,7 @@ struct state {
 	struct tool_progress progress;	/* on a terminal's stderr */
 	struct kv_events *events;	/* --events: BlockRemoved after each unlink */
 	int rootfd;			/* for the events' model names */
+	int bucket;			/* the root is an s3:// bucket */
 	unsigned shard, shards;		/* --shard I/N; shards 0: not sharded */
 };
 
@@ -276,10 +277,11 @@ static void report(struct state *s, const struct kv_evict_report *r, int cache_k
 		kv_size_format(r->bytes_deleted, del, sizeof(del));
 		kv_size_format(r->cache_bytes_before, before, sizeof(before));
 		kv_size_format(r->cache_bytes_after, after, sizeof(after));
-		printf("kvevict: %s %llu blocks (%s), use %.1f%% -> %.1f%%",
-		       s->dry_run ? "would delete" : "deleted",
-		       (unsigned long long)r->files_deleted, del, r->use_before_pct,
-		       r->use_after_pct);
+		printf("kvevict: %s %llu blocks (%s)", s->dry_run ? "would delete" : "deleted",
+		       (unsigned long long)r->files_deleted, del);
+		/* A bucket has no filesystem use to report. */
+		if (!s->bucket)
+			printf(", use %.1f%% -> %.1f%%", r->use_before_pct, r->use_after_pct);
 		if (cache_known)
 			printf(", cache %s -> %s", before, after);
 		if (r->skipped_hot || r->skipped_other)
@@ -507,9 +509,17 @@ int main(int argc, char **argv)
 		o.notice = on_notice;
 	}
 
+	/* A bucket is filled by no filesystem and holds no lock files: byte
+	 * budgets only, one run on it at a time (kvevict(8)). */
+	s.bucket = kv_root_is_s3(s.root);
+	if (s.bucket && (o.high_pct >= 0 || use_stdin || s.shards))
+		tool_usage_fail("a bucket root takes --max-bytes and --model-max-bytes, not %s",
+				o.high_pct >= 0 ? "--high/--low (it has no filesystem use)" :
+				use_stdin ? "--stdin" : "--shard");
+
 	/* A tier kvoffd bounds is evicted by kvoffd, in its own LRU order;
 	 * files removed under it would still count against its capacity. */
-	if (!o.dry_run && !force) {
+	if (!o.dry_run && !force && !s.bucket) {
 		char who[256];
 
 		rc = tool_root_managed(s.root, who, sizeof(who));
@@ -520,7 +530,7 @@ int main(int argc, char **argv)
 		}
 	}
 	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
-	if (!o.dry_run) {
+	if (!o.dry_run && !s.bucket) {
 		rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait_ns, lockfd) :
 				kv_evict_lock(s.root, wait_ns, &lockfd[0]);
 		if (rc == -EWOULDBLOCK && s.shards) {
@@ -542,7 +552,7 @@ int main(int argc, char **argv)
 	}
 	/* A dry run deletes nothing, so it has nothing to announce. */
 	if (endpoint && !o.dry_run) {
-		s.rootfd = tool_root_open(s.root);
+		s.rootfd = s.bucket ? -1 : tool_root_open(s.root);
 		s.events = tool_events_open(endpoint, NULL);
 	}
 	if (use_stdin) {
