@@ -95,6 +95,9 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 		     const struct kv_io_opts *opts);
 void tool_store_close(struct tool_store *s);
 
+/* "cannot VERB 'ROOT': why", with a bucket's detail (endpoint, S3 code). */
+void tool_root_err(const char *verb, const char *root, int err);
+
 /* Open the cache root as a directory, or say why not and exit 3: a
  * missing one is most often a volume not mounted. */
 int tool_root_open(const char *root);

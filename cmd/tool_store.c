@@ -59,8 +59,7 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	if (!daemon && kv_root_is_s3(root)) {
 		err = kv_tier_s3_open(root, opts, &s->tier);
 		if (err < 0) {
-			tool_err("cannot open '%s': %s%s%s", root, kv_strerror(err),
-				 *kv_error_detail() ? ": " : "", kv_error_detail());
+			tool_root_err("open", root, err);
 			exit(EXIT_RUNTIME);
 		}
 		return;
@@ -168,6 +167,15 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 	else
 		tool_err("cannot %s '%s/%s': %s", file_verbs[verb], s->root, relpath,
 			 kv_strerror(err));
+}
+
+void tool_root_err(const char *verb, const char *root, int err)
+{
+	/* A bucket's failure has its bucket, endpoint and S3 code to say. */
+	if (kv_root_is_s3(root) && *kv_error_detail())
+		tool_err("cannot %s '%s': %s: %s", verb, root, kv_strerror(err), kv_error_detail());
+	else
+		tool_err("cannot %s '%s': %s", verb, root, kv_strerror(err));
 }
 
 int tool_root_open(const char *root)

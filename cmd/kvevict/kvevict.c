@@ -373,7 +373,7 @@ static int run_watch(struct state *s, const struct kv_evict_opts *o, uint64_t in
 		if (walk) {
 			rc = kv_evict_run(s->root, o, &r);
 			if (rc < 0) {
-				tool_err("cannot walk '%s': %s", s->root, kv_strerror(rc));
+				tool_root_err("walk", s->root, rc);
 				return EXIT_RUNTIME;
 			}
 			last_walk = kv_monotonic_ns();

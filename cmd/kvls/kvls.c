@@ -882,7 +882,7 @@ static int list_blocks(struct ls *ls, const char *daemon, const char *root,
 	if (rc < 0 && daemon)
 		tool_err("cannot list the daemon at '%s': %s", daemon, kv_strerror(rc));
 	else if (rc < 0)
-		tool_err("cannot open '%s': %s", root, kv_strerror(rc));
+		tool_root_err("open", root, rc);
 	if (rc == 0 && ls->out == OUT_JSON && !out_open(ls))
 		fputs("]}\n", stdout);
 	if (ls->write_errno)
@@ -1020,7 +1020,7 @@ int main(int argc, char **argv)
 		out_fail(&ls);
 	if (rc) {
 		if (rc < 0)
-			tool_err("cannot open '%s': %s", root, kv_strerror(rc));
+			tool_root_err("open", root, rc);
 		else
 			tool_err("%s", strerror(ENOMEM));
 		models_free(&ls);

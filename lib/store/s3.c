@@ -38,6 +38,7 @@ struct kvi_s3 {
 	char prefix[KVI_S3_KEY_MAX];	/* "PREFIX/" or "" */
 	char base[2048];		/* URL of the bucket, no trailing '/' */
 	char where[2600];
+	char endpoint[FIELD_MAX + 64];	/* for messages */
 	char sigv4[160];
 	char akid[FIELD_MAX], secret[FIELD_MAX], token[4 * FIELD_MAX];
 	char ca[FIELD_MAX];
@@ -296,11 +297,13 @@ static int load_conf(struct kvi_s3 *s, const char *url)
 		snprintf(s->base, sizeof(s->base), "%s/%s", endpoint, s->bucket);
 		snprintf(s->where, sizeof(s->where), "s3://%s/%s at %s", s->bucket, s->prefix,
 			 endpoint);
+		snprintf(s->endpoint, sizeof(s->endpoint), "%s", endpoint);
 	} else {
 		snprintf(s->base, sizeof(s->base), "https://%s.s3.%s.amazonaws.com", s->bucket,
 			 region);
 		snprintf(s->where, sizeof(s->where), "s3://%s/%s at https://s3.%s.amazonaws.com",
 			 s->bucket, s->prefix, region);
+		snprintf(s->endpoint, sizeof(s->endpoint), "https://s3.%s.amazonaws.com", region);
 	}
 
 	if ((rc = duration_ms("KV_S3_CONNECT_TIMEOUT", CONNECT_TIMEOUT_MS, &s->connect_ms)) < 0)
@@ -422,9 +425,9 @@ int kvi_s3_open(const char *url, struct kvi_s3 **out)
 	 * in words that name them. */
 	rc = kvi_s3_do(s, &op);
 	if (rc == -ENOENT)
-		rc = kvi_fail(-KV_ENOBUCKET, "no bucket '%s' at %s", s->bucket, s->where);
+		rc = kvi_fail(-KV_ENOBUCKET, "no bucket '%s' at %s", s->bucket, s->endpoint);
 	else if (rc == -EACCES)
-		rc = kvi_fail(-EACCES, "access to bucket '%s' denied (%s)%s", s->bucket, s->where,
+		rc = kvi_fail(-EACCES, "access to bucket '%s' at %s denied%s", s->bucket, s->endpoint,
 			      s->akid[0] ? "" : ": no credentials found (AWS_ACCESS_KEY_ID, "
 			      "AWS_PROFILE, ~/.aws/credentials)");
 	free(op.resp);
@@ -745,7 +748,7 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 			rc = -ECONNRESET;
 			break;
 		}
-		op->result = kvi_fail(rc, "%s (%s)", curl_easy_strerror(cc), s->where);
+		op->result = kvi_fail(rc, "%s (%s)", curl_easy_strerror(cc), s->endpoint);
 		return;
 	}
 	if (status >= 200 && status < 300) {
@@ -790,7 +793,7 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 		break;
 	}
 	if (rc == -KV_ENOBUCKET)
-		op->result = kvi_fail(rc, "no bucket '%s' at %s", s->bucket, s->where);
+		op->result = kvi_fail(rc, "no bucket '%s' at %s", s->bucket, s->endpoint);
 	else
 		op->result = kvi_fail(rc, "HTTP %ld%s%s%s%s for '%s' (%s)", status,
 				      code[0] ? " " : "", code, msg[0] ? ": " : "", msg, key,
@@ -934,6 +937,12 @@ int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
 			done(arg, op);
 			more = 1;	/* next() is asked again after each done() */
 		}
+		/* The next retry due, with those scheduled just now. */
+		now = kv_monotonic_ns();
+		wake = now + 1000000000LL;
+		for (i = 0; i < r.nwaiting; i++)
+			if (r.waiting[i]->not_before_ns < wake)
+				wake = r.waiting[i]->not_before_ns;
 		if (owned > 0 && running > 0) {
 			int64_t ms = (wake - kv_monotonic_ns()) / 1000000;
 
