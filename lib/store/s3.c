@@ -497,8 +497,13 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 			memcpy(op->meta_xxh3, value, 17);
 	} else if (HDR("last-modified")) {
 		memset(&tm, 0, sizeof(tm));
-		if (strptime(value, "%a, %d %b %Y %H:%M:%S GMT", &tm))
-			op->mtime_ns = (int64_t)timegm(&tm) * 1000000000;
+		if (strptime(value, "%a, %d %b %Y %H:%M:%S GMT", &tm)) {
+			time_t t = timegm(&tm);
+
+			/* A server's date past 2262 does not fit: unknown. */
+			op->mtime_ns = t > 0 && t < INT64_MAX / 1000000000 - 1 ?
+				       (int64_t)t * 1000000000 : 0;
+		}
 	}
 #undef HDR
 	return len;

@@ -23,9 +23,17 @@
 
 static xmlDocPtr parse(const char *xml, size_t len)
 {
+	xmlDocPtr doc;
+
 	if (!xml || len == 0 || len > XML_MAX)
 		return NULL;
-	return xmlReadMemory(xml, (int)len, "s3.xml", NULL, XML_OPTIONS);
+	doc = xmlReadMemory(xml, (int)len, "s3.xml", NULL, XML_OPTIONS);
+	/* S3 sends no DTD; one could only be there to expand entities. */
+	if (doc && (doc->intSubset || doc->extSubset)) {
+		xmlFreeDoc(doc);
+		return NULL;
+	}
+	return doc;
 }
 
 static int is(const xmlNode *n, const char *name)
@@ -71,7 +79,8 @@ int64_t kvi_s3_time_parse(const char *text)
 	if (*p != 'Z' && *p != '\0' && strcmp(p, "+00:00") != 0)
 		return 0;
 	t = timegm(&tm);
-	if (t <= 0)
+	/* Nanoseconds since the epoch run out in 2262. */
+	if (t <= 0 || t >= INT64_MAX / 1000000000 - 1)
 		return 0;
 	return (int64_t)t * 1000000000 + ns;
 }
