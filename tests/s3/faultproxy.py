@@ -306,8 +306,11 @@ class Handler(socketserver.BaseRequestHandler):
                 if kind:
                     faults.log(f"{n} {first} {kind}")
                     if kind == "reset":
+                        # linger 0 and close here: socketserver would
+                        # shut down first and send a FIN, not a RST
                         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                      b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                        c.close()
                         return
                     if kind == "slowdown":
                         resp = error_response(503, "Slow Down", "SlowDown",
