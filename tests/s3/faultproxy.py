@@ -58,7 +58,7 @@ class Faults:
     def arm(self, plan, every, delay_ms):
         self.plan = [(k, n) for k, n in plan]
         self.every = max(1, every or 1)
-        self.unbounded = (every or 0) > 1
+        self.unbounded = every is not None     # --every given: 0 is endless
         self.delay_ms = delay_ms or 0
         self.seen = 0           # requests since armed
         self.step = 0           # faults given since armed
@@ -74,7 +74,7 @@ class Faults:
         if text == self.control_text:
             return
         self.control_text = text
-        plan, every, delay = [], 1, 0
+        plan, every, delay = [], None, 0
         for line in text.splitlines():
             w = line.split()
             if not w or w[0].startswith("#"):
@@ -416,7 +416,7 @@ def main():
     ap.add_argument("--control")
     for k in KINDS:
         ap.add_argument("--" + k, dest=k, type=int, action=Plan, metavar="N")
-    ap.add_argument("--every", type=int, default=1, metavar="K")
+    ap.add_argument("--every", type=int, metavar="K")
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.set_defaults(plan=None)
     args = ap.parse_args()

@@ -90,7 +90,7 @@ elapsed() {
 }
 
 cmd_start() {
-	local c cmon crgw mport rport fsid conf ak sk i code
+	local c cmon crgw mport rport fsid conf ak sk i code tries osd_uuid
 	for c in ceph ceph-mon ceph-osd monmaptool radosgw radosgw-admin python3 curl; do
 		command -v "$c" >/dev/null ||
 			{ echo "$prog: needs $c (radosgw ceph-mon ceph-osd curl)" >&2; exit 77; }
@@ -122,6 +122,9 @@ osd pool default pg autoscale mode = off
 mon allow pool size one = true
 mon allow pool delete = true
 mon max pg per osd = 1000
+# rgw creates its pools one osdmap epoch each: propose them sooner
+paxos propose interval = 0.1
+paxos min wait = 0.01
 mon warn on pool no redundancy = false
 osd objectstore = memstore
 memstore device bytes = 1073741824
@@ -153,7 +156,18 @@ rgw data = $DIR/rgw
 rgw enable usage log = false
 EOF
 	: >"$DIR/keyring"
-	ceph_() { timeout 60 ceph -c "$conf" --connect-timeout 30 "$@"; }
+	# A command now and then reaches the monitor before the client has its
+	# monmap and goes with fsid 0, refused "wrong fsid" (EPERM): try again.
+	# Only idempotent commands go through here.
+	ceph_() {
+		local i
+		for i in 1 2 3 4 5 6 7 8 9 10; do
+			timeout 60 ceph -c "$conf" --connect-timeout 30 "$@" && return 0
+			sleep 0.5
+		done
+		return 1
+	}
+	osd_uuid=$(cat /proc/sys/kernel/random/uuid)
 
 	monmaptool --create --addv a "[v1:127.0.0.1:$mport]" --fsid "$fsid" \
 		"$DIR/monmap" >"$DIR/log/setup.log" 2>&1 ||
@@ -163,26 +177,28 @@ EOF
 		skip77 "ceph-mon --mkfs failed" "$DIR/log/setup.log"
 	ceph-mon -c "$conf" -i a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-mon does not start" "$DIR/log/mon.a.log"
-	ceph_ osd create >>"$DIR/log/setup.log" 2>&1 </dev/null ||
+	ceph_ osd create "$osd_uuid" >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "the monitor does not answer on port $mport" "$DIR/log/mon.a.log"
 	cmon=$(elapsed)
-	ceph-osd -c "$conf" -i 0 --mkfs >>"$DIR/log/setup.log" 2>&1 </dev/null ||
+	ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-osd --mkfs failed" "$DIR/log/setup.log"
 	ceph-osd -c "$conf" -i 0 >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-osd does not start" "$DIR/log/osd.0.log"
 	ceph_ osd crush add osd.0 1.0 host=localhost root=default \
 		>>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "cannot add osd.0 to the crush map" "$DIR/log/setup.log"
-	radosgw -c "$conf" -n client.rgw.a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
-		skip77 "radosgw does not start" "$DIR/log/client.rgw.a.log"
-	# bounded: the gateway answers once its pools exist on the OSD
-	code=
+	# bounded: the gateway answers once its pools exist on the OSD; one
+	# that exited (the fsid race above, in its pool commands) starts again
+	code= tries=0
 	for i in $(seq 600); do
+		if [ "$i" -eq 1 ] || ! kill -0 "$(cat "$DIR/run/client.rgw.a.pid" 2>/dev/null)" 2>/dev/null; then
+			[ "$tries" -lt 3 ] || skip77 "radosgw exited" "$DIR/log/client.rgw.a.log"
+			tries=$((tries + 1))
+			radosgw -c "$conf" -n client.rgw.a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
+				skip77 "radosgw does not start" "$DIR/log/client.rgw.a.log"
+		fi
 		code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$rport/")
 		[ "$code" = 200 ] && break
-		[ -r "$DIR/run/client.rgw.a.pid" ] &&
-			! kill -0 "$(cat "$DIR/run/client.rgw.a.pid")" 2>/dev/null &&
-			skip77 "radosgw exited" "$DIR/log/client.rgw.a.log"
 		sleep 0.1
 	done
 	[ "$code" = 200 ] ||
@@ -191,9 +207,15 @@ EOF
 	crgw=$(elapsed)
 	ak=KV$(tr -dc 'A-Z0-9' </dev/urandom | head -c 18)
 	sk=$(tr -dc 'A-Za-z0-9' </dev/urandom | head -c 40)
-	timeout 60 radosgw-admin -c "$conf" user create --uid=kv --display-name=kv \
-		--access-key="$ak" --secret-key="$sk" >"$DIR/log/user.json" 2>>"$DIR/log/setup.log" </dev/null ||
-		skip77 "radosgw-admin user create failed" "$DIR/log/setup.log"
+	for i in 1 2 3 4 5; do
+		timeout 60 radosgw-admin -c "$conf" user create --uid=kv --display-name=kv \
+			--access-key="$ak" --secret-key="$sk" >"$DIR/log/user.json" \
+			2>>"$DIR/log/setup.log" </dev/null && break
+		timeout 60 radosgw-admin -c "$conf" user info --uid=kv >"$DIR/log/user.json" \
+			2>>"$DIR/log/setup.log" </dev/null && break
+		[ "$i" -lt 5 ] || skip77 "radosgw-admin user create failed" "$DIR/log/setup.log"
+		sleep 0.5
+	done
 	cat >"$DIR/env.tmp" <<EOF
 # written by $prog start; source it
 export AWS_ENDPOINT_URL=http://127.0.0.1:$rport
