@@ -90,7 +90,7 @@ elapsed() {
 }
 
 cmd_start() {
-	local c cmon crgw mport rport fsid conf ak sk i code tries osd_uuid
+	local c cmon crgw mport rport fsid conf ak sk i code tries osd_uuid deadline
 	for c in ceph ceph-mon ceph-osd monmaptool radosgw radosgw-admin python3 curl; do
 		command -v "$c" >/dev/null ||
 			{ echo "$prog: needs $c (radosgw ceph-mon ceph-osd curl)" >&2; exit 77; }
@@ -158,11 +158,16 @@ EOF
 	: >"$DIR/keyring"
 	# A command now and then reaches the monitor before the client has its
 	# monmap and goes with fsid 0, refused "wrong fsid" (EPERM): try again.
-	# Only idempotent commands go through here.
+	# Only idempotent commands go through here.  The last try's output is
+	# in log/step.out, all of them in log/setup.log.
 	ceph_() {
 		local i
 		for i in 1 2 3 4 5 6 7 8 9 10; do
-			timeout 60 ceph -c "$conf" --connect-timeout 30 "$@" && return 0
+			timeout 60 ceph -c "$conf" --connect-timeout 30 "$@" \
+				>"$DIR/log/step.out" 2>&1 </dev/null
+			local rc=$?
+			cat "$DIR/log/step.out" >>"$DIR/log/setup.log"
+			[ "$rc" -ne 0 ] || return 0
 			sleep 0.5
 		done
 		return 1
@@ -177,20 +182,20 @@ EOF
 		skip77 "ceph-mon --mkfs failed" "$DIR/log/setup.log"
 	ceph-mon -c "$conf" -i a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-mon does not start" "$DIR/log/mon.a.log"
-	ceph_ osd create "$osd_uuid" >>"$DIR/log/setup.log" 2>&1 </dev/null ||
-		skip77 "the monitor does not answer on port $mport" "$DIR/log/mon.a.log"
+	ceph_ osd create "$osd_uuid" ||
+		skip77 "the monitor does not answer on port $mport" "$DIR/log/step.out"
 	cmon=$(elapsed)
 	ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-osd --mkfs failed" "$DIR/log/setup.log"
 	ceph-osd -c "$conf" -i 0 >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-osd does not start" "$DIR/log/osd.0.log"
-	ceph_ osd crush add osd.0 1.0 host=localhost root=default \
-		>>"$DIR/log/setup.log" 2>&1 </dev/null ||
-		skip77 "cannot add osd.0 to the crush map" "$DIR/log/setup.log"
+	ceph_ osd crush add osd.0 1.0 host=localhost root=default ||
+		skip77 "cannot add osd.0 to the crush map" "$DIR/log/step.out"
 	# bounded: the gateway answers once its pools exist on the OSD; one
 	# that exited (the fsid race above, in its pool commands) starts again
-	code= tries=0
-	for i in $(seq 600); do
+	code= tries=0 i=0 deadline=$((SECONDS + 60))
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		i=$((i + 1))
 		if [ "$i" -eq 1 ] || ! kill -0 "$(cat "$DIR/run/client.rgw.a.pid" 2>/dev/null)" 2>/dev/null; then
 			[ "$tries" -lt 3 ] || skip77 "radosgw exited" "$DIR/log/client.rgw.a.log"
 			tries=$((tries + 1))
