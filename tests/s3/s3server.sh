@@ -34,10 +34,15 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
-# The last lines of a log, on one line.
+# The last lines of the first of the logs that is not empty, on one line.
 log_tail() {
-	[ -r "$1" ] || { echo "(no $1)"; return; }
-	tail -n "${2:-3}" "$1" | tr -s '\n\t' '  ' | cut -c1-400
+	local f
+	for f in "$@"; do
+		[ -s "$f" ] || continue
+		tail -n 3 "$f" | tr -s '\n\t' '  ' | cut -c1-400
+		return
+	done
+	echo "(nothing in $*)"
 }
 
 # stop_daemons DIR: TERM each daemon by its pid file, KILL what is left
@@ -76,10 +81,12 @@ stop_daemons() {
 	done
 }
 
-# skip77 WHY [LOG]: stop what started, say why on one line, exit 77.
+# skip77 WHY [LOG...]: stop what started, say why on one line with the
+# tail of the first LOG not empty, exit 77.
 skip77() {
 	local msg="$prog: $1"
-	[ -z "${2:-}" ] || msg="$msg: $(log_tail "$2")"
+	shift
+	[ $# -eq 0 ] || msg="$msg: $(log_tail "$@")"
 	stop_daemons "$DIR"
 	echo "$msg" >&2
 	exit 77
@@ -181,14 +188,14 @@ EOF
 		>>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-mon --mkfs failed" "$DIR/log/setup.log"
 	ceph-mon -c "$conf" -i a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
-		skip77 "ceph-mon does not start" "$DIR/log/mon.a.log"
+		skip77 "ceph-mon does not start" "$DIR/log/mon.a.log" "$DIR/log/setup.log"
 	ceph_ osd create "$osd_uuid" ||
 		skip77 "the monitor does not answer on port $mport" "$DIR/log/step.out"
 	cmon=$(elapsed)
 	ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$DIR/log/setup.log" 2>&1 </dev/null ||
 		skip77 "ceph-osd --mkfs failed" "$DIR/log/setup.log"
 	ceph-osd -c "$conf" -i 0 >>"$DIR/log/setup.log" 2>&1 </dev/null ||
-		skip77 "ceph-osd does not start" "$DIR/log/osd.0.log"
+		skip77 "ceph-osd does not start" "$DIR/log/osd.0.log" "$DIR/log/setup.log"
 	ceph_ osd crush add osd.0 1.0 host=localhost root=default ||
 		skip77 "cannot add osd.0 to the crush map" "$DIR/log/step.out"
 	# bounded: the gateway answers once its pools exist on the OSD; one
@@ -199,8 +206,10 @@ EOF
 		if [ "$i" -eq 1 ] || ! kill -0 "$(cat "$DIR/run/client.rgw.a.pid" 2>/dev/null)" 2>/dev/null; then
 			[ "$tries" -lt 3 ] || skip77 "radosgw exited" "$DIR/log/client.rgw.a.log"
 			tries=$((tries + 1))
-			radosgw -c "$conf" -n client.rgw.a >>"$DIR/log/setup.log" 2>&1 </dev/null ||
-				skip77 "radosgw does not start" "$DIR/log/client.rgw.a.log"
+			radosgw -c "$conf" -n client.rgw.a >"$DIR/log/step.out" 2>&1 </dev/null ||
+				skip77 "radosgw does not start" "$DIR/log/step.out" \
+					"$DIR/log/client.rgw.a.log"
+			cat "$DIR/log/step.out" >>"$DIR/log/setup.log"
 		fi
 		code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$rport/")
 		[ "$code" = 200 ] && break
