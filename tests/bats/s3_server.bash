@@ -20,7 +20,7 @@ S3_PYTHON=/usr/bin/python3
 # s3_setup_file: start the server in $BATS_FILE_TMPDIR/s3 and export its
 # endpoint and keys; exit 77 from s3server.sh becomes S3_SKIP.
 s3_setup_file() {
-	export S3_SKIP= S3_DIR=$BATS_FILE_TMPDIR/s3
+	export S3_SKIP='' S3_DIR=$BATS_FILE_TMPDIR/s3
 	local err=$BATS_FILE_TMPDIR/s3server.err rc=0
 	"$S3_TOOLS/s3server.sh" start "$S3_DIR" 2>"$err" </dev/null >/dev/null 3>&- || rc=$?
 	if [ "$rc" -eq 77 ]; then
@@ -81,7 +81,7 @@ s3_fill() {
 # --delay-ms D, --control FILE); exports S3_PROXY_URL, S3_PROXY_PID,
 # S3_PROXY_STATS (JSON counts) and S3_PROXY_LOG (a line per request).
 s3_proxy_start() {
-	local pf=$BATS_TEST_TMPDIR/proxy.port i
+	local pf=$BATS_TEST_TMPDIR/proxy.port
 	export S3_PROXY_STATS=$BATS_TEST_TMPDIR/proxy.stats
 	export S3_PROXY_LOG=$BATS_TEST_TMPDIR/proxy.log
 	rm -f "$pf"
@@ -89,13 +89,14 @@ s3_proxy_start() {
 		--port-file "$pf" --stats "$S3_PROXY_STATS" --log "$S3_PROXY_LOG" "$@" \
 		</dev/null >"$BATS_TEST_TMPDIR/proxy.out" 2>&1 3>&- &
 	export S3_PROXY_PID=$!
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		[ -s "$pf" ] && break
 		kill -0 "$S3_PROXY_PID" 2>/dev/null || break
 		sleep 0.1
 	done
 	[ -s "$pf" ] || { cat "$BATS_TEST_TMPDIR/proxy.out" >&2; return 1; }
-	export S3_PROXY_URL=http://127.0.0.1:$(cat "$pf")
+	S3_PROXY_URL=http://127.0.0.1:$(cat "$pf")
+	export S3_PROXY_URL
 }
 
 # s3_proxy_stat NAME: one count from the proxy's stats (requests,

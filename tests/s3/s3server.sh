@@ -50,7 +50,7 @@ log_tail() {
 # with all in memory and DIR removed next there is nothing to save), and
 # wait until all have gone.
 stop_daemons() {
-	local dir=$1 name pid pids= i
+	local dir=$1 name pid pids='' i
 	for name in $daemons; do
 		[ -r "$dir/run/$name.pid" ] || continue
 		pid=$(cat "$dir/run/$name.pid" 2>/dev/null) || continue
@@ -200,7 +200,7 @@ EOF
 		skip77 "cannot add osd.0 to the crush map" "$DIR/log/step.out"
 	# bounded: the gateway answers once its pools exist on the OSD; one
 	# that exited (the fsid race above, in its pool commands) starts again
-	code= tries=0 i=0 deadline=$((SECONDS + 60))
+	code='' tries=0 i=0 deadline=$((SECONDS + 60))
 	while [ "$SECONDS" -lt "$deadline" ]; do
 		i=$((i + 1))
 		if [ "$i" -eq 1 ] || ! kill -0 "$(cat "$DIR/run/client.rgw.a.pid" 2>/dev/null)" 2>/dev/null; then
