@@ -8,7 +8,8 @@ python3-zmq python3-msgpack python3-numpy python3-pytest python3-yaml redis-serv
 libfuse3-dev fuse3 glusterfs-server iproute2 openmpi-bin libopenmpi-dev
 bats bats-support bats-assert
 mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio
-time linux-perf"
+time linux-perf
+libcurl4-openssl-dev libxml2-dev radosgw ceph-mon ceph-osd rclone awscli python3-boto3"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
