@@ -704,6 +704,22 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 	return 0;
 }
 
+static const char *status_code(long status)
+{
+	switch (status) {
+	case 400: return "BadRequest";
+	case 403: return "AccessDenied";
+	case 404: return "NotFound";
+	case 409: return "Conflict";
+	case 412: return "PreconditionFailed";
+	case 416: return "InvalidRange";
+	case 429: return "TooManyRequests";
+	case 500: return "InternalError";
+	case 503: return "SlowDown";
+	default: return "";
+	}
+}
+
 static int is_retryable(int rc)
 {
 	return rc == -EAGAIN || rc == -EIO || rc == -ECONNRESET || rc == -ETIMEDOUT ||
@@ -769,6 +785,9 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 		return;
 	}
 	kvi_s3_error_parse(op->resp, x->resp_len, code, sizeof(code), msg, sizeof(msg));
+	/* A HEAD's answer has no body: name its status as S3 would. */
+	if (!code[0])
+		snprintf(code, sizeof(code), "%s", status_code(status));
 	switch (status) {
 	case 304:
 	case 412:
@@ -800,9 +819,10 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 	if (rc == -KV_ENOBUCKET)
 		op->result = kvi_fail(rc, "no bucket '%s' at %s", s->bucket, s->endpoint);
 	else
-		op->result = kvi_fail(rc, "HTTP %ld%s%s%s%s for '%s' (%s)", status,
-				      code[0] ? " " : "", code, msg[0] ? ": " : "", msg, key,
-				      s->where);
+		op->result = kvi_fail(rc, "HTTP %ld%s%s%s%s for %s%s%s (%s)", status,
+				      code[0] ? " " : "", code, msg[0] ? ": " : "", msg,
+				      *key ? "'" : "bucket '", *key ? key : s->bucket, "'",
+				      s->endpoint);
 }
 
 static int64_t backoff_ns(unsigned attempt)

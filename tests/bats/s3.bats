@@ -1,0 +1,307 @@
+#!/usr/bin/env bats
+# The programs on S3 buckets: a real server (Ceph's RADOS Gateway, started
+# once for this file), filled as vLLM's object tier fills one, driven with
+# the built kvput, kvget, kvls and kvevict, through throttling, resets and
+# bad credentials.
+
+load test_helper
+load s3_server
+
+setup_file() { s3_setup_file; }
+teardown_file() { s3_teardown_file; }
+
+setup() {
+	common_setup
+	s3_requires aws boto3 jq
+	# A bucket per test: tests cannot see each other's objects.
+	B=kv$(printf '%s' "$BATS_TEST_NAME" | md5sum | cut -c1-12)
+	s3_mkbucket "$B"
+	CFG=$BATS_TEST_TMPDIR/config.json
+	make_config meta-llama/Llama-3.1-8B > "$CFG"
+	MD=meta-llama_Llama-3.1-8B_$(py_fingerprint "$CFG")
+}
+
+teardown() {
+	s3_proxy_stop
+	common_teardown
+}
+
+# keys [PREFIX]: every key in the bucket, sorted.
+keys() {
+	s3_aws s3api list-objects-v2 --bucket "$B" ${1:+--prefix "$1"} --output json |
+		jq -r '.Contents // [] | .[].Key' | sort
+}
+
+# The key vLLM's obj tier reads for block HASH of rank 0 group 0 under PREFIX.
+vllm_key() {
+	local prefix=$1 hash=$2
+	printf '%s/%s_r0/%s/%s_g0/%s.bin' "${prefix:+$prefix/}" "$MD" "${hash:0:3}" "${hash:3:2}" "$hash"
+}
+
+@test "s3: kvput writes the key vLLM reads, its xxh3 in metadata; kvget reads it back" {
+	head -c 20000 /dev/urandom > "$BATS_TEST_TMPDIR/a"
+	run kvput --root "s3://$B/fleet" --config "$CFG" 3fa9c04e51d2b7a8 "$BATS_TEST_TMPDIR/a"
+	assert_success
+	# vLLM's key: PREFIX, then "/" + the block path: a doubled slash.
+	run keys
+	assert_output "$(vllm_key fleet 3fa9c04e51d2b7a8)"
+	[[ $output == fleet//meta-llama_* ]]
+	s3_aws s3api head-object --bucket "$B" --key "$(vllm_key fleet 3fa9c04e51d2b7a8)" > head.json
+	jq -e '.Metadata["kv-xxh3"] | test("^[0-9a-f]{16}$")' head.json
+	kvget --root "s3://$B/fleet" --config "$CFG" -o "$BATS_TEST_TMPDIR/b" 3fa9c04e51d2b7a8
+	cmp "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"
+	# No config.json object: vLLM writes none on a bucket, nor does kvput.
+	run keys
+	[ "${#lines[@]}" -eq 1 ]
+}
+
+@test "s3: without a prefix the key starts with '/', as vLLM writes it" {
+	head -c 100 /dev/urandom > "$BATS_TEST_TMPDIR/a"
+	kvput --root "s3://$B" --config "$CFG" 3fa9c04e51d2b7a8 "$BATS_TEST_TMPDIR/a"
+	run keys
+	assert_output "$(vllm_key '' 3fa9c04e51d2b7a8)"
+	[[ $output == /meta-llama_* ]]
+	kvget --root "s3://$B" --config "$CFG" --exists 3fa9c04e51d2b7a8
+}
+
+@test "s3: a block already there is kept unless --replace" {
+	head -c 5000 /dev/urandom > "$BATS_TEST_TMPDIR/a"
+	head -c 6000 /dev/urandom > "$BATS_TEST_TMPDIR/b"
+	kvput --root "s3://$B/p" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/a"
+	kvput --root "s3://$B/p" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/b"
+	kvget --root "s3://$B/p" --config "$CFG" abcde00001 | cmp - "$BATS_TEST_TMPDIR/a"
+	printf '{"hash":"abcde00001","file":"%s"}\n' "$BATS_TEST_TMPDIR/b" |
+		kvput --root "s3://$B/p" --config "$CFG" --batch > out.ndjson
+	jq -e '.existed == true and .status == "ok"' out.ndjson
+	kvput --root "s3://$B/p" --config "$CFG" --replace abcde00001 "$BATS_TEST_TMPDIR/b"
+	kvget --root "s3://$B/p" --config "$CFG" abcde00001 | cmp - "$BATS_TEST_TMPDIR/b"
+}
+
+@test "s3: readers and listers find the single-slash keys another client sent" {
+	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 5 --single-slash --print > filled
+	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 4 --seed 9 --print >> filled
+	[ "$(grep -c '^fleet//' filled)" -eq 4 ]
+	[ "$(grep -c '^fleet/[^/]' filled)" -eq 5 ]
+	run kvls --root "s3://$B/fleet" --blocks --ndjson
+	assert_success
+	[ "${#lines[@]}" -eq 9 ]
+	# Each block read back, by hash, from either form.
+	while read -r key size; do
+		rel=${key#fleet/}; rel=${rel#/}
+		md=${rel%%_r0/*}; h=${rel##*/}; h=${h%.bin}
+		kvget --root "s3://$B/fleet" --model-dir "$md" --exists "$h"
+		[ "$(kvget --root "s3://$B/fleet" --model-dir "$md" "$h" | wc -c)" -eq "$size" ]
+	done < filled
+}
+
+@test "s3: kvls lists a bucket as vLLM fills it, every model, rank and hash length" {
+	for len in 16 32 64; do
+		s3_fill --bucket "$B" --prefix "fleet/prod" --models 2 --ranks 2 --blocks 3 \
+			--hex-len "$len" --seed "$len" --print
+	done > filled
+	run kvls --root "s3://$B/fleet/prod" --blocks --ndjson
+	assert_success
+	[ "${#lines[@]}" -eq "$(wc -l < filled)" ]
+	# The same paths, sizes and ranks as the keys say.
+	printf '%s\n' "${lines[@]}" | jq -r '.path' | sort > listed
+	sed -e 's|^fleet/prod//||' -e 's/ .*//' filled | sort > want
+	diff want listed
+	printf '%s\n' "${lines[@]}" | jq -e 'select(.size_bytes != 4096 or .last_use_ns <= 0)' &&
+		fail "a record without its size or last use"
+	# One row per model dir; a trailing slash on the root changes nothing.
+	run kvls --root "s3://$B/fleet/prod/" -J
+	assert_success
+	[ "$(jq '.models | length' <<< "$output")" -eq 2 ]
+	[ "$(jq '[.models[].files] | add' <<< "$output")" -eq "$(wc -l < filled)" ]
+	# --model and --rank narrow the listing.
+	run kvls --root "s3://$B/fleet/prod" --blocks --ndjson --model kvtest/model-1 --rank 1
+	assert_success
+	[ "${#lines[@]}" -eq 9 ]
+}
+
+@test "s3: kvls follows pages past 1,000 keys in one range" {
+	s3_fill --bucket "$B" --prefix big --models 1 --blocks 2300 --size 16 --threads 16
+	run kvls --root "s3://$B/big" --blocks --ndjson
+	assert_success
+	[ "${#lines[@]}" -eq 2300 ]
+	[ "$(printf '%s\n' "${lines[@]}" | jq -r .path | sort -u | wc -l)" -eq 2300 ]
+}
+
+@test "s3: kvls --check names what is not the layout, and no bucket needs config.json" {
+	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 2
+	printf 'x' > "$BATS_TEST_TMPDIR/x"
+	s3_aws s3api put-object --bucket "$B" --key fleet//notes.txt --body "$BATS_TEST_TMPDIR/x" >/dev/null
+	run kvls --root "s3://$B/fleet" --check
+	assert_failure 1
+	assert_line --partial "notes.txt"
+	refute_output --partial "orphan-rank"
+	refute_output --partial "no-config"
+}
+
+@test "s3: kvls --verify checks the xxh3 kept in metadata and says where none is" {
+	head -c 4096 /dev/urandom > "$BATS_TEST_TMPDIR/a"
+	kvput --root "s3://$B/v" --config "$CFG" abcde00001 "$BATS_TEST_TMPDIR/a"
+	kvput --root "s3://$B/v" --config "$CFG" abcde00002 "$BATS_TEST_TMPDIR/a"
+	s3_fill --bucket "$B" --prefix v --models 1 --blocks 3
+	run kvls --root "s3://$B/v" --verify
+	assert_success
+	assert_output --partial "2 verified, 0 mismatched, 3 without checksum"
+	# The bytes change under the checksum kept with them.
+	head -c 4096 /dev/urandom > "$BATS_TEST_TMPDIR/z"
+	key=$(vllm_key v abcde00002)
+	sum=$(s3_aws s3api head-object --bucket "$B" --key "$key" | jq -r '.Metadata["kv-xxh3"]')
+	s3_aws s3api put-object --bucket "$B" --key "$key" --body "$BATS_TEST_TMPDIR/z" \
+		--metadata "kv-xxh3=$sum" >/dev/null
+	run kvls --root "s3://$B/v" --verify
+	assert_failure 1
+	assert_output --partial "checksum"
+	assert_output --partial "abcde00002"
+	# And kvget refuses to serve them.
+	run kvget --root "s3://$B/v" --config "$CFG" abcde00002
+	assert_failure
+	assert_output --partial "checksum"
+}
+
+@test "s3: kvget --batch reports each miss and answers the rest; tails are ranged reads" {
+	for i in 1 2 3; do
+		head -c 8192 /dev/urandom > "$BATS_TEST_TMPDIR/p$i"
+		printf '{"hash":"abcde0000%d","file":"%s/p%d"}\n' "$i" "$BATS_TEST_TMPDIR" "$i"
+	done | kvput --root "s3://$B/b" --config "$CFG" --batch > /dev/null
+	printf '{"hash":"abcde0000%d"}\n' 1 9 2 3 > want
+	run --separate-stderr kvget --root "s3://$B/b" --config "$CFG" --exists --batch < want
+	[ "$(jq -s '[.[] | select(.hit)] | length' <<< "$output")" -eq 3 ]
+	jq -s -e '.[] | select(.hash == "abcde00009") | .hit == false' <<< "$output"
+	mkdir out
+	run --separate-stderr kvget --root "s3://$B/b" --config "$CFG" -o out --batch < want
+	cmp out/abcde00002.bin "$BATS_TEST_TMPDIR/p2"
+	[ ! -e out/abcde00009.bin ]
+	# The last two 4 KiB blocks of a 2-block file, as vLLM reads a tail.
+	kvget --root "s3://$B/b" --config "$CFG" --blocks 1 --block-bytes 4096 abcde00003 > tail
+	cmp tail <(tail -c 4096 "$BATS_TEST_TMPDIR/p3")
+}
+
+@test "s3: kvevict frees a budget by last use: Last-Modified, or a later use in a journal" {
+	s3_fill --bucket "$B" --prefix e --models 1 --blocks 4 --size 4096 --seed old --print > old
+	sleep 2
+	s3_fill --bucket "$B" --prefix e --models 1 --blocks 4 --size 4096 --seed new --print > new
+	s3_aws s3api put-object --bucket "$B" --key e//README --body "$CFG" >/dev/null
+	# One old block was read just now on some node (kvwatch's journal).
+	used=$(head -n 1 old | cut -d' ' -f1); used=${used#e//}
+	printf '%s %s\n' "$(date +%s%N)" "$used" > uses
+	s3_aws s3api put-object --bucket "$B" --key e//.kvwatch/node1.uses --body uses >/dev/null
+	run kvevict --root "s3://$B/e" --max-bytes 20K --low-bytes 16K --hot 0 --dry-run
+	assert_success
+	assert_output --partial "would delete 4 blocks"
+	[ "$(keys e/ | grep -c '\.bin$')" -eq 8 ]
+	run kvevict --root "s3://$B/e" --max-bytes 20K --low-bytes 16K --hot 0 -J
+	assert_success
+	[ "$(jq .files_deleted <<< "$output")" -eq 4 ]
+	keys e/ > left
+	# The three old ones unused are gone, the one used stays, one new one went.
+	for k in $(tail -n 3 old | cut -d' ' -f1); do ! grep -qxF "$k" left; done
+	grep -qxF "e//$used" left
+	[ "$(grep -cFf <(cut -d' ' -f1 new) left)" -eq 3 ]
+	# Nothing outside the layout, and not the journal.
+	grep -qx 'e//README' left
+	grep -qx 'e//.kvwatch/node1.uses' left
+}
+
+@test "s3: kvevict --model-max-bytes touches only that model, and deletes both key forms" {
+	s3_fill --bucket "$B" --prefix q --models a/one,b/two --blocks 6 --size 1000
+	s3_fill --bucket "$B" --prefix q --models a/one --blocks 2 --size 1000 --seed s --single-slash
+	run kvevict --root "s3://$B/q" --max-bytes 1T --model-max-bytes a/one=4000 \
+		--model-max-bytes 'b/two=1T' --hot 0 -J
+	assert_success
+	keys q/ > left
+	[ "$(grep -c 'b_two_' left)" -eq 6 ]
+	[ "$(grep -c 'a_one_' left)" -le 4 ]
+	[ "$(jq .files_deleted <<< "$output")" -ge 4 ]
+}
+
+@test "s3: kvevict refuses what a bucket cannot do" {
+	run kvevict --root "s3://$B" --high 80 --low 60
+	assert_failure 2
+	assert_output --partial "bucket"
+	run kvevict --root "s3://$B" --max-bytes 1G --shard 0/2
+	assert_failure 2
+}
+
+@test "s3: a missing bucket, wrong keys or no endpoint: exit 3, one line naming them, no secret" {
+	run kvls --root s3://no-such-bucket-here
+	assert_failure 3
+	assert_output --partial "no-such-bucket-here"
+	assert_output --partial "$AWS_ENDPOINT_URL"
+	AWS_SECRET_ACCESS_KEY=Wr0ngS3cretKeyThatMustNotShow run kvget --root "s3://$B" \
+		--config "$CFG" --exists abcde00001
+	assert_failure 3
+	assert_output --partial "denied"
+	refute_output --partial "Wr0ngS3cret"
+	refute_output --partial "$AWS_SECRET_ACCESS_KEY"
+	AWS_ENDPOINT_URL=http://127.0.0.1:9 AWS_MAX_ATTEMPTS=2 run kvls --root "s3://$B" --blocks
+	assert_failure 3
+	assert_output --partial "127.0.0.1:9"
+	[ "${#lines[@]}" -eq 1 ]
+}
+
+@test "s3: credentials and endpoint from a profile in ~/.aws, as the AWS CLI reads them" {
+	mkdir -p home/.aws
+	printf '[kvp]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+		"$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > home/.aws/credentials
+	printf '[profile kvp]\nregion = us-east-1\nendpoint_url = %s\n' "$AWS_ENDPOINT_URL" > home/.aws/config
+	head -c 100 /dev/urandom > a
+	env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_ENDPOINT_URL \
+		HOME="$PWD/home" AWS_PROFILE=kvp kvput --root "s3://$B/p" --config "$CFG" abcde00001 a
+	env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_ENDPOINT_URL \
+		HOME="$PWD/home" AWS_PROFILE=kvp kvget --root "s3://$B/p" --config "$CFG" abcde00001 | cmp - a
+	# Another profile has no keys: said, not guessed.
+	run env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME="$PWD/home" AWS_PROFILE=none \
+		kvls --root "s3://$B/p"
+	assert_failure 3
+	assert_output --partial "no credentials"
+}
+
+@test "s3: throttling, server errors and resets are retried; past AWS_MAX_ATTEMPTS they fail" {
+	head -c 3000 /dev/urandom > a
+	kvput --root "s3://$B/r" --config "$CFG" abcde00001 a
+	s3_proxy_start --slowdown 2 --error500 1 --reset 1
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvget --root "s3://$B/r" --config "$CFG" -o b abcde00001
+	assert_success
+	cmp a b
+	[ "$(s3_proxy_stat slowdown)" -eq 2 ]
+	[ "$(s3_proxy_stat reset)" -eq 1 ]
+	s3_proxy_stop
+	s3_proxy_start --slowdown 5
+	AWS_ENDPOINT_URL=$S3_PROXY_URL AWS_MAX_ATTEMPTS=2 run kvls --root "s3://$B/r" --blocks
+	assert_failure 3
+	assert_output --partial "SlowDown"
+}
+
+@test "s3: a batch through resets and throttling keeps every block" {
+	for i in $(seq 10 40); do
+		head -c 2048 /dev/urandom > "p$i"
+		printf '{"hash":"abcde000%d","file":"%s/p%d"}\n' "$i" "$PWD" "$i"
+	done > m
+	s3_proxy_start --every 7 --reset 0
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run --separate-stderr kvput --root "s3://$B/f" \
+		--config "$CFG" --batch m
+	assert_success
+	[ "$(s3_proxy_stat reset)" -gt 0 ]
+	s3_proxy_stop
+	run kvls --root "s3://$B/f" --verify
+	assert_success
+	assert_output --partial "31 verified, 0 mismatched"
+}
+
+@test "s3: the README's bucket examples run as written" {
+	s3_requires
+	B=kv-cache
+	s3_aws s3api create-bucket --bucket "$B" >/dev/null 2>&1 || true
+	cd "$BATS_TEST_TMPDIR"
+	[ -f config.json ] || cp "$CFG" config.json
+	head -c 1M /dev/urandom > block.bin
+	awk '/^## Buckets \(S3\)/ { on = 1; next } /^## / { on = 0 }
+	     on && /^    kv/ { sub(/^    /, ""); print }' "$BATS_TEST_DIRNAME/../../README.md" > ex.sh
+	[ "$(wc -l < ex.sh)" -ge 5 ]
+	run bash -e ex.sh
+	assert_success
+}
