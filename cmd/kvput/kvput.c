@@ -660,6 +660,15 @@ int main(int argc, char **argv)
 	}
 	put.rootfd = rootfd;
 	put.events = tool_events_open(endpoint, NULL);
+	/* A bucket has no config.json to name the model by: --config does. */
+	if (put.events && config && rootfd < 0) {
+		struct kv_config *cfg;
+
+		if (kv_config_load(AT_FDCWD, config, &cfg) == 0) {
+			kv_events_name_model_dir(put.events, put.model_dir, cfg);
+			kv_config_free(cfg);
+		}
+	}
 	ret = batch ? run_batch(&put, argv[optind]) :
 		put_one(&put, hash, argc - optind > 1 ? argv[optind + 1] : "-");
 	tool_store_close(&put.store);

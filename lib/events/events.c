@@ -571,6 +571,18 @@ out:
 	return rc;
 }
 
+/* The name and block size cfg states, for a dir named before it is read. */
+static void name_from_config(struct dir_name *d, const struct kv_config *cfg)
+{
+	uint64_t tokens = 0, per_file = 0;
+	const char *mn = kv_config_string(cfg, "model_name");
+
+	free(d->model_name);
+	d->model_name = mn && topic_part_ok(mn) ? strdup(mn) : NULL;
+	d->block_size = kv_config_blocks(cfg, &tokens, &per_file) == 0 && tokens <= UINT32_MAX ?
+			(unsigned)tokens : 0;
+}
+
 static struct dir_name *name_for(struct kv_events *ev, int rootfd, const char *model_dir)
 {
 	struct dir_name *d;
@@ -592,9 +604,25 @@ static struct dir_name *name_for(struct kv_events *ev, int rootfd, const char *m
 	d->model_dir = strdup(model_dir);
 	if (!d->model_dir)
 		return NULL;
-	read_model_name(rootfd, model_dir, &d->model_name, &d->block_size);
+	d->model_name = NULL;
+	d->block_size = 0;
+	if (rootfd >= 0)
+		read_model_name(rootfd, model_dir, &d->model_name, &d->block_size);
 	ev->nnames++;
 	return d;
+}
+
+int kv_events_name_model_dir(struct kv_events *ev, const char *model_dir,
+			     const struct kv_config *cfg)
+{
+	struct dir_name *d;
+
+	pthread_mutex_lock(&ev->lock);
+	d = name_for(ev, -1, model_dir);
+	if (d)
+		name_from_config(d, cfg);
+	pthread_mutex_unlock(&ev->lock);
+	return !d ? -ENOMEM : d->model_name ? 0 : -KV_EBADCONFIG;
 }
 
 /* ---- publishing ---- */

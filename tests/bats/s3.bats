@@ -305,3 +305,22 @@ vllm_key() {
 	run bash -e ex.sh
 	assert_success
 }
+
+@test "s3: kvput --events announces each block on its model's topic, named by --config" {
+	requires python3
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || skip "needs python3-zmq and python3-msgpack"
+	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	ready=$BATS_TEST_TMPDIR/sub.ready
+	/usr/bin/python3 "$BATS_TEST_DIRNAME/../fixtures/kvsub.py" --bind "tcp://127.0.0.1:$port" \
+		--ready "$ready" > sub.out 2> sub.err &
+	spid=$!
+	while [ ! -e "$ready" ]; do kill -0 "$spid" || fail "$(cat sub.err)"; sleep 0.05; done
+	for i in 1 2 3; do
+		head -c 1000 /dev/urandom > "p$i"
+		printf '{"hash":"abcde0000%d","file":"%s/p%d"}\n' "$i" "$PWD" "$i"
+	done | kvput --root "s3://$B/ev" --config "$CFG" --events "tcp://127.0.0.1:$port" --batch >/dev/null
+	kill -TERM "$spid"
+	wait "$spid" || true
+	jq -s -e '[.[] | select(.type == "BlockStored") | .hashes[]] | length == 3' sub.out
+	jq -s -e 'all(.[]; .model == "meta-llama/Llama-3.1-8B" and .medium == "SHARED_STORAGE")' sub.out
+}

@@ -99,6 +99,13 @@ int kv_events_publish_block(struct kv_events *ev, enum kv_event_kind kind,
 			    const char *medium, int rootfd,
 			    const struct kv_block_ref *ref);
 
+/* Name model_dir's blocks from cfg (its model_name and block size) for
+ * kv_events_publish_block, where no config.json can be read: a bucket
+ * holds none.  -KV_EBADCONFIG when cfg names no model a topic can carry. */
+struct kv_config;
+int kv_events_name_model_dir(struct kv_events *ev, const char *model_dir,
+			     const struct kv_config *cfg);
+
 /* Send every partial batch now (still without blocking). */
 void kv_events_flush(struct kv_events *ev);
 
