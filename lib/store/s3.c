@@ -29,7 +29,8 @@
 #define IDLE_TIMEOUT_S		30L	/* no byte for this long: a timeout */
 #define BACKOFF_BASE_NS		50000000LL	/* 50 ms, doubling */
 #define BACKOFF_MAX_NS		5000000000LL
-#define RESP_MAX		(64u << 20)	/* XML answers kept in memory */
+#define RESP_MAX		(8u << 20)	/* an XML answer kept in memory: a page of
+					   1,000 keys of S3's longest is 1.3 MB */
 #define INI_MAX			(1u << 20)
 #define FIELD_MAX		1024
 

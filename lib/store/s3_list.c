@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kv/errors.h>
+#include <kv/kv.h>
 #include <kv/lastuse.h>
 #include <kv/layout.h>
 #include "store/s3.h"
@@ -27,6 +28,7 @@ struct lister {
 	char upto[KVI_S3_KEY_MAX + 2];	/* last key of the range; "" to the end */
 	int delimit;			/* top level: names its dirs */
 	char *token;
+	char last[KVI_S3_KEY_MAX + 1];	/* the last key seen: pages only go on */
 	int busy;
 	struct lister *next;
 	struct kvi_s3_op op;
@@ -178,6 +180,12 @@ static int on_object(const struct kvi_s3_object *o, void *arg)
 		pg->past = 1;
 		return 0;
 	}
+	/* Keys come in order, each page after the last: a server that
+	 * sends one again would have this listing go round for ever. */
+	if (pg->p->last[0] && strcmp(o->key, pg->p->last) <= 0)
+		return kvi_fail(-KV_EPROTO, "keys out of order in a listing from %s",
+				kvi_s3_where(l->s));
+	snprintf(pg->p->last, sizeof(pg->p->last), "%s", o->key);
 	e.key = o->key;
 	e.rel = kvi_s3_rel(l->s, o->key);
 	e.size = o->size;
@@ -202,15 +210,24 @@ static void done(void *arg, struct kvi_s3_op *op)
 			l->rc = op->result;
 		return;
 	}
+	kvi_error_clear();
 	rc = kvi_s3_list_parse(op->resp, op->got, on_object, p->delimit ? on_prefix : NULL, &pg,
 			       &truncated, &token);
 	free(op->resp);
 	op->resp = NULL;
 	if (rc) {
 		if (!l->rc)
-			l->rc = rc == -KV_EPROTO ?
+			l->rc = rc == -KV_EPROTO && !*kv_error_detail() ?
 				kvi_fail(rc, "not a listing from %s", kvi_s3_where(l->s)) : rc;
 		free(token);
+		return;
+	}
+	/* The same token again: the next page would be this one. */
+	if (truncated && !pg.past && p->token && token && !strcmp(p->token, token)) {
+		free(token);
+		if (!l->rc)
+			l->rc = kvi_fail(-KV_EPROTO, "a listing from %s does not advance",
+					 kvi_s3_where(l->s));
 		return;
 	}
 	free(p->token);
