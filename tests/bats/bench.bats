@@ -161,6 +161,21 @@ needs_latfs() {
 	assert_output --partial "memcpy"
 }
 
+@test "bench/s3.sh runs (OBJECTS=200, COUNT=8, RUNS=1)" {
+	# It starts its own gateway (tests/s3/s3server.sh); exit 77 is one
+	# line saying what is missing: Ceph, rclone, the aws CLI or boto3.
+	run env OBJECTS=200 COUNT=8 RUNS=1 "$REPO/bench/s3.sh" "$SCRATCH"
+	[ "$status" -ne 77 ] || skip "$(tail -n 1 <<< "$output")"
+	assert_success
+	assert_output --partial "ratio list 200 objects: rclone lsf -R / kvls ="
+	assert_output --partial "ratio list 200 objects: aws s3api list-objects-v2 / kvls ="
+	assert_output --partial "ratio PUT 8 x 16K: rclone copy / kvput --batch ="
+	assert_output --partial "ratio GET 8 x 16K: rclone copy / kvget --batch ="
+	assert_output --partial "ratio PUT 8 x 2M: rclone copy / kvput --batch ="
+	assert_output --partial "ratio GET 8 x 2M: rclone copy / kvget --batch ="
+	assert_output --partial "ratios, peer time / kvtools time"
+}
+
 @test "bench/offd-batch.sh runs (SMOKE=1)" {
 	requires redis-server redis-benchmark
 	run env SMOKE=1 REPEAT=1 "$REPO/bench/offd-batch.sh"
