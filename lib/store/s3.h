@@ -104,15 +104,14 @@ struct kvi_s3_listed {
 
 /* fn for each object under the root (in this thread, in no set order;
  * a non-zero return stops and is returned).  model (kv_layout_model_matches)
- * and rank (-1: all) skip other rank dirs unlisted. */
-typedef int (*kvi_s3_listed_fn)(const struct kvi_s3_listed *o, void *arg);
-int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, kvi_s3_listed_fn fn,
-		    void *arg);
-
-/* The uses recorded in the root's journals (kv/lastuse.h), at
- * "<root>/.kvwatch/<node>.uses" in either key form: *out NULL if none. */
+ * and rank (-1: all) skip other rank dirs unlisted.  uses (may be NULL)
+ * gets the uses recorded in the root's journals (kv/lastuse.h),
+ * "<root>/.kvwatch/<node>.uses" in either key form, read before any
+ * block is listed; NULL if none. */
 struct kv_uses;
-int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out);
+typedef int (*kvi_s3_listed_fn)(const struct kvi_s3_listed *o, void *arg);
+int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_uses **uses,
+		    kvi_s3_listed_fn fn, void *arg);
 
 /* ---- listings (s3_xml.c) ---- */
 

@@ -1,11 +1,13 @@
 /*
  * Every object under a bucket root, listed with many ListObjectsV2
- * requests in flight.  The root's top level (under "PREFIX/" and, for
- * keys vLLM writes, "PREFIX//") is listed with a delimiter, which names
- * its dirs; each rank dir is then split into 17 contiguous key ranges
- * around its first hex digit (its <hhh> buckets), listed side by side;
- * any other dir is listed whole.  Memory is the pages in flight, never
- * the number of objects.
+ * requests in flight.  First the root's top levels, "PREFIX/" and, for
+ * the keys vLLM writes, "PREFIX//", side by side with a delimiter, which
+ * names their dirs; then the use journals found there; then every dir at
+ * once.  A rank dir is listed from its start, and when its first page
+ * does not hold it all, what is left is cut at the first hex digit of
+ * its <hhh> buckets into contiguous key ranges listed side by side (S3
+ * has no end key: a range reads at most one page past its end).  Memory
+ * is the pages in flight, never the number of objects.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@ struct lister {
 	char after[KVI_S3_KEY_MAX + 2];	/* start-after; "" from the start */
 	char upto[KVI_S3_KEY_MAX + 2];	/* last key of the range; "" to the end */
 	int delimit;			/* top level: names its dirs */
+	int rank_dir;			/* a rank dir not yet cut into ranges */
 	char *token;
 	char last[KVI_S3_KEY_MAX + 1];	/* the last key seen: pages only go on */
 	int busy;
@@ -42,12 +45,14 @@ struct listing {
 	kvi_s3_listed_fn fn;
 	void *arg;
 	struct lister *ready, *all;	/* all: every lister, to free */
+	struct lister *later;		/* dirs found, listed after the journals */
+	char journals[2][KVI_S3_KEY_MAX + 1];	/* ".kvwatch/" dirs found */
+	unsigned njournals;
 	int rc;
-	int top_slash_listed;
 };
 
-static int add(struct listing *l, const char *prefix, const char *after, const char *upto,
-	       int delimit)
+static int add_to(struct listing *l, struct lister **queue, const char *prefix,
+		  const char *after, const char *upto, int delimit, int rank_dir)
 {
 	struct lister *p = calloc(1, sizeof(*p));
 
@@ -61,12 +66,18 @@ static int add(struct listing *l, const char *prefix, const char *after, const c
 	snprintf(p->after, sizeof(p->after), "%s", after ? after : "");
 	snprintf(p->upto, sizeof(p->upto), "%s", upto ? upto : "");
 	p->delimit = delimit;
-	p->next = l->ready;
-	l->ready = p;
+	p->rank_dir = rank_dir;
+	p->next = *queue;
+	*queue = p;
 	/* The list of all hangs off op.user. */
 	p->op.user = l->all;
 	l->all = p;
 	return 0;
+}
+
+static int add(struct listing *l, const char *prefix, const char *after, const char *upto)
+{
+	return add_to(l, &l->ready, prefix, after, upto, 0, 0);
 }
 
 static int query(struct lister *p)
@@ -122,48 +133,69 @@ struct page {
 	int past;	/* a key beyond the range: stop after this page */
 };
 
-/* A dir the top level named: a rank dir is cut into ranges, anything
- * else listed whole (a model dir's config.json, the tools' own dirs). */
+/* A dir a top level named: kept for after the journals. */
 static int on_prefix(const char *prefix, void *arg)
 {
 	struct page *pg = arg;
 	struct listing *l = pg->l;
 	const char *root = kvi_s3_prefix(l->s), *rel;
-	char name[KV_NAME_MAX + 2], bound[KVI_S3_KEY_MAX + 2];
+	char name[KV_NAME_MAX + 2];
 	struct kv_block_ref ref;
 	size_t n;
-	int i, rc;
 
-	/* "PREFIX//": the keys vLLM writes, one level further down. */
+	/* "PREFIX//" is listed from the start, beside "PREFIX/". */
 	if (strlen(prefix) == strlen(root) + 1 && strncmp(prefix, root, strlen(root)) == 0 &&
-	    prefix[strlen(root)] == '/') {
-		if (l->top_slash_listed++)
-			return 0;
-		return add(l, prefix, NULL, NULL, 1);
-	}
+	    prefix[strlen(root)] == '/')
+		return 0;
 	rel = kvi_s3_rel(l->s, prefix);
 	if (!rel)
 		return 0;
+	if (!strcmp(rel, KV_USES_DIR "/")) {
+		if (l->njournals < 2)
+			snprintf(l->journals[l->njournals++], sizeof(l->journals[0]), "%s", prefix);
+		return 0;
+	}
 	n = strlen(rel);
 	if (n < 2 || n > sizeof(name) - 1)
-		return add(l, prefix, NULL, NULL, 0);
+		return add_to(l, &l->later, prefix, NULL, NULL, 0, 0);
 	memcpy(name, rel, n - 1);
 	name[n - 1] = '\0';
 	memset(&ref, 0, sizeof(ref));
 	if (kv_layout_rank_dir_parse(name, &ref) < 0)
 		return kv_layout_model_dir_parse(name, &ref) == 0 && l->model &&
 		       !kv_layout_model_matches(l->model, ref.model_dir) ? 0 :
-		       add(l, prefix, NULL, NULL, 0);
+		       add_to(l, &l->later, prefix, NULL, NULL, 0, 0);
 	if ((l->model && !kv_layout_model_matches(l->model, ref.model_dir)) ||
 	    (l->rank >= 0 && ref.rank != (unsigned)l->rank))
 		return 0;
-	/* Ranges (-, P0], (P0, P1], ... (Pf, -): every key once. */
-	for (i = 0; i <= SPLIT; i++) {
-		char after[KVI_S3_KEY_MAX + 2];
+	return add_to(l, &l->later, prefix, NULL, NULL, 0, 1);
+}
 
-		snprintf(after, sizeof(after), "%s%c", prefix, i ? "0123456789abcdef"[i - 1] : 0);
-		snprintf(bound, sizeof(bound), "%s%c", prefix, i < SPLIT ? "0123456789abcdef"[i] : 0);
-		rc = add(l, prefix, i ? after : NULL, i < SPLIT ? bound : NULL, 0);
+/*
+ * A rank dir's first page ended at key last without reaching the end:
+ * this lister goes on to the end of the range (P<d>, P<d+1>] that last
+ * lies in, and a lister per range above it takes the rest; the ranges
+ * (-, P0], (P0, P1], ... (Pf, -) hold every key once.
+ */
+static int split(struct listing *l, struct lister *p)
+{
+	static const char hex[] = "0123456789abcdef";
+	char bound[KVI_S3_KEY_MAX + 2], after[KVI_S3_KEY_MAX + 2];
+	int i, j, rc;
+
+	p->rank_dir = 0;
+	for (i = 0; i < SPLIT; i++) {
+		snprintf(bound, sizeof(bound), "%s%c", p->prefix, hex[i]);
+		if (strcmp(p->last, bound) <= 0)
+			break;
+	}
+	if (i == SPLIT)
+		return 0;	/* in the last range: this lister has it all */
+	strcpy(p->upto, bound);
+	for (j = i + 1; j <= SPLIT; j++) {
+		snprintf(after, sizeof(after), "%s%c", p->prefix, hex[j - 1]);
+		snprintf(bound, sizeof(bound), "%s%c", p->prefix, j < SPLIT ? hex[j] : 0);
+		rc = add(l, p->prefix, after, j < SPLIT ? bound : NULL);
 		if (rc)
 			return rc;
 	}
@@ -232,27 +264,50 @@ static void done(void *arg, struct kvi_s3_op *op)
 	}
 	free(p->token);
 	p->token = token;
+	if (truncated && !pg.past && p->rank_dir && (rc = split(l, p)) < 0 && !l->rc)
+		l->rc = rc;
 	if (truncated && !pg.past) {
 		p->next = l->ready;
 		l->ready = p;
 	}
 }
 
-int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, kvi_s3_listed_fn fn,
-		    void *arg)
+static int load_journals(struct listing *l, struct kv_uses **uses);
+
+
+int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_uses **uses,
+		    kvi_s3_listed_fn fn, void *arg)
 {
 	struct listing l = { .s = s, .model = model, .rank = rank, .fn = fn, .arg = arg };
+	char top[KVI_S3_KEY_MAX + 2];
 	struct lister *p, *nx;
 	int rc;
 
-	rc = add(&l, kvi_s3_prefix(s), NULL, NULL, 1);
-	if (rc == 0) {
+	if (uses)
+		*uses = NULL;
+	/* Both top levels at once: "PREFIX/" and vLLM's "PREFIX//". */
+	snprintf(top, sizeof(top), "%s/", kvi_s3_prefix(s));
+	rc = add_to(&l, &l.ready, kvi_s3_prefix(s), NULL, NULL, 1, 0);
+	if (rc == 0)
+		rc = add_to(&l, &l.ready, top, NULL, NULL, 1, 0);
+	if (rc == 0)
 		rc = kvi_s3_run(s, 0, next, done, &l);
-		if (rc > 0)
-			rc = 0;
+	if (rc >= 0 && !l.rc && uses)
+		rc = load_journals(&l, uses);
+	/* Then every dir found. */
+	if (rc >= 0 && !l.rc) {
+		l.ready = l.later;
+		l.later = NULL;
+		rc = kvi_s3_run(s, 0, next, done, &l);
 	}
+	if (rc > 0)
+		rc = 0;
 	if (l.rc)
 		rc = l.rc;
+	if (rc && uses) {
+		kv_uses_free(*uses);
+		*uses = NULL;
+	}
 	for (p = l.all; p; p = nx) {
 		nx = p->op.user;
 		free(p->token);
@@ -299,19 +354,19 @@ static int on_journal(const struct kvi_s3_object *o, void *arg)
 	return rc == -ENOMEM ? rc : 0;
 }
 
-int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out)
+/* The .uses objects in the journal dirs the top levels named. */
+static int load_journals(struct listing *l, struct kv_uses **uses)
 {
-	struct journals j = { s, NULL, 0 };
-	char prefix[KVI_S3_KEY_MAX + 1], pre[3 * KVI_S3_KEY_MAX + 1];
+	struct journals j = { l->s, NULL, 0 };
+	char pre[3 * KVI_S3_KEY_MAX + 1];
 	char q[4 * KVI_S3_KEY_MAX + 256], tok[4 * KVI_S3_KEY_MAX + 1];
 	char *token = NULL;
-	int slash, truncated, rc = 0;
+	unsigned d;
+	int truncated, rc = 0;
 
-	*out = NULL;
-	for (slash = 1; slash >= 0 && rc == 0; slash--) {
-		if (kvi_s3_key(s, KV_USES_DIR "/", slash, prefix, sizeof(prefix)) < 0 ||
-		    kvi_s3_uri_encode(prefix, 0, pre, sizeof(pre)) < 0)
-			break;
+	for (d = 0; d < l->njournals && rc == 0; d++) {
+		if (kvi_s3_uri_encode(l->journals[d], 0, pre, sizeof(pre)) < 0)
+			continue;
 		do {
 			struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
 
@@ -322,7 +377,7 @@ int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out)
 				 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
 			free(token);
 			token = NULL;
-			rc = kvi_s3_do(s, &op);
+			rc = kvi_s3_do(l->s, &op);
 			if (rc == 0)
 				rc = kvi_s3_list_parse(op.resp, op.got, on_journal, NULL, &j,
 						       &truncated, &token);
@@ -334,6 +389,6 @@ int kvi_s3_uses_load(struct kvi_s3 *s, struct kv_uses **out)
 		kv_uses_free(j.uses);
 		return rc;
 	}
-	*out = j.uses;
+	*uses = j.uses;
 	return 0;
 }

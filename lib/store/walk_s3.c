@@ -106,11 +106,8 @@ int kvi_walk_s3(const char *root, const struct kv_walk_opts *opts, kv_walk_fn fn
 
 	if (rc < 0)
 		return rc;
-	if (!(opts && opts->flags & KV_WALK_NO_STAT))
-		rc = kvi_s3_uses_load(s, &w.uses);
-	if (rc == 0)
-		rc = kvi_s3_list_all(s, opts ? opts->model : NULL, opts ? opts->rank : -1, on_object,
-				     &w);
+	rc = kvi_s3_list_all(s, opts ? opts->model : NULL, opts ? opts->rank : -1,
+			     opts && opts->flags & KV_WALK_NO_STAT ? NULL : &w.uses, on_object, &w);
 	kv_uses_free(w.uses);
 	kvi_s3_close(s);
 	return rc;

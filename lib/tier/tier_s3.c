@@ -262,11 +262,8 @@ static int s3_list(struct kv_tier *t, const struct kv_tier_list_opts *o, kv_tier
 {
 	struct stier *st = S(t);
 	struct slist l = { st, NULL, fn, arg };
-	int rc = kvi_s3_uses_load(st->s3, &l.uses);
-
-	if (rc < 0)
-		return rc;
-	rc = kvi_s3_list_all(st->s3, o ? o->model : NULL, o ? o->rank : -1, on_listed, &l);
+	int rc = kvi_s3_list_all(st->s3, o ? o->model : NULL, o ? o->rank : -1, &l.uses,
+				 on_listed, &l);
 	kv_uses_free(l.uses);
 	return rc;
 }
