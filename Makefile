@@ -167,6 +167,13 @@ $(BUILD)/bench/gds_bw: $(BUILD)/bench/gds_bw.o $(BUILD)/libkv.a
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
 all: $(BUILD)/bench/gds_bw
 
+# s3.bats' driver of one object-store tier from several threads at once.
+$(BUILD)/tests/s3/tier_threads: $(BUILD)/tests/s3/tier_threads.o $(BUILD)/libkv.a
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkv.a $(LDFLAGS) $(LDLIBS)
+all: $(BUILD)/tests/s3/tier_threads
+
 # The block reader of bench/kvwatch.sh: opens and reads as a model server.
 $(BUILD)/bench/readblocks: bench/readblocks.c
 	@mkdir -p $(@D)

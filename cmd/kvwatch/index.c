@@ -240,6 +240,52 @@ static size_t bucket_split(const char *dir, size_t dlen, const char *hex, size_t
 	return (size_t)(b - 4 - dir);
 }
 
+/* The key an entry for relpath would have: its last 16 hex digits. */
+static int low_of(const char *relpath, uint64_t *low)
+{
+	const char *slash = strrchr(relpath, '/'), *hex;
+	char low_hex[17];
+	size_t hlen, k;
+
+	if (!slash)
+		return -EINVAL;
+	hex = slash + 1;
+	hlen = strlen(hex);
+	if (hlen <= 4 || strcmp(hex + hlen - 4, ".bin"))
+		return -EINVAL;
+	hlen -= 4;
+	k = hlen > 16 ? 16 : hlen;
+	memcpy(low_hex, hex + hlen - k, k);
+	low_hex[k] = '\0';
+	*low = kv_events_hash64(low_hex);
+	return 0;
+}
+
+struct has_arg {
+	const char *relpath;
+	int found;
+};
+
+static int has_one(const char *relpath, void *arg)
+{
+	struct has_arg *h = arg;
+
+	if (!strcmp(relpath, h->relpath))
+		h->found = 1;
+	return 0;
+}
+
+int index_has(struct index *x, const char *relpath)
+{
+	struct has_arg h = { relpath, 0 };
+	uint64_t low;
+
+	if (low_of(relpath, &low) < 0)
+		return 0;
+	index_each(x, low, has_one, &h);
+	return h.found;
+}
+
 int index_add(struct index *x, const char *relpath)
 {
 	const char *slash = strrchr(relpath, '/'), *hex;

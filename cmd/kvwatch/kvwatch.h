@@ -60,6 +60,8 @@ int index_build(struct index *x, const char *root, unsigned threads);
  * returning 1. */
 typedef int (*index_fn)(const char *relpath, void *arg);
 unsigned index_each(struct index *x, uint64_t low, index_fn fn, void *arg);
+/* 1 if relpath is in x. */
+int index_has(struct index *x, const char *relpath);
 /* Bytes x holds. */
 size_t index_bytes(const struct index *x);
 
@@ -69,7 +71,11 @@ struct watch {
 	size_t root_len;
 	int rootfd;
 	struct kv_io *io;		/* kv_io_touch beneath the root */
-	struct kv_uses_journal *journal; /* opened on the first unstampable use */
+	struct kv_uses_journal *journal; /* opened on the first unstampable use;
+					    a bucket's at the start */
+	int bucket;			/* the root is an s3:// bucket: events
+					   only, every use to the journal */
+	int64_t next_sync_ns;		/* when a bucket's journal is written */
 	char node[65];
 	uint64_t resolution_ns;
 	int ndjson;

@@ -24,6 +24,7 @@
 #define RESOLUTION_DEFAULT_NS	(60ULL * 1000000000ULL)
 #define RESCAN_DEFAULT_NS	(600ULL * 1000000000ULL)
 #define METRICS_EVERY_NS	(10LL * 1000000000LL)
+#define JOURNAL_SYNC_NS		(5LL * 1000000000LL)	/* a bucket's journal */
 #define EVENTS_PER_TURN		64	/* messages between looks at fanotify */
 /* After the reads queued so far, wait this long for more before polling
  * again: each poll that sleeps costs the next reader a wake-up of this
@@ -161,6 +162,37 @@ static int on_kv_event(const struct kv_event *ev, void *arg)
 	return 0;
 }
 
+/* ---- a bucket's journal ---- */
+
+static int still_there(const char *relpath, void *arg)
+{
+	struct watch *w = arg;
+
+	return index_has(&w->idx, relpath);
+}
+
+/* Write the journal object when uses were recorded since it was last
+ * written, at most once per JOURNAL_SYNC_NS: S3 has no append, so each
+ * write is the whole object, the blocks the index no longer holds left
+ * out. */
+static void journal_sync(struct watch *w, int now)
+{
+	int64_t t = kv_now_ns();
+	int rc;
+
+	if (!w->bucket || (!now && t < w->next_sync_ns))
+		return;
+	w->next_sync_ns = t + JOURNAL_SYNC_NS;
+	pthread_mutex_lock(&w->lock);
+	rc = kv_uses_journal_sync(w->journal, still_there, w);
+	pthread_mutex_unlock(&w->lock);
+	if (rc) {
+		w->c.failed++;
+		tool_err("cannot write the journal of '%s': %s%s%s", w->root, kv_strerror(rc),
+			 *kv_error_detail() ? ": " : "", kv_error_detail());
+	}
+}
+
 /* ---- the loop ---- */
 
 static int signal_fd(void)
@@ -228,12 +260,14 @@ static void serve(struct watch *w, int sigfd)
 			metrics_write(w);
 			next_metrics = now + METRICS_EVERY_NS;
 		}
+		journal_sync(w, 0);
 	}
 	/* Record what is still queued, then stop. */
-	while (fan_drain(w))
+	while (!w->bucket && fan_drain(w))
 		;
 	while (w->sub && kv_events_sub_drain(w->sub, EVENTS_PER_TURN, on_kv_event, w) > 0)
 		;
+	journal_sync(w, 1);
 }
 
 static void node_name(struct watch *w, const char *opt)
@@ -341,18 +375,34 @@ int main(int argc, char **argv)
 		ignore_list(&w, IGNORE_DEFAULT);
 	w.root = tool_root(root_opt);
 	node_name(&w, node);
-	w.rootfd = tool_root_open(w.root);
-	if (fstat(w.rootfd, &st) < 0 || !realpath(w.root, w.root_real)) {
-		tool_err("cannot open '%s': %s", w.root, strerror(errno));
-		return EXIT_RUNTIME;
-	}
-	w.root_len = strlen(w.root_real);
-	if (w.root_len == 1)
-		w.root_len = 0;		/* "/": every path is under it */
-	rc = kv_io_open(w.root, NULL, &w.io);
-	if (rc) {
-		tool_err("cannot open '%s': %s", w.root, kv_strerror(rc));
-		return EXIT_RUNTIME;
+	w.bucket = kv_root_is_s3(w.root);
+	if (w.bucket) {
+		/* Blocks on a bucket are read by remote servers: only their
+		 * events say so, and every use goes to the journal object. */
+		if (!nend)
+			tool_usage_fail("a bucket is watched through the model servers' KV "
+					"events: give --events");
+		rc = kv_uses_journal_open_bucket(w.root, w.node, &w.journal);
+		if (rc) {
+			tool_root_err("open", w.root, rc);
+			return EXIT_RUNTIME;
+		}
+		w.rootfd = w.fan = -1;
+		w.mark = "none";
+	} else {
+		w.rootfd = tool_root_open(w.root);
+		if (fstat(w.rootfd, &st) < 0 || !realpath(w.root, w.root_real)) {
+			tool_err("cannot open '%s': %s", w.root, strerror(errno));
+			return EXIT_RUNTIME;
+		}
+		w.root_len = strlen(w.root_real);
+		if (w.root_len == 1)
+			w.root_len = 0;		/* "/": every path is under it */
+		rc = kv_io_open(w.root, NULL, &w.io);
+		if (rc) {
+			tool_err("cannot open '%s': %s", w.root, kv_strerror(rc));
+			return EXIT_RUNTIME;
+		}
 	}
 	pthread_mutex_init(&w.lock, NULL);
 	if (pipe2(w.wake, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -361,7 +411,8 @@ int main(int argc, char **argv)
 	}
 	sigfd = signal_fd();
 	/* Watch before the walk, so that nothing read meanwhile is missed. */
-	fan_open(&w);
+	if (!w.bucket)
+		fan_open(&w);
 	if (nend) {
 		rc = kv_events_sub_open(&w.sub);
 		for (unsigned i = 0; !rc && i < nend; i++)
@@ -374,7 +425,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if ((rc = index_init(&w.idx)) < 0 || (rc = index_build(&w.idx, w.root, 0)) < 0) {
-		tool_err("cannot index '%s': %s", w.root, kv_strerror(rc));
+		tool_root_err("index", w.root, rc);
 		return EXIT_RUNTIME;
 	}
 	w.last_scan_ns = kv_now_ns();

@@ -53,6 +53,23 @@ int record_use(struct watch *w, const char *relpath, int fd, enum use_source src
 	struct stat st;
 	int rc;
 
+	/* A bucket keeps no atime: every use goes to the journal object. */
+	if (w->bucket) {
+		w->c.uses[src]++;
+		if (kv_uses_journal_last(w->journal, relpath) > edge) {
+			w->c.skipped++;
+			return 0;
+		}
+		rc = kv_uses_journal_record(w->journal, relpath, now);
+		if (rc) {
+			w->c.failed++;
+			return 0;
+		}
+		w->c.journaled++;
+		if (w->ndjson)
+			print_use(w, relpath, src, now, "journal");
+		return 0;
+	}
 	if (fd >= 0 ? fstat(fd, &st) : fstatat(w->rootfd, relpath, &st, AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	if (!S_ISREG(st.st_mode))

@@ -18,6 +18,7 @@
 #include <kv/layout.h>
 #include <kv/units.h>
 #include <kv/kv.h>
+#include "store/s3.h"
 #include "beneath.h"
 
 struct use {
@@ -254,6 +255,10 @@ struct kv_uses_journal {
 	char name[80], temp[96];
 	struct kv_uses *mine;	/* what this file says, newest per path */
 	uint64_t lines;		/* lines in the file now */
+	/* A bucket's: one object, written whole by kv_uses_journal_sync. */
+	struct kvi_s3 *s3;
+	char key[KVI_S3_KEY_MAX + 1];
+	int dirty;
 };
 
 static int node_ok(const char *node)
@@ -394,6 +399,10 @@ int kv_uses_journal_record(struct kv_uses_journal *j, const char *relpath, int64
 	rc = kv_uses_add(j->mine, relpath, when_ns);
 	if (rc)
 		return rc;
+	if (j->s3) {
+		j->dirty = 1;
+		return 0;
+	}
 	if (j->lines > 2 * kv_uses_count(j->mine) + 4096 && (rc = rewrite(j)) < 0)
 		return rc;
 	n = snprintf(line, sizeof(line), "%" PRId64 " %s\n", when_ns, relpath);
@@ -411,10 +420,99 @@ int64_t kv_uses_journal_last(const struct kv_uses_journal *j, const char *relpat
 	return j ? kv_uses_get(j->mine, relpath) : 0;
 }
 
+/* ---- a bucket's journal: one object per node ---- */
+
+int kv_uses_journal_open_bucket(const char *root, const char *node,
+				struct kv_uses_journal **out)
+{
+	struct kv_uses_journal *j;
+	struct kvi_s3_op op = { .method = KVI_S3_GET };
+	char rel[128];
+	int rc;
+
+	if (!node_ok(node))
+		return -EINVAL;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->rootfd = j->dirfd = j->fd = -1;
+	snprintf(rel, sizeof(rel), "%s/%s%s", KV_USES_DIR, node, KV_USES_SUFFIX);
+	rc = kvi_s3_open(root, &j->s3);
+	if (rc == 0)
+		rc = kvi_s3_key(j->s3, rel, 1, j->key, sizeof(j->key));
+	if (rc == 0)
+		rc = kv_uses_new(&j->mine);
+	/* What an earlier run of this node recorded is kept. */
+	if (rc == 0) {
+		op.key = j->key;
+		rc = kvi_s3_do(j->s3, &op);
+		if (rc == 0)
+			rc = kv_uses_parse(j->mine, op.resp, op.got, NULL);
+		else if (rc == -ENOENT)
+			rc = 0;
+		free(op.resp);
+	}
+	if (rc) {
+		kv_uses_journal_close(j);
+		return rc;
+	}
+	*out = j;
+	return 0;
+}
+
+int kv_uses_journal_sync(struct kv_uses_journal *j, int (*keep)(const char *relpath, void *arg),
+			 void *arg)
+{
+	struct kvi_s3_op op = { .method = KVI_S3_PUT };
+	struct kv_uses *kept;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int rc;
+
+	if (!j || !j->s3 || !j->dirty)
+		return 0;
+	rc = kv_uses_new(&kept);
+	if (rc)
+		return rc;
+	f = open_memstream(&text, &len);
+	if (!f) {
+		kv_uses_free(kept);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i <= j->mine->mask && !rc; i++) {
+		const struct use *s = &j->mine->v[i];
+
+		if (!s->path || (keep && !keep(s->path, arg)))
+			continue;
+		fprintf(f, "%" PRId64 " %s\n", s->when_ns, s->path);
+		rc = kv_uses_add(kept, s->path, s->when_ns);
+	}
+	if (fclose(f) != 0 && !rc)
+		rc = -ENOMEM;
+	if (!rc) {
+		op.key = j->key;
+		op.body = text;
+		op.body_len = len;
+		rc = kvi_s3_do(j->s3, &op);
+		free(op.resp);
+	}
+	free(text);
+	if (rc) {
+		kv_uses_free(kept);
+		return rc;
+	}
+	kv_uses_free(j->mine);
+	j->mine = kept;
+	j->dirty = 0;
+	return 0;
+}
+
 void kv_uses_journal_close(struct kv_uses_journal *j)
 {
 	if (!j)
 		return;
+	kvi_s3_close(j->s3);
 	if (j->fd >= 0)
 		close(j->fd);
 	if (j->dirfd >= 0)

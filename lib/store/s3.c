@@ -1,8 +1,10 @@
 /*
  * The object-store engine (s3.h): configuration as the AWS CLI reads it,
- * requests on libcurl (SigV4 by CURLOPT_AWS_SIGV4, connections kept in a
- * share so every call and thread reuses them), many in flight on a multi
- * handle, retries with jittered exponential backoff.  No secret is ever
+ * requests on libcurl (SigV4 by CURLOPT_AWS_SIGV4), many in flight on a
+ * multi handle, retries with jittered exponential backoff.  Connections
+ * live in multi handles that calls borrow from a pool, one caller at a
+ * time (libcurl shares no connection between threads at once), so the
+ * next call on any thread reuses them; DNS and TLS sessions are shared.  No secret is ever
  * put in a message.
  */
 #include <ctype.h>
@@ -33,6 +35,7 @@
 					   1,000 keys of S3's longest is 1.3 MB */
 #define INI_MAX			(1u << 20)
 #define FIELD_MAX		1024
+#define POOL_MAX		16	/* idle multi handles kept */
 
 struct kvi_s3 {
 	char bucket[256];
@@ -47,6 +50,9 @@ struct kvi_s3 {
 	unsigned attempts, inflight;
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
+	pthread_mutex_t pool_lock;
+	CURLM *pool[POOL_MAX];	/* idle multi handles, their connections open */
+	unsigned npool;
 };
 
 /* One transfer's buffers and what its headers said. */
@@ -410,6 +416,7 @@ int kvi_s3_open(const char *url, struct kvi_s3 **out)
 	}
 	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&s->share_lock[i], NULL);
+	pthread_mutex_init(&s->pool_lock, NULL);
 	s->share = curl_share_init();
 	if (!s->share) {
 		kvi_s3_close(s);
@@ -419,7 +426,6 @@ int kvi_s3_open(const char *url, struct kvi_s3 **out)
 	curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
 	curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
 	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
 	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 
 	/* The bucket must answer: a wrong endpoint, key or name fails here,
@@ -446,10 +452,13 @@ void kvi_s3_close(struct kvi_s3 *s)
 
 	if (!s)
 		return;
+	while (s->npool)
+		curl_multi_cleanup(s->pool[--s->npool]);
 	if (s->share)
 		curl_share_cleanup(s->share);
 	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&s->share_lock[i]);
+	pthread_mutex_destroy(&s->pool_lock);
 	/* The secret does not outlive its use in freed memory. */
 	explicit_bzero(s->secret, sizeof(s->secret));
 	explicit_bzero(s->token, sizeof(s->token));
@@ -838,6 +847,31 @@ static int64_t backoff_ns(unsigned attempt)
 
 /* ---- many at once ---- */
 
+/* A multi handle for one call, with the connections an earlier call left
+ * in it. */
+static CURLM *multi_get(struct kvi_s3 *s)
+{
+	CURLM *m = NULL;
+
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->npool)
+		m = s->pool[--s->npool];
+	pthread_mutex_unlock(&s->pool_lock);
+	return m ? m : curl_multi_init();
+}
+
+static void multi_put(struct kvi_s3 *s, CURLM *m)
+{
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->npool < POOL_MAX) {
+		s->pool[s->npool++] = m;
+		m = NULL;
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	if (m)
+		curl_multi_cleanup(m);
+}
+
 struct run {
 	struct kvi_s3 *s;
 	CURLM *multi;
@@ -879,7 +913,7 @@ int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
 		inflight = s->inflight;
 	if (inflight > INFLIGHT_MAX)
 		inflight = INFLIGHT_MAX;
-	r.multi = curl_multi_init();
+	r.multi = multi_get(s);
 	r.x = calloc(inflight, sizeof(*r.x));
 	r.free_x = calloc(inflight, sizeof(*r.free_x));
 	r.waiting = calloc(inflight, sizeof(*r.waiting));
@@ -888,6 +922,8 @@ int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
 		goto out;
 	}
 	curl_multi_setopt(r.multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)inflight);
+	/* Kept open for the next call that borrows this handle. */
+	curl_multi_setopt(r.multi, CURLMOPT_MAXCONNECTS, (long)INFLIGHT_MAX);
 	for (i = 0; i < inflight; i++) {
 		r.x[i].s = s;
 		r.x[i].h = curl_easy_init();
@@ -992,7 +1028,7 @@ out:
 			xfer_reset(&r.x[i]);
 		}
 	if (r.multi)
-		curl_multi_cleanup(r.multi);
+		multi_put(s, r.multi);
 	free(r.x);
 	free(r.free_x);
 	free(r.waiting);

@@ -324,3 +324,12 @@ vllm_key() {
 	jq -s -e '[.[] | select(.type == "BlockStored") | .hashes[]] | length == 3' sub.out
 	jq -s -e 'all(.[]; .model == "meta-llama/Llama-3.1-8B" and .medium == "SHARED_STORAGE")' sub.out
 }
+
+@test "s3: one tier handle serves several threads at once" {
+	drv=$BATS_TEST_DIRNAME/../../${BUILD:-build}/tests/s3/tier_threads
+	[ -x "$drv" ] || skip "tests/s3/tier_threads not built"
+	run "$drv" "s3://$B/threads" 8 12
+	assert_success
+	run keys
+	assert_output ""
+}

@@ -73,6 +73,18 @@ int kv_uses_journal_record(struct kv_uses_journal *j, const char *relpath, int64
 int64_t kv_uses_journal_last(const struct kv_uses_journal *j, const char *relpath);
 void kv_uses_journal_close(struct kv_uses_journal *j);
 
+/* The same for a bucket root ("s3://..."), where nothing appends: the
+ * journal is the object "<root>//.kvwatch/<node>.uses" (kv(7)), loaded
+ * here, changed in memory by kv_uses_journal_record and written whole by
+ * kv_uses_journal_sync. */
+int kv_uses_journal_open_bucket(const char *root, const char *node,
+				struct kv_uses_journal **out);
+/* Write a bucket's journal if a use was recorded since it was last
+ * written, keeping only the blocks keep() says are still there (keep
+ * NULL: all).  0 at once for a filesystem's, which each record wrote. */
+int kv_uses_journal_sync(struct kv_uses_journal *j, int (*keep)(const char *relpath, void *arg),
+			 void *arg);
+
 #ifdef __cplusplus
 }
 #endif
