@@ -117,11 +117,24 @@ static json_t *device_json(unsigned maj, unsigned min)
 	return d;
 }
 
+/* The endpoint a bucket is reached at, as libkv finds it from the
+ * environment; NULL: AWS's own (or one set in ~/.aws/config). */
+static const char *s3_endpoint(void)
+{
+	const char *e = getenv("AWS_ENDPOINT_URL_S3");
+
+	if (!e || !*e)
+		e = getenv("AWS_ENDPOINT_URL");
+	return e && *e ? e : NULL;
+}
+
 void env_fs_summary(const char *dir, char *buf, size_t len)
 {
 	struct mount m;
 
-	if (find_mount(dir, &m) < 0)
+	if (kv_root_is_s3(dir))
+		snprintf(buf, len, "S3 bucket at %s", s3_endpoint() ? s3_endpoint() : "AWS");
+	else if (find_mount(dir, &m) < 0)
 		snprintf(buf, len, "unknown filesystem");
 	else
 		snprintf(buf, len, "%s on %s (%s)", m.fstype, m.source, m.point);
@@ -241,7 +254,19 @@ json_t *env_json(const char *dir)
 	json_object_set_new(cpu, "model", str_or_null(model));
 	json_object_set_new(cpu, "online", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
 	json_object_set_new(env, "cpu", cpu);
-	if (dir && find_mount(dir, &m) == 0) {
+	if (dir && kv_root_is_s3(dir)) {
+		const char *region = getenv("AWS_REGION");
+
+		if (!region || !*region)
+			region = getenv("AWS_DEFAULT_REGION");
+		fs = json_object();
+		json_object_set_new(fs, "url", json_string(dir));
+		json_object_set_new(fs, "endpoint", str_or_null(s3_endpoint()));
+		json_object_set_new(fs, "region", str_or_null(region && *region ? region : NULL));
+		json_object_set_new(env, "filesystem", json_null());
+		json_object_set_new(env, "device", json_null());
+		json_object_set_new(env, "object_store", fs);
+	} else if (dir && find_mount(dir, &m) == 0) {
 		fs = json_object();
 		json_object_set_new(fs, "type", json_string(m.fstype));
 		json_object_set_new(fs, "source", json_string(m.source));

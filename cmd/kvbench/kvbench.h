@@ -12,8 +12,9 @@
 #define KVBENCH_JSON_VERSION	1
 
 /* kvio is libkv's own file engine (kv_io_batch, kv_io_has): what a
- * connector linking libkv gets, checksums and all. */
-enum engine { ENGINE_URING, ENGINE_PSYNC, ENGINE_KVIO };
+ * connector linking libkv gets, checksums and all.  s3 is not chosen: it
+ * is what an s3:// --dir runs on (libkv's S3 tier, kv_tier_batch_stream). */
+enum engine { ENGINE_URING, ENGINE_PSYNC, ENGINE_KVIO, ENGINE_S3 };
 enum fsync_policy { FSYNC_NONE, FSYNC_FILE, FSYNC_DIR };
 /* The data phases, then the metadata phases (mdtest's create, stat and
  * remove of empty files, here absent block keys in the bucket dirs). */
@@ -25,15 +26,16 @@ enum direct_mode { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
 /* What one latency histogram measures; data transfer is kept apart
  * from the metadata calls around it. */
 enum lat {
-	LAT_READ,	/* read(2)/io_uring read of the whole block */
-	LAT_WRITE,	/* write of the whole block */
+	LAT_READ,	/* read(2)/io_uring read of the whole block; s3: a GET,
+			   handed to the engine to its done() */
+	LAT_WRITE,	/* write of the whole block; s3: a PUT, likewise */
 	LAT_OPEN,	/* openat, with create for writes */
 	LAT_CLOSE,
 	LAT_FSYNC,	/* fsync of the file */
 	LAT_DIRSYNC,	/* fsync of its directory */
 	LAT_RENAME,	/* temp -> target */
 	LAT_TOUCH,	/* atime stamp on a read hit, as llm-d readers do */
-	LAT_LOOKUP,	/* presence check (fstatat, or kv_io_has) */
+	LAT_LOOKUP,	/* presence check (fstatat, kv_io_has, or an s3 HEAD) */
 	LAT_FILE,	/* a whole block operation, open to close/rename */
 	LAT_BATCH,	/* one kv_io_batch call of up to qd whole operations */
 	LAT_CREATE,	/* open(O_CREAT | O_EXCL) and close of an empty file */
@@ -112,6 +114,7 @@ struct bench {
 	int rank;			/* under mpirun; 0 of 1 otherwise */
 	unsigned nranks;
 	int direct;			/* O_DIRECT in use */
+	int s3;				/* --dir is a bucket (s3://) */
 	uint64_t files;
 	char model_dir[KV_NAME_MAX + 1];
 	int64_t started_ns;

@@ -5,7 +5,7 @@
 #include "../tool.h"
 #include "kvbench.h"
 
-static const char *const engine_names[] = { "uring", "psync", "kvio" };
+static const char *const engine_names[] = { "uring", "psync", "kvio", "s3" };
 static const char *const fsync_names[] = { "none", "file", "dir" };
 
 void format_ns(uint64_t ns, char *buf, size_t len)
@@ -313,11 +313,16 @@ void report_table(const struct bench *b)
 	kv_size_format(o->block_bytes, blk, sizeof(blk));
 	kv_size_format(bench_buffer_bytes(o), bufs, sizeof(bufs));
 	printf("dir %s: %s\n", o->dir, fs);
-	printf("engine %s, %u threads x qd %u, %s of buffers, %s, %s, fsync %s, "
-	       "%llu files of %s\n\n",
-	       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1, bufs,
-	       b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
-	       fsync_names[o->fsync], (unsigned long long)b->files, blk);
+	if (b->s3)
+		printf("engine s3, %u threads x %u requests in flight, %s of buffers, "
+		       "%llu objects of %s\n\n", o->threads, o->qd, bufs,
+		       (unsigned long long)b->files, blk);
+	else
+		printf("engine %s, %u threads x qd %u, %s of buffers, %s, %s, fsync %s, "
+		       "%llu files of %s\n\n",
+		       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1,
+		       bufs, b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
+		       fsync_names[o->fsync], (unsigned long long)b->files, blk);
 	printf("%-7s %-8s %9s %11s %9s %9s %9s %9s %9s %9s\n", "phase", "op", "count",
 	       "throughput", "IOPS", "p50", "p90", "p99", "p99.9", "max");
 	for (ph = 0; ph < PH_COUNT; ph++) {

@@ -2,7 +2,9 @@
  * The phases of a storage run: worker threads move whole block files in
  * the cache layout through io_uring (QD deep per thread) or pread/pwrite,
  * timing open, data, fsync, close and rename apart, while the main thread
- * samples throughput once a second.
+ * samples throughput once a second.  On an s3:// --dir the blocks are
+ * objects, moved by libkv's S3 tier (PUT, GET, HEAD), QD in flight per
+ * thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -63,6 +65,9 @@ struct worker {
 	struct kv_io *io;		/* ENGINE_KVIO */
 	struct kv_io_req *reqs;
 	struct slot *slots;
+	struct s3slot *s3slots;		/* ENGINE_S3: qd requests */
+	unsigned *s3free, ns3free;	/* their free list */
+	struct kv_tier *tier;		/* ENGINE_S3: this thread's own handle */
 	void **bufs;
 	uint64_t rng;
 	struct kv_hist *lat[LAT_COUNT];
@@ -88,6 +93,18 @@ struct shared {
 	pthread_cond_t cond;
 	int err;			/* first failure */
 	char errmsg[512];
+	/* s3: the bucket, for populating and cleaning up, and which of
+	 * paths this run stored (all cleanup ever deletes). */
+	struct kv_tier *tier;
+	atomic_uchar *written;
+};
+
+/* One request of a bucket run in flight. */
+struct s3slot {
+	struct kv_tier_req req;
+	uint64_t file;
+	int64_t t0;			/* when it was handed to the engine */
+	unsigned idx;
 };
 
 static uint64_t splitmix(uint64_t *s)
@@ -706,12 +723,130 @@ static void run_kvio(struct worker *w)
 	}
 }
 
+/*
+ * A bucket: the same operations as requests to libkv's S3 tier, through
+ * kv_tier_batch_stream on this thread's own tier handle, with qd of them
+ * in flight (next() hands over no more while qd are out).  --threads x
+ * --qd are the requests in flight, as they are the I/Os in flight on a
+ * filesystem.  A handle per thread rather than one with threads x qd in
+ * flight: each handle's engine is one curl multi loop driven by the
+ * thread that runs the batch, so with one handle a single thread would
+ * do all the TLS, signing and xxh3 of every request and, once it is
+ * busy, add its own queueing to every latency; a loop per thread spreads
+ * that over the cores, as a connector's workers would, and keeps each
+ * request's latency its own.
+ *
+ * Latency is per request, from next() handing it to the engine to the
+ * engine's done() for it: the round trip, the transfer and any retries
+ * the engine made (what a caller waits), as the file engine's is from
+ * the submission to the completion.
+ */
+static void s3_fail(struct worker *w, int err, const char *what, const char *key)
+{
+	struct shared *sh = w->sh;
+	const char *detail = kv_error_detail();
+
+	pthread_mutex_lock(&sh->lock);
+	if (!sh->err) {
+		sh->err = err;
+		snprintf(sh->errmsg, sizeof(sh->errmsg), "cannot %s '%s/%s': %s%s%s", what,
+			 w->b->o.dir, key, kv_strerror(err), *detail ? ": " : "", detail);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	atomic_store(&sh->stop, 1);
+}
+
+static int s3_next(void *arg, struct kv_tier_req **out)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	struct s3slot *s;
+	uint64_t file, k;
+	int is_write;
+
+	/* qd out: done() frees one, and next() is asked again then. */
+	if (!w->ns3free || !next_op(w, &file, &is_write, &k))
+		return 0;
+	s = &w->s3slots[w->s3free[--w->ns3free]];
+	s->file = file;
+	if (sh->phase == PH_LOOKUP) {
+		/* Alternate keys that are there with keys that are not. */
+		s->req = (struct kv_tier_req){
+			.op = KV_TIER_OP_HAS,
+			.key = !(k & 1) ? sh->rpaths[(k / 2) % w->b->files]
+					: sh->rmissing[(k / 2) % w->b->files],
+		};
+	} else {
+		s->req = (struct kv_tier_req){
+			.op = is_write ? KV_TIER_OP_PUT : KV_TIER_OP_GET,
+			.key = is_write ? sh->paths[file] : sh->rpaths[file],
+			.buf = w->bufs[s->idx],
+			.len = w->b->o.block_bytes,
+		};
+	}
+	s->req.user = s;
+	s->t0 = kv_monotonic_ns();
+	*out = &s->req;
+	return 1;
+}
+
+static void s3_done(void *arg, struct kv_tier_req *req)
+{
+	int64_t t = kv_monotonic_ns();
+	struct worker *w = arg;
+	struct s3slot *s = req->user;
+	uint64_t len = w->b->o.block_bytes;
+	int r = req->result;
+
+	w->s3free[w->ns3free++] = s->idx;
+	if (req->op == KV_TIER_OP_HAS) {
+		if (r < 0 && r != -ENOENT) {
+			s3_fail(w, r, "look up", req->key);
+			return;
+		}
+		record(w, LAT_LOOKUP, s->t0, t);
+		if (r == 0)
+			w->hits++;
+		else
+			w->misses++;
+		atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+		return;
+	}
+	if (r == 0 && req->op == KV_TIER_OP_GET && req->done != len)
+		r = -KV_ESHORT;
+	if (r < 0) {
+		s3_fail(w, r, req->op == KV_TIER_OP_PUT ? "put" : "get", req->key);
+		return;
+	}
+	record(w, req->op == KV_TIER_OP_PUT ? LAT_WRITE : LAT_READ, s->t0, t);
+	if (req->op == KV_TIER_OP_PUT) {
+		atomic_store_explicit(&w->sh->written[s->file], 1, memory_order_relaxed);
+		w->writes++;
+	} else {
+		w->reads++;
+	}
+	atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->live_bytes, len, memory_order_relaxed);
+}
+
+static void run_s3(struct worker *w)
+{
+	int r = kv_tier_batch_stream(w->tier, s3_next, s3_done, w);
+
+	/* A lost connection ends the batch; failed requests were said in
+	 * done(). */
+	if (r < 0)
+		s3_fail(w, r, "reach", "");
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct shared *sh = w->sh;
 
-	if (sh->phase == PH_LOOKUP)
+	if (w->b->o.engine == ENGINE_S3)
+		run_s3(w);
+	else if (sh->phase == PH_LOOKUP)
 		run_lookup(w);
 	else if (sh->phase >= PH_CREATE)
 		run_meta(w);
@@ -758,6 +893,23 @@ static int worker_setup(struct bench *b, struct worker *w, enum phase ph)
 			return r;
 		if (!(w->reqs = calloc(n, sizeof(*w->reqs))))
 			return -ENOMEM;
+	}
+	if (b->o.engine == ENGINE_S3) {
+		/* REPLACE: every write phase writes its objects anew.  Its
+		 * engine has $KV_S3_INFLIGHT = qd slots (bench_run). */
+		struct kv_io_opts o = { .flags = KV_IO_REPLACE };
+
+		if ((r = kv_tier_s3_open(b->o.dir, &o, &w->tier)) < 0)
+			return r;
+		w->s3slots = calloc(n, sizeof(*w->s3slots));
+		w->s3free = calloc(n, sizeof(*w->s3free));
+		if (!w->s3slots || !w->s3free)
+			return -ENOMEM;
+		for (i = 0; i < n; i++) {
+			w->s3slots[i].idx = i;
+			w->s3free[i] = n - 1 - i;
+		}
+		w->ns3free = n;
 	}
 	if (ph == PH_LOOKUP || ph >= PH_CREATE)
 		return 0;	/* presence checks and metadata move no data */
@@ -812,6 +964,10 @@ static void worker_free(struct bench *b, struct worker *w)
 		io_uring_queue_exit(&w->ring);
 	if (w->io)
 		kv_io_close(w->io);
+	if (w->tier)
+		kv_tier_close(w->tier);
+	free(w->s3slots);
+	free(w->s3free);
 	free(w->reqs);
 	for (i = 0; w->bufs && i < n; i++)
 		free(w->bufs[i]);
@@ -1084,7 +1240,8 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 	int64_t start;
 	int r = 0;
 
-	if (ph == PH_READ || ph == PH_MIXED)
+	/* A bucket: no cache here to make cold (none reported). */
+	if ((ph == PH_READ || ph == PH_MIXED) && !b->s3)
 		res->cache_drop = make_cold(b, sh);
 	ws = calloc(b->o.threads, sizeof(*ws));
 	if (!ws)
@@ -1096,9 +1253,10 @@ static int run_phase(struct bench *b, struct shared *sh, enum phase ph)
 		r = worker_setup(b, &ws[i], ph);
 	}
 	if (r < 0) {
-		snprintf(b->err, sizeof(b->err), "cannot set up workers: %s%s", kv_strerror(r),
+		snprintf(b->err, sizeof(b->err), "cannot set up workers: %s%s%s%s", kv_strerror(r),
 			 r == -ENOMEM && b->o.registered_buffers ?
-			 " (registered buffers are locked memory)" : "");
+			 " (registered buffers are locked memory)" : "",
+			 b->s3 && *kv_error_detail() ? ": " : "", b->s3 ? kv_error_detail() : "");
 		goto out;
 	}
 	sh->phase = ph;
@@ -1157,7 +1315,9 @@ out:
 }
 
 /* The model dir a run writes into, named and fingerprinted as a vLLM
- * fleet's would be, so lookups walk the same depth of directories. */
+ * fleet's would be, so lookups walk the same depth of directories.  A
+ * bucket gets the name only: its rank dirs need no config.json (kvls
+ * reads them without), so nothing is stored but the blocks. */
 static int make_model_dir(struct bench *b, int rootfd)
 {
 	unsigned tokens = b->have_geo ? b->geo.tokens_per_file : 256;
@@ -1178,7 +1338,10 @@ static int make_model_dir(struct bench *b, int rootfd)
 	r = kv_config_parse(text, strlen(text), &cfg);
 	if (r < 0)
 		return r;
-	r = kv_config_ensure_model_dir(rootfd, cfg, b->model_dir, sizeof(b->model_dir));
+	if (b->s3)
+		r = kv_config_model_dir(cfg, b->model_dir, sizeof(b->model_dir));
+	else
+		r = kv_config_ensure_model_dir(rootfd, cfg, b->model_dir, sizeof(b->model_dir));
 	kv_config_free(cfg);
 	return r;
 }
@@ -1219,7 +1382,7 @@ static int make_paths(struct bench *b, struct shared *sh, unsigned rank, char **
 		r = kv_layout_block_path(b->model_dir, rank, 0, hash, path, sizeof(path));
 		if (r < 0)
 			return r;
-		if ((r = mkdirs_for(sh->rootfd, path)) < 0)
+		if (!b->s3 && (r = mkdirs_for(sh->rootfd, path)) < 0)
 			return r;
 		if (!(paths[i] = strdup(path)))
 			return -ENOMEM;
@@ -1343,6 +1506,173 @@ static int populate(struct bench *b, struct shared *sh)
 	return r;
 }
 
+/* ---- a bucket: populating and cleaning up through the root's tier ---- */
+
+struct s3fill {
+	struct bench *b;
+	struct shared *sh;
+	const void *buf;		/* every PUT's body (read only) */
+	uint64_t next;
+	int err;
+	const char *bad;
+	struct kv_tier_req *reqs;	/* qd of them, free when user is NULL */
+};
+
+static int fill_next(void *arg, struct kv_tier_req **out)
+{
+	struct s3fill *f = arg;
+	struct kv_tier_req *q = NULL;
+
+	for (unsigned i = 0; i < f->b->o.qd && !q; i++)
+		if (!f->reqs[i].user)
+			q = &f->reqs[i];
+	while (q && !f->err && f->next < f->b->files) {
+		uint64_t i = f->next++;
+
+		if (atomic_load(&f->sh->written[i]))
+			continue;
+		*q = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = f->sh->paths[i],
+					   .buf = (void *)f->buf, .len = f->b->o.block_bytes,
+					   .user = (void *)(uintptr_t)(i + 1) };
+		*out = q;
+		return 1;
+	}
+	return 0;
+}
+
+static void fill_done(void *arg, struct kv_tier_req *req)
+{
+	struct s3fill *f = arg;
+	uint64_t i = (uint64_t)(uintptr_t)req->user - 1;
+
+	req->user = NULL;
+	if (req->result == 0) {
+		atomic_store(&f->sh->written[i], 1);
+	} else if (!f->err) {
+		f->err = req->result;
+		f->bad = f->sh->paths[i];
+	}
+}
+
+/* Reads need the working set in the bucket: PUT, untimed, qd at a time,
+ * every block this run has not stored yet. */
+static int populate_s3(struct bench *b, struct shared *sh)
+{
+	struct s3fill f = { .b = b, .sh = sh };
+	uint64_t seed = b->o.seed ^ 0x5eed, j;
+	void *buf = malloc(b->o.block_bytes);
+	int r;
+
+	f.reqs = calloc(b->o.qd, sizeof(*f.reqs));
+	if (!buf || !f.reqs) {
+		free(buf);
+		free(f.reqs);
+		return -ENOMEM;
+	}
+	for (j = 0; j + 8 <= b->o.block_bytes; j += 8) {
+		uint64_t v = splitmix(&seed);
+
+		memcpy((char *)buf + j, &v, 8);
+	}
+	f.buf = buf;
+	r = kv_tier_batch_stream(sh->tier, fill_next, fill_done, &f);
+	if (r >= 0)
+		r = f.err;
+	if (r < 0)
+		snprintf(b->err, sizeof(b->err), "cannot put '%s/%s': %s%s%s", b->o.dir,
+			 f.bad ? f.bad : "", kv_strerror(r), *kv_error_detail() ? ": " : "",
+			 kv_error_detail());
+	free(buf);
+	free(f.reqs);
+	return r;
+}
+
+struct s3clean {
+	struct bench *b;
+	struct shared *sh;
+	_Atomic uint64_t next;
+};
+
+static void clean_with(struct s3clean *c, struct kv_tier *t)
+{
+	uint64_t i;
+
+	while ((i = atomic_fetch_add(&c->next, 1)) < c->b->files)
+		if (atomic_load(&c->sh->written[i]))
+			kv_tier_del(t, c->sh->paths[i]);
+}
+
+/* One deleting thread, on a handle of its own: calls into one S3 tier
+ * handle from several threads at once stall in libcurl's shared
+ * connection cache, so each thread has its own, as the workers do. */
+static void *clean_main(void *arg)
+{
+	struct s3clean *c = arg;
+	struct kv_io_opts o = { .flags = KV_IO_REPLACE };
+	struct kv_tier *t;
+
+	if (kv_tier_s3_open(c->b->o.dir, &o, &t) < 0)
+		return NULL;	/* the main thread deletes what is left */
+	clean_with(c, t);
+	kv_tier_close(t);
+	return NULL;
+}
+
+/* Delete the objects this run stored, and only those: a key is deleted
+ * once its PUT (timed or populating) succeeded, never a key it only
+ * looked up or read, nor anything else under the prefix.  kv_tier_del is
+ * a HEAD and a DELETE, one at a time: threads x qd threads (16 at most)
+ * share the keys out. */
+static void cleanup_s3(struct bench *b, struct shared *sh)
+{
+	struct s3clean c = { .b = b, .sh = sh };
+	uint64_t n = (uint64_t)b->o.threads * b->o.qd;
+	pthread_t *tids;
+	unsigned i, started = 0;
+
+	if (!sh->written || !sh->paths)
+		return;
+	if (n > 16)
+		n = 16;
+	if (n > b->files)
+		n = b->files;
+	tids = calloc(n, sizeof(*tids));
+	for (i = 0; tids && i < n; i++)
+		if (pthread_create(&tids[i], NULL, clean_main, &c) == 0)
+			started++;
+	for (i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
+	/* Keys no thread took (one could not open its handle). */
+	clean_with(&c, sh->tier);
+}
+
+/* A bucket --dir: checked by opening it (the bucket must answer), the
+ * engine's requests in flight set to --qd. */
+static int open_bucket(struct bench *b, struct shared *sh)
+{
+	struct kv_io_opts o = { .flags = KV_IO_REPLACE };
+	char n[16];
+	int r;
+
+	/* Each handle's engine takes qd requests at once; next() never
+	 * hands it more, so $KV_S3_INFLIGHT is --qd here. */
+	snprintf(n, sizeof(n), "%u", b->o.qd);
+	setenv("KV_S3_INFLIGHT", n, 1);
+	r = kv_tier_s3_open(b->o.dir, &o, &sh->tier);
+	if (r < 0) {
+		snprintf(b->err, sizeof(b->err), "cannot open '%s': %s%s%s", b->o.dir,
+			 kv_strerror(r), *kv_error_detail() ? ": " : "", kv_error_detail());
+		sh->tier = NULL;
+		return r;
+	}
+	if (!(sh->written = calloc(b->files, sizeof(*sh->written)))) {
+		snprintf(b->err, sizeof(b->err), "%s", kv_strerror(-ENOMEM));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static void free_paths(const struct bench *b, char **paths)
 {
 	for (uint64_t i = 0; i < b->files && paths; i++)
@@ -1362,6 +1692,17 @@ int bench_run(struct bench *b)
 	b->files = (b->o.size_bytes + b->o.block_bytes - 1) / b->o.block_bytes;
 	if (!b->files)
 		b->files = 1;
+	if (b->s3) {
+		if ((r = open_bucket(b, &sh)) < 0)
+			goto out;
+		r = make_model_dir(b, -1);
+		if (r < 0) {
+			snprintf(b->err, sizeof(b->err), "cannot name a model dir: %s",
+				 kv_strerror(r));
+			goto out;
+		}
+		goto laid_out;
+	}
 	/* --dir is made if missing (its parent must exist), as `mkdir DIR`
 	 * and kvget -o DIR do; a dir made here is opened without following
 	 * a link, so nothing swapped in after the mkdir is written to. */
@@ -1392,6 +1733,7 @@ int bench_run(struct bench *b)
 			 b->o.dir, kv_strerror(r));
 		goto out;
 	}
+laid_out:
 	r = make_paths(b, &sh, (unsigned)b->rank, &sh.paths, &sh.missing);
 	sh.rpaths = sh.paths;
 	sh.rmissing = sh.missing;
@@ -1406,7 +1748,8 @@ int bench_run(struct bench *b)
 	for (ph = 0; ph < PH_COUNT; ph++) {
 		if (!(b->o.phases & (1u << ph)))
 			continue;
-		if (ph != PH_WRITE && ph < PH_CREATE && (r = populate(b, &sh)) < 0)
+		if (ph != PH_WRITE && ph < PH_CREATE &&
+		    (r = b->s3 ? populate_s3(b, &sh) : populate(b, &sh)) < 0)
 			goto out;
 		if ((r = run_phase(b, &sh, ph)) < 0)
 			goto out;
@@ -1420,6 +1763,12 @@ out:
 			cleanup(b, &sh);
 		close(sh.rootfd);
 	}
+	if (sh.tier) {
+		if (!b->o.keep)
+			cleanup_s3(b, &sh);
+		kv_tier_close(sh.tier);
+	}
+	free(sh.written);
 	if (sh.rpaths != sh.paths) {
 		free_paths(b, sh.rpaths);
 		free_paths(b, sh.rmissing);
