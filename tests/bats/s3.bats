@@ -19,6 +19,7 @@ setup() {
 	CFG=$BATS_TEST_TMPDIR/config.json
 	make_config meta-llama/Llama-3.1-8B > "$CFG"
 	MD=meta-llama_Llama-3.1-8B_$(py_fingerprint "$CFG")
+	cd "$BATS_TEST_TMPDIR"
 }
 
 teardown() {
