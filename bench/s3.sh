@@ -30,11 +30,10 @@
 #   timing).  rclone lists keys with "//" (1.60 shows them as names with a
 #   leading "/"); should a version not, the script says so and lists a
 #   single-slash fill of the same blocks for rclone instead.
-#   kvls splits each rank dir into 17 key ranges listed side by side, and
-#   S3 has no end key: a range's request returns a full page (1,000 keys)
-#   of which kvls keeps those up to the next range.  With few keys per
-#   rank dir (OBJECTS / RANKS of a few thousand) most of what it is sent
-#   is dropped, so small OBJECTS favour the single-stream peers.
+#   kvls lists both top levels at once, then each rank dir from its start,
+#   cutting what is left into hex key ranges listed side by side once its
+#   first page shows more than a page; S3 has no end key, so a range reads
+#   at most one page past its end.
 # - PUT/GET: both sides upload the same COUNT source files (hard links of
 #   one random file, so the page cache holds one copy) and download them
 #   into an empty dir.  rclone gets a flat dir and a flat prefix (one

@@ -334,3 +334,38 @@ vllm_key() {
 	run keys
 	assert_output ""
 }
+
+@test "s3: kvwatch on a bucket records GPU uses from KV events in its journal object, and kvevict keeps those blocks" {
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || skip "needs python3-zmq and python3-msgpack"
+	s3_fill --bucket "$B" --prefix w --models 1 --blocks 6 --size 4096 --print > filled
+	used=$(sed -n 2p filled | cut -d' ' -f1)
+	hash=${used##*/}; hash=${hash%.bin}
+	/usr/bin/python3 "$BATS_TEST_DIRNAME/kv_publish.py" "bind:tcp://127.0.0.1:*" positional-int \
+		"$hash" > pub.out &
+	ppid=$!
+	for _ in $(seq 100); do [ -s pub.out ] && break; sleep 0.1; done
+	mkfifo ready
+	kvwatch --root "s3://$B/w" --events "$(head -1 pub.out)" --node n1 --ndjson --ready-fd 3 \
+		3>ready > watch.out 2> watch.err &
+	wpid=$!
+	read -r _ < ready || true
+	for _ in $(seq 100); do [ -s watch.out ] && break; sleep 0.1; done
+	kill -TERM "$wpid"
+	wait "$wpid" || fail "kvwatch: $(cat watch.err)"
+	kill "$ppid" 2>/dev/null || true
+	jq -e --arg h "$hash" 'select(.hash == $h) | .where == "journal" and .source == "event"' watch.out
+	# The journal object, as kv(7) says, naming the block used.
+	s3_aws s3api get-object --bucket "$B" --key w//.kvwatch/n1.uses journal >/dev/null
+	grep -q " ${used#w//}\$" journal
+	# Evicting all but one block keeps the one used.
+	run kvevict --root "s3://$B/w" --max-bytes 8K --low-bytes 4K --hot 0
+	assert_success
+	run keys w/
+	assert_line "$used"
+	assert_line "w//.kvwatch/n1.uses"
+	[ "$(grep -c '\.bin$' <<< "$output")" -eq 1 ]
+	# Without --events there is nothing to watch a bucket by.
+	run kvwatch --root "s3://$B/w"
+	assert_failure 2
+	assert_output --partial "--events"
+}
