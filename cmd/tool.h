@@ -95,6 +95,17 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 		     const struct kv_io_opts *opts);
 void tool_store_close(struct tool_store *s);
 
+/* --config FILE, repeatable: the configs of model dirs that hold no
+ * config.json (a bucket's), for tables and event topics. */
+#define TOOL_CONFIGS_MAX 64
+struct kv_config;
+/* Load FILE into configs[*n] (usage error past the limit, exit 3 on a bad
+ * file). */
+void tool_config_add(struct kv_config **configs, unsigned *n, const char *file);
+/* Name each config's model dir for events (no-op without events). */
+struct kv_events;
+void tool_events_name(struct kv_events *ev, struct kv_config *const *configs, unsigned n);
+
 /* "cannot VERB 'ROOT': why", with a bucket's detail (endpoint, S3 code). */
 void tool_root_err(const char *verb, const char *root, int err);
 

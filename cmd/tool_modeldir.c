@@ -15,6 +15,23 @@ static int rank_dir_fits(const char *name, unsigned rank)
 	return kv_layout_block_path(name, rank, 0, "00000", probe, sizeof(probe)) != -ENAMETOOLONG;
 }
 
+/* A --config file, or say why not and exit 3. */
+static struct kv_config *load_config(const char *file)
+{
+	struct kv_config *cfg;
+	int ret = kv_config_load(AT_FDCWD, file, &cfg);
+
+	if (ret == -KV_EBADCONFIG) {
+		tool_err("invalid config '%s': %s", file, kv_error_detail());
+		exit(EXIT_RUNTIME);
+	}
+	if (ret < 0) {
+		tool_err("cannot open '%s': %s", file, kv_strerror(ret));
+		exit(EXIT_RUNTIME);
+	}
+	return cfg;
+}
+
 void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		    unsigned rank, char *out, size_t len)
 {
@@ -32,15 +49,7 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		strcpy(out, model_dir);
 		return;
 	}
-	ret = kv_config_load(AT_FDCWD, config, &cfg);
-	if (ret == -KV_EBADCONFIG) {
-		tool_err("invalid config '%s': %s", config, kv_error_detail());
-		exit(EXIT_RUNTIME);
-	}
-	if (ret < 0) {
-		tool_err("cannot open '%s': %s", config, kv_strerror(ret));
-		exit(EXIT_RUNTIME);
-	}
+	cfg = load_config(config);
 	ret = kv_config_model_dir(cfg, out, len);
 	if (ret == 0 && !rank_dir_fits(out, rank)) {
 		tool_err("the model name in '%s' is too long: its rank dir '%s_r%u' would pass "
@@ -56,4 +65,20 @@ void tool_model_dir(const char *model_dir, const char *config, int rootfd,
 		tool_err("cannot create the model dir for '%s': %s", config, kv_strerror(ret));
 		exit(EXIT_RUNTIME);
 	}
+}
+
+void tool_config_add(struct kv_config **configs, unsigned *n, const char *file)
+{
+	if (*n == TOOL_CONFIGS_MAX)
+		tool_usage_fail("--config: at most %d files", TOOL_CONFIGS_MAX);
+	configs[(*n)++] = load_config(file);
+}
+
+void tool_events_name(struct kv_events *ev, struct kv_config *const *configs, unsigned n)
+{
+	char dir[KV_NAME_MAX + 1];
+
+	for (unsigned i = 0; ev && i < n; i++)
+		if (kv_config_model_dir(configs[i], dir, sizeof(dir)) == 0)
+			kv_events_name_model_dir(ev, dir, configs[i]);
 }

@@ -15,7 +15,7 @@ static const char usage_text[] =
 	"               [--low-bytes SIZE] [--model-max-bytes MODEL=SIZE]...\n"
 	"               [--hot DUR] [--orphans-after DUR [--force]] [--dir-grace DUR]\n"
 	"               [-n] [--once | -w INTERVAL] [--wait[=DUR]] [-t N] [-J | --ndjson]\n"
-	"               [--events ENDPOINT] [--shard I/N [--shard-wait DUR]]\n"
+	"               [--events ENDPOINT [--config FILE]...] [--shard I/N [--shard-wait DUR]]\n"
 	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait[=DUR]] [-J | --ndjson]\n"
 	"               [--events ENDPOINT]\n"
 	"\n"
@@ -58,6 +58,8 @@ static const char usage_text[] =
 	"                           on a ZMQ endpoint: tcp://HOST:PORT (connect),\n"
 	"                           tcp://*:PORT or ipc://PATH (bind); default\n"
 	"                           $KV_EVENTS\n"
+	"      --config FILE        the config.json of model dirs that hold none (a\n"
+	"                           bucket's), naming their events' topic; repeatable\n"
 	"  -h, --help               show this help\n"
 	"  -V, --version            show the version\n"
 	"\n"
@@ -68,7 +70,7 @@ static const char usage_text[] =
 enum {
 	OPT_HIGH = 256, OPT_LOW, OPT_MAX_BYTES, OPT_LOW_BYTES, OPT_MODEL_MAX,
 	OPT_HOT, OPT_ORPHANS, OPT_DIR_GRACE, OPT_ONCE, OPT_WAIT, OPT_STDIN, OPT_NDJSON,
-	OPT_FORCE, OPT_EVENTS, OPT_SHARD, OPT_SHARD_WAIT,
+	OPT_FORCE, OPT_EVENTS, OPT_SHARD, OPT_SHARD_WAIT, OPT_CONFIG,
 };
 
 /* A temp younger than this may belong to a writer still at work on a slow
@@ -97,6 +99,7 @@ static const struct option longopts[] = {
 	{ "json", no_argument, NULL, 'J' },
 	{ "ndjson", no_argument, NULL, OPT_NDJSON },
 	{ "events", required_argument, NULL, OPT_EVENTS },
+	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "shard", required_argument, NULL, OPT_SHARD },
 	{ "shard-wait", required_argument, NULL, OPT_SHARD_WAIT },
 	{ "help", no_argument, NULL, 'h' },
@@ -391,6 +394,8 @@ static int run_watch(struct state *s, const struct kv_evict_opts *o, uint64_t in
 
 int main(int argc, char **argv)
 {
+	static struct kv_config *configs[TOOL_CONFIGS_MAX];
+	static unsigned nconfigs;
 	static struct kv_evict_quota quotas[KV_EVICT_MAX_QUOTAS];
 	struct state s = { 0 };
 	struct kv_evict_opts o = {
@@ -448,6 +453,7 @@ int main(int argc, char **argv)
 		case 'J': s.out = OUT_JSON; break;
 		case OPT_NDJSON: s.out = OUT_NDJSON; break;
 		case OPT_EVENTS: events_opt = optarg; break;
+		case OPT_CONFIG: tool_config_add(configs, &nconfigs, optarg); break;
 		case OPT_SHARD: parse_shard(optarg, &s.shard, &s.shards); break;
 		case OPT_SHARD_WAIT:
 			o.shard_wait_ns = tool_parse_duration_ns("--shard-wait", optarg);
@@ -554,6 +560,7 @@ int main(int argc, char **argv)
 	if (endpoint && !o.dry_run) {
 		s.rootfd = s.bucket ? -1 : tool_root_open(s.root);
 		s.events = tool_events_open(endpoint, NULL);
+		tool_events_name(s.events, configs, nconfigs);
 	}
 	if (use_stdin) {
 		rc = run_stdin(&s, &o);

@@ -76,19 +76,22 @@ struct ls {
 	struct kv_events *events;	/* --announce */
 	int rootfd;
 	struct kv_tier *bucket;	/* an s3:// root: for --verify */
+	struct kv_config *configs[TOOL_CONFIGS_MAX];	/* --config */
+	unsigned nconfigs;
 	int bucket_root;	/* the root is a bucket */
 };
 
 static void usage(void)
 {
 	printf("Usage: kvls [-J | --ndjson] [--blocks] [--root DIR] [--model MODEL] [--rank N]\n"
-	       "            [--older-than DUR] [--newer-than DUR] [--threads N]\n"
+	       "            [--older-than DUR] [--newer-than DUR] [--threads N] [--config FILE]...\n"
 	       "       kvls --check | --verify [-J | --ndjson] [--root DIR] [--model MODEL]\n"
 	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--orphans-after DUR] [--threads N]\n"
 	       "       kvls --daemon SOCK [-J | --ndjson] [--model MODEL] [--rank N]\n"
 	       "       kvls --announce [--events ENDPOINT] [-J | --ndjson] [--root DIR]\n"
 	       "            [--model MODEL] [--rank N] [--older-than DUR] [--newer-than DUR]\n"
+	       "            [--config FILE]...\n"
 	       "       kvls -h | -V\n"
 	       "\n"
 	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
@@ -118,6 +121,8 @@ static void usage(void)
 	       "      --events ENDPOINT   where --announce publishes: tcp://HOST:PORT\n"
 	       "                          (connect), tcp://*:PORT or ipc://PATH (bind);\n"
 	       "                          default $KV_EVENTS\n"
+	       "      --config FILE       the config.json of model dirs that hold none (a\n"
+	       "                          bucket's): their row and event topic; repeatable\n"
 	       "  -h, --help              show this help and exit\n"
 	       "  -V, --version           show the version and exit\n"
 	       "\n"
@@ -349,6 +354,9 @@ static void models_free(struct ls *ls)
 		free(ls->models[i].ranks);
 	}
 	free(ls->models);
+	for (unsigned c = 0; c < ls->nconfigs; c++)
+		kv_config_free(ls->configs[c]);
+	ls->nconfigs = 0;
 }
 
 /* Whether a model has anything to show under the filters in force. */
@@ -587,12 +595,44 @@ static int load_config(struct ls *ls, const struct kv_walk_entry *e, struct kv_c
 	return rc;
 }
 
+/* What a model's row takes from its config. */
+static void model_fill(struct model *m, const struct kv_config *cfg)
+{
+	const char *s;
+
+	m->has_config = 1;
+	m->schema = kv_config_schema_name(cfg);
+	if ((s = kv_config_string(cfg, "model_name")) && !m->name)
+		m->name = strdup(s);
+	if ((s = kv_config_string(cfg, "dtype")) && !m->dtype)
+		m->dtype = strdup(s);
+	kv_config_int(cfg, "tp_size", &m->tp);
+	kv_config_int(cfg, "pp_size", &m->pp);
+	kv_config_int(cfg, "pcp_size", &m->pcp);
+	kv_config_int(cfg, "dcp_size", &m->dcp);
+}
+
+/* --config: model dirs that hold no config.json (a bucket's: vLLM writes
+ * none there) take their row from the one given for them. */
+static void fill_from_configs(struct ls *ls)
+{
+	char dir[KV_NAME_MAX + 1];
+
+	for (size_t i = 0; i < ls->nmodels; i++) {
+		struct model *m = &ls->models[i];
+
+		for (unsigned c = 0; c < ls->nconfigs && !m->has_config; c++)
+			if (kv_config_model_dir(ls->configs[c], dir, sizeof(dir)) == 0 &&
+			    !strcmp(dir, m->model_dir))
+				model_fill(m, ls->configs[c]);
+	}
+}
+
 static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 {
 	struct kv_config *cfg;
 	struct model *m = model_get(ls, &e->ref);
 	char want[KV_NAME_MAX + 1], detail[KV_NAME_MAX + 64];
-	const char *s;
 	int rc;
 
 	if (!m)
@@ -608,16 +648,7 @@ static int on_config(struct ls *ls, const struct kv_walk_entry *e)
 		tool_err("cannot read '%s': %s", e->path, kv_strerror(rc));
 		return 0;
 	}
-	m->has_config = 1;
-	m->schema = kv_config_schema_name(cfg);
-	if ((s = kv_config_string(cfg, "model_name")) && !m->name)
-		m->name = strdup(s);
-	if ((s = kv_config_string(cfg, "dtype")) && !m->dtype)
-		m->dtype = strdup(s);
-	kv_config_int(cfg, "tp_size", &m->tp);
-	kv_config_int(cfg, "pp_size", &m->pp);
-	kv_config_int(cfg, "pcp_size", &m->pcp);
-	kv_config_int(cfg, "dcp_size", &m->dcp);
+	model_fill(m, cfg);
 	rc = 0;
 	if (ls->check && kv_config_model_dir(cfg, want, sizeof(want)) == 0 &&
 	    strcmp(want, e->ref.model_dir)) {
@@ -899,7 +930,7 @@ int main(int argc, char **argv)
 {
 	enum {
 		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
-		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS,
+		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS, OPT_CONFIG,
 	};
 	static const struct option longopts[] = {
 		{ "blocks", no_argument, NULL, 'b' },
@@ -917,6 +948,7 @@ int main(int argc, char **argv)
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "announce", no_argument, NULL, OPT_ANNOUNCE },
 		{ "events", required_argument, NULL, OPT_EVENTS },
+		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -962,6 +994,9 @@ int main(int argc, char **argv)
 		case OPT_DAEMON: daemon = optarg; break;
 		case OPT_ANNOUNCE: announce = 1; break;
 		case OPT_EVENTS: events_opt = optarg; break;
+		case OPT_CONFIG:
+			tool_config_add(ls.configs, &ls.nconfigs, optarg);
+			break;
 		case 'h': usage(); break;
 		case 'V': tool_version(); break;
 		default:
@@ -993,6 +1028,7 @@ int main(int argc, char **argv)
 
 		ls.rootfd = kv_root_is_s3(root) ? -1 : tool_root_open(root);
 		ls.events = tool_events_open_opts(endpoint, &eo);
+		tool_events_name(ls.events, ls.configs, ls.nconfigs);
 	}
 
 	ls.now_ns = kv_now_ns();
@@ -1001,8 +1037,11 @@ int main(int argc, char **argv)
 	tool_progress_init(&ls.progress);
 	if (!isatty(STDOUT_FILENO))
 		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
-	if (ls.mode == MODE_BLOCKS)
-		return list_blocks(&ls, daemon, root, &wopts);
+	if (ls.mode == MODE_BLOCKS) {
+		rc = list_blocks(&ls, daemon, root, &wopts);
+		models_free(&ls);
+		return rc;
+	}
 
 	/* For config.json, read beneath it; the walk says why it cannot. */
 	ls.bucket_root = kv_root_is_s3(root);
@@ -1027,6 +1066,7 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 
+	fill_from_configs(&ls);
 	if (ls.mode == MODE_MODELS) {
 		rc = models_print(&ls) ? 0 : EXIT_ANSWER_NO;
 	} else {

@@ -311,14 +311,7 @@ int index_add(struct index *x, const char *relpath)
 	rc = dir_id(x, relpath, plen, &dir);
 	if (rc)
 		return rc;
-	{
-		char low_hex[17];
-		size_t k = hlen > 16 ? 16 : hlen;
-
-		memcpy(low_hex, hex + hlen - k, k);
-		low_hex[k] = '\0';
-		low = kv_events_hash64(low_hex);
-	}
+	low_of(relpath, &low);
 	for (b = home(x, low); x->table[b]; b = (b + 1) & x->mask) {
 		struct ix_entry *e = &x->e[x->table[b] - 1];
 

@@ -290,19 +290,30 @@ static int open_append(struct kv_uses_journal *j)
 	return 0;
 }
 
-int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **out)
+/* A journal for node, nothing open yet. */
+static int journal_new(const char *node, struct kv_uses_journal **out)
 {
 	struct kv_uses_journal *j;
-	uint64_t bad = 0;
-	int rc;
 
 	if (!node_ok(node))
 		return -EINVAL;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
+	j->rootfd = j->dirfd = j->fd = -1;
+	*out = j;
+	return 0;
+}
+
+int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **out)
+{
+	struct kv_uses_journal *j;
+	uint64_t bad = 0;
+	int rc = journal_new(node, &j);
+
+	if (rc)
+		return rc;
 	j->rootfd = rootfd;
-	j->fd = -1;
 	snprintf(j->name, sizeof(j->name), "%s%s", node, KV_USES_SUFFIX);
 	snprintf(j->temp, sizeof(j->temp), ".%s.tmp", j->name);
 	j->dirfd = kvi_mkdir_beneath(rootfd, KV_USES_DIR);
@@ -428,14 +439,10 @@ int kv_uses_journal_open_bucket(const char *root, const char *node,
 	struct kv_uses_journal *j;
 	struct kvi_s3_op op = { .method = KVI_S3_GET };
 	char rel[128];
-	int rc;
+	int rc = journal_new(node, &j);
 
-	if (!node_ok(node))
-		return -EINVAL;
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	j->rootfd = j->dirfd = j->fd = -1;
+	if (rc)
+		return rc;
 	snprintf(rel, sizeof(rel), "%s/%s%s", KV_USES_DIR, node, KV_USES_SUFFIX);
 	rc = kvi_s3_open(root, &j->s3);
 	if (rc == 0)

@@ -358,8 +358,8 @@ static int on_journal(const struct kvi_s3_object *o, void *arg)
 static int load_journals(struct listing *l, struct kv_uses **uses)
 {
 	struct journals j = { l->s, NULL, 0 };
-	char pre[3 * KVI_S3_KEY_MAX + 1];
-	char q[4 * KVI_S3_KEY_MAX + 256], tok[4 * KVI_S3_KEY_MAX + 1];
+	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
+	char q[sizeof(pre) + sizeof(tok) + 64];
 	char *token = NULL;
 	unsigned d;
 	int truncated, rc = 0;

@@ -76,6 +76,9 @@ static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, ch
 	return kvi_s3_do(st->s3, op);
 }
 
+static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, char *key,
+		   size_t len);
+
 static int s3_put(struct kv_tier *t, const char *rel, const void *buf, size_t len)
 {
 	struct stier *st = S(t);
@@ -120,17 +123,12 @@ static int s3_get(struct kv_tier *t, const char *rel, void *buf, size_t cap, siz
 
 static int s3_size(struct kv_tier *t, const char *rel, uint64_t *size)
 {
-	struct stier *st = S(t);
 	char key[KVI_S3_KEY_MAX + 1];
-	struct kvi_s3_op op = { .method = KVI_S3_HEAD };
-	int rc = check_key(rel);
+	struct kvi_s3_op head;
+	int rc = head_of(S(t), rel, &head, key, sizeof(key));
 
-	if (rc < 0)
-		return rc;
-	rc = on_either(st, rel, &op, key, sizeof(key));
-	free(op.resp);
 	if (rc == 0)
-		*size = op.size;
+		*size = head.size;
 	return rc;
 }
 
@@ -161,18 +159,31 @@ static int s3_get_tail(struct kv_tier *t, const char *rel, void *buf, size_t len
 	return rc;
 }
 
-static int s3_verify(struct kv_tier *t, const char *rel)
+/* A HEAD of a layout path's object, in either key form: key gets the
+ * form found. */
+static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, char *key,
+		   size_t len)
 {
-	struct stier *st = S(t);
-	char key[KVI_S3_KEY_MAX + 1];
-	struct kvi_s3_op head = { .method = KVI_S3_HEAD }, get = { .method = KVI_S3_GET };
-	char want[17];
 	int rc = check_key(rel);
 
 	if (rc < 0)
 		return rc;
-	rc = on_either(st, rel, &head, key, sizeof(key));
-	free(head.resp);
+	memset(head, 0, sizeof(*head));
+	head->method = KVI_S3_HEAD;
+	rc = on_either(st, rel, head, key, len);
+	free(head->resp);
+	head->resp = NULL;
+	return rc;
+}
+
+static int s3_verify(struct kv_tier *t, const char *rel)
+{
+	struct stier *st = S(t);
+	char key[KVI_S3_KEY_MAX + 1];
+	struct kvi_s3_op head, get = { .method = KVI_S3_GET };
+	char want[17];
+	int rc = head_of(st, rel, &head, key, sizeof(key));
+
 	if (rc < 0)
 		return rc;
 	if (!head.meta_xxh3[0])
@@ -198,13 +209,9 @@ static int s3_del(struct kv_tier *t, const char *rel)
 {
 	struct stier *st = S(t);
 	char key[KVI_S3_KEY_MAX + 1];
-	struct kvi_s3_op head = { .method = KVI_S3_HEAD }, del = { .method = KVI_S3_DELETE };
-	int rc = check_key(rel);
+	struct kvi_s3_op head, del = { .method = KVI_S3_DELETE };
+	int rc = head_of(st, rel, &head, key, sizeof(key));
 
-	if (rc < 0)
-		return rc;
-	rc = on_either(st, rel, &head, key, sizeof(key));
-	free(head.resp);
 	if (rc < 0)
 		return rc;
 	del.key = key;

@@ -369,3 +369,29 @@ vllm_key() {
 	assert_failure 2
 	assert_output --partial "--events"
 }
+
+@test "s3: --config names a bucket's model dirs: kvls's table, kvevict's BlockRemoved topic" {
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || skip "needs python3-zmq and python3-msgpack"
+	for i in 1 2 3; do
+		head -c 1000 /dev/urandom > "p$i"
+		printf '{"hash":"abcde0000%d","file":"%s/p%d"}\n' "$i" "$PWD" "$i"
+	done | kvput --root "s3://$B/c" --config "$CFG" --batch >/dev/null
+	run kvls --root "s3://$B/c" -J
+	assert_success
+	jq -e '.models[0].model == "meta-llama_Llama-3.1-8B"' <<< "$output"
+	run kvls --root "s3://$B/c" -J --config "$CFG"
+	assert_success
+	jq -e '.models[0].model == "meta-llama/Llama-3.1-8B" and .models[0].dtype == "bfloat16"' <<< "$output"
+	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	/usr/bin/python3 "$BATS_TEST_DIRNAME/../fixtures/kvsub.py" --bind "tcp://127.0.0.1:$port" \
+		--ready ready > sub.out 2> sub.err &
+	spid=$!
+	while [ ! -e ready ]; do kill -0 "$spid" || fail "$(cat sub.err)"; sleep 0.05; done
+	run kvevict --root "s3://$B/c" --max-bytes 1500 --low-bytes 1000 --hot 0 \
+		--events "tcp://127.0.0.1:$port" --config "$CFG"
+	assert_success
+	kill -TERM "$spid"
+	wait "$spid" || true
+	jq -s -e '[.[] | select(.type == "BlockRemoved") | .hashes[]] | length == 2' sub.out
+	jq -s -e 'all(.[]; .model == "meta-llama/Llama-3.1-8B")' sub.out
+}
