@@ -516,12 +516,13 @@ int main(int argc, char **argv)
 	}
 
 	/* A bucket is filled by no filesystem and holds no lock files: byte
-	 * budgets only, one run on it at a time (kvevict(8)). */
+	 * budgets only (kvevict(8)); shards agree through objects under its
+	 * prefix. */
 	s.bucket = kv_root_is_s3(s.root);
-	if (s.bucket && (o.high_pct >= 0 || use_stdin || s.shards))
+	if (s.bucket && (o.high_pct >= 0 || use_stdin))
 		tool_usage_fail("a bucket root takes --max-bytes and --model-max-bytes, not %s",
 				o.high_pct >= 0 ? "--high/--low (it has no filesystem use)" :
-				use_stdin ? "--stdin" : "--shard");
+				"--stdin");
 
 	/* A tier kvoffd bounds is evicted by kvoffd, in its own LRU order;
 	 * files removed under it would still count against its capacity. */

@@ -1219,8 +1219,6 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		/* A bucket: byte budgets only, one run at a time. */
 		if (o->high_pct >= 0)
 			return kvi_fail(-EINVAL, "a bucket has no filesystem use: give a byte budget");
-		if (o->shard_count)
-			return kvi_fail(-EOPNOTSUPP, "sharded eviction of a bucket is not supported");
 		rc = kvi_bucket_del_open(root, bucket_deleted, &c, &c.bucket);
 		if (rc < 0)
 			return rc;
@@ -1237,6 +1235,7 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		struct kvi_round_opts ro = {
 			.index = o->shard_index, .count = o->shard_count, .dry = o->dry_run,
 			.wait_ns = o->shard_wait_ns, .notice = o->notice, .arg = o->arg,
+			.bucket_root = c.bucket ? root : NULL,
 		};
 
 		rc = kvi_round_join(c.rootfd, &ro, &c.round);

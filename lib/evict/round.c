@@ -9,7 +9,10 @@
  *   <either>_<hex>.tmp     one being written, renamed into place
  *   lock.<I>               shard I's lock (kv_evict_lock_shard)
  *
- * Anything else there is left alone.
+ * Anything else there is left alone.  On a bucket root the dir is the
+ * key prefix "<root>//.kvevict/": a marker is created with If-None-Match,
+ * a state is written with one PUT (S3 has no partial objects), and no
+ * temp is needed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +32,7 @@
 #include <kv/units.h>
 #include "evict/round.h"
 #include "store/beneath.h"
+#include "store/s3.h"
 #include "util/error.h"
 
 #define NS			1000000000ll
@@ -51,6 +55,8 @@ struct name {
 
 struct kvi_round {
 	int dirfd;
+	struct kvi_s3 *s3;		/* a bucket root: its state prefix */
+	char s3_dir[KVI_S3_KEY_MAX + 1];
 	struct kvi_round_opts o;
 	int64_t round_s;
 	unsigned char *expect;		/* shards to wait for (a bitmap) */
@@ -186,16 +192,76 @@ static void nap(int64_t ns)
 		;
 }
 
+/* ---- the state dir: a directory, or a bucket's key prefix ---- */
+
+struct s3_scan {
+	struct kvi_round *r;
+	void (*fn)(struct kvi_round *r, const char *name, const struct name *n, void *arg);
+	void *arg;
+};
+
+static int s3_entry(const struct kvi_s3_object *o, void *arg)
+{
+	struct s3_scan *sc = arg;
+	const char *name = o->key + strlen(sc->r->s3_dir);
+	struct name n;
+
+	if (strlen(o->key) <= strlen(sc->r->s3_dir) || strchr(name, '/'))
+		return 0;
+	name_parse(name, &n);
+	if (n.kind != NAME_OTHER)
+		sc->fn(sc->r, name, &n, sc->arg);
+	return 0;
+}
+
+/* Each object under the bucket's state prefix, page by page. */
+static int s3_list(struct kvi_round *r,
+		   void (*fn)(struct kvi_round *r, const char *name,
+			      const struct name *n, void *arg), void *arg)
+{
+	struct s3_scan sc = { r, fn, arg };
+	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
+	char q[sizeof(pre) + sizeof(tok) + 64], *token = NULL;
+	int truncated = 0, rc;
+
+	if (kvi_s3_uri_encode(r->s3_dir, 0, pre, sizeof(pre)) < 0)
+		return -ENAMETOOLONG;
+	do {
+		struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
+
+		tok[0] = '\0';
+		if (token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0)
+			rc = -ENAMETOOLONG;
+		else
+			rc = 0;
+		snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
+			 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
+		free(token);
+		token = NULL;
+		if (rc == 0)
+			rc = kvi_s3_do(r->s3, &op);
+		if (rc == 0)
+			rc = kvi_s3_list_parse(op.resp, op.got, s3_entry, NULL, &sc, &truncated,
+					       &token);
+		free(op.resp);
+	} while (rc == 0 && truncated);
+	free(token);
+	return rc;
+}
+
 /* Read the state dir, calling fn for each entry of ours. */
 static int list(struct kvi_round *r,
 		void (*fn)(struct kvi_round *r, const char *name,
 			   const struct name *n, void *arg), void *arg)
 {
-	int fd = openat(r->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd;
 	struct dirent *d;
 	struct name n;
 	DIR *dir;
 
+	if (r->s3)
+		return s3_list(r, fn, arg);
+	fd = openat(r->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	dir = fdopendir(fd);
@@ -210,6 +276,61 @@ static int list(struct kvi_round *r,
 	}
 	closedir(dir);
 	return 0;
+}
+
+/* One request on the object name of the bucket's state prefix. */
+static int s3_on(const struct kvi_round *r, struct kvi_s3_op *op, const char *name)
+{
+	char key[KVI_S3_KEY_MAX + NAME_BYTES];
+	int rc;
+
+	snprintf(key, sizeof(key), "%s%s", r->s3_dir, name);
+	op->key = key;
+	rc = kvi_s3_do(r->s3, op);
+	op->key = NULL;
+	return rc;
+}
+
+/* Make name, empty, only if it is not there: 0, -EEXIST, or -errno. */
+static int create_new(const struct kvi_round *r, const char *name)
+{
+	struct kvi_s3_op op = { .method = KVI_S3_PUT, .flags = KVI_S3_IF_NONE_MATCH, .body = "" };
+	int fd, rc;
+
+	if (r->s3) {
+		rc = s3_on(r, &op, name);
+		free(op.resp);
+		return rc;
+	}
+	fd = openat(r->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+static int exists(const struct kvi_round *r, const char *name)
+{
+	struct kvi_s3_op op = { .method = KVI_S3_HEAD };
+	int rc;
+
+	if (!r->s3)
+		return faccessat(r->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	rc = s3_on(r, &op, name);
+	free(op.resp);
+	return rc == 0;
+}
+
+static void remove_name(const struct kvi_round *r, const char *name)
+{
+	struct kvi_s3_op op = { .method = KVI_S3_DELETE };
+
+	if (!r->s3) {
+		unlinkat(r->dirfd, name, 0);
+		return;
+	}
+	s3_on(r, &op, name);
+	free(op.resp);
 }
 
 /* ---- joining ---- */
@@ -290,7 +411,7 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 	int64_t now_s = kv_now_ns() / NS, found;
 	char name[NAME_BYTES];
 	struct kvi_round *r;
-	int rc, fd;
+	int rc, made;
 
 	if (!o->count || o->count > KV_EVICT_MAX_SHARDS || o->index >= o->count)
 		return -EINVAL;
@@ -310,7 +431,14 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 	r->have = r->expect + map;
 	r->refused = r->have + map;
 	memset(r->expect, 0xff, map);
-	rc = kvi_round_dir_open(rootfd, &r->dirfd);
+	if (o->bucket_root) {
+		rc = kvi_s3_open(o->bucket_root, &r->s3);
+		if (rc == 0)
+			rc = kvi_s3_key(r->s3, KV_EVICT_STATE_DIR "/", 1, r->s3_dir,
+					sizeof(r->s3_dir));
+	} else {
+		rc = kvi_round_dir_open(rootfd, &r->dirfd);
+	}
 	if (rc < 0)
 		goto fail;
 	rc = newest_open(r, now_s, &found);
@@ -320,25 +448,22 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 	 * state: a round that ended within the second is not reopened. */
 	for (int64_t at = now_s; !found && at <= now_s + SKEW_S; at++) {
 		name_marker(r, at, name);
-		fd = openat(r->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-			    O_CLOEXEC, 0644);
-		if (fd < 0 && full(errno)) {
+		made = create_new(r, name);
+		if (full(-made)) {
 			/* A full volume is when eviction matters most: go on in
 			 * a round of our own, unseen, rather than not at all. */
 			notice(r, "cannot open round '%s/%s': %s; going on alone",
-			       KV_EVICT_STATE_DIR, name, strerror(errno));
+			       KV_EVICT_STATE_DIR, name, strerror(-made));
 			found = at;
 			break;
 		}
-		if (fd < 0 && errno != EEXIST) {
-			rc = kvi_fail(-errno, "opening round '%s/%s'", KV_EVICT_STATE_DIR, name);
+		if (made < 0 && made != -EEXIST) {
+			rc = kvi_fail(made, "opening round '%s/%s'", KV_EVICT_STATE_DIR, name);
 			goto fail;
 		}
-		if (fd >= 0)
-			close(fd);
 		r->round_s = at;
 		name_state(r, 0, o->index, name);
-		if (fd >= 0 || faccessat(r->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+		if (made == 0 || !exists(r, name))
 			found = at;
 	}
 	if (!found) {
@@ -370,9 +495,15 @@ int64_t kvi_round_id(const struct kvi_round *r)
 static int write_state(const struct kvi_round *r, const char *name,
 		       const void *buf, size_t len)
 {
+	struct kvi_s3_op op = { .method = KVI_S3_PUT, .body = buf, .body_len = len };
 	char tmp[NAME_BYTES + 32];
 	int fd, rc;
 
+	if (r->s3) {
+		rc = s3_on(r, &op, name);
+		free(op.resp);
+		return rc;
+	}
 	rc = kv_layout_temp_name(name, tmp, sizeof(tmp));
 	if (rc < 0)
 		return rc;
@@ -417,6 +548,29 @@ static int take(struct kvi_round *r, const char *name, unsigned i,
 	ssize_t got = 0;
 	int fd;
 
+	if (r->s3) {
+		/* An object: one GET, a byte more than a state may hold. */
+		struct kvi_s3_op op = { .method = KVI_S3_GET, .cap = KVI_SHARD_MAX_BYTES + 1 };
+
+		buf = op.dst = malloc(op.cap);
+		if (!buf)
+			return 0;
+		if (s3_on(r, &op, name) < 0) {
+			free(op.resp);
+			free(buf);
+			return 0;
+		}
+		free(op.resp);
+		memset(&st, 0, sizeof(st));
+		/* What tells one upload of it from the next. */
+		st.st_ino = (ino_t)((uint64_t)op.mtime_ns ^ (op.got << 1));
+		got = (ssize_t)op.got;
+		if (bit(r->refused, i) && r->refused_ino[i] == (uint64_t)st.st_ino) {
+			free(buf);
+			return 0;
+		}
+		goto decode;
+	}
 	if (fstatat(r->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
 	if (bit(r->refused, i) && r->refused_ino[i] == (uint64_t)st.st_ino)
@@ -449,6 +603,7 @@ static int take(struct kvi_round *r, const char *name, unsigned i,
 	close(fd);
 	if (!buf)
 		return 0;
+decode:
 	if (kvi_shard_decode(buf, (size_t)got, &s) < 0) {
 		refuse(r, i, st.st_ino, name, kv_error_detail());
 	} else if (s.index != i || s.count != r->o.count || s.stage != mine->stage ||
@@ -592,7 +747,7 @@ static void stale_entry(struct kvi_round *r, const char *name,
 	if (stale < STALE_S)
 		stale = STALE_S;
 	if (n->round_s < r->round_s - stale || n->round_s > *now_s + stale)
-		unlinkat(r->dirfd, name, 0);
+		remove_name(r, name);
 }
 
 void kvi_round_leave(struct kvi_round *r)
@@ -601,10 +756,11 @@ void kvi_round_leave(struct kvi_round *r)
 
 	if (!r)
 		return;
-	if (r->dirfd >= 0 && r->round_s)
+	if ((r->dirfd >= 0 || r->s3) && r->round_s)
 		list(r, stale_entry, &now_s);
 	if (r->dirfd >= 0)
 		close(r->dirfd);
+	kvi_s3_close(r->s3);
 	free(r->expect);
 	free(r->refused_ino);
 	free(r);

@@ -22,6 +22,9 @@ struct kvi_round_opts {
 	uint64_t wait_ns;
 	void (*notice)(const char *text, void *arg);	/* optional */
 	void *arg;
+	/* An s3:// root: the state lives under its prefix, not below the
+	 * rootfd kvi_round_join is given (-1). */
+	const char *bucket_root;
 };
 
 /* One stage of a round, merged over the shards present. */

@@ -223,8 +223,30 @@ vllm_key() {
 	run kvevict --root "s3://$B" --high 80 --low 60
 	assert_failure 2
 	assert_output --partial "bucket"
-	run kvevict --root "s3://$B" --max-bytes 1G --shard 0/2
+	run kvevict --root "s3://$B" --max-bytes 1G --stdin < /dev/null
 	assert_failure 2
+}
+
+@test "s3: kvevict --shard: shards agree through objects under the prefix and free the budget once" {
+	s3_fill --bucket "$B" --prefix s --models 1 --ranks 2 --blocks 40 --size 1000 --threads 16
+	# 80 blocks of 1000 bytes; free down to 30,000 bytes: 50 blocks go.
+	for i in 0 1; do
+		kvevict --root "s3://$B/s" --max-bytes 60000 --low-bytes 30000 --hot 0 \
+			--shard "$i/2" --shard-wait 60s -J > "shard.$i" 2> "shard.$i.err" &
+	done
+	wait
+	for i in 0 1; do
+		jq -e '.shard_count == 2 and .shards_merged == 2' "shard.$i" ||
+			fail "shard $i: $(cat "shard.$i" "shard.$i.err")"
+	done
+	deleted=$(jq -s '[.[].files_deleted] | add' shard.0 shard.1)
+	# Each frees its share of one LRU order: 50 in all, give or take the
+	# boundary bucket's rounding.
+	[ "$deleted" -ge 48 ] && [ "$deleted" -le 52 ] || fail "deleted $deleted"
+	[ "$(keys s/ | grep -c '\.bin$')" -eq $((80 - deleted)) ]
+	# The round's state stays under the prefix, nowhere else.
+	keys | grep -v '^s//' && fail "state outside the prefix"
+	keys s//.kvevict/ | grep -q 'round\.'
 }
 
 @test "s3: a missing bucket, wrong keys or no endpoint: exit 3, one line naming them, no secret" {
