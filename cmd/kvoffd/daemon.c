@@ -189,7 +189,7 @@ static int queue_write(struct offd *d, uint32_t i, unsigned t, int promote)
  * lower tier stays there (promotion copies it up, when it does). */
 static int needs_write(const struct slot *s)
 {
-	return !(s->held & 1u) && (s->put_here || !s->held);
+	return !(s->held & (1u << s->wb_floor)) && (s->put_here || !s->held);
 }
 
 /* Storage is behind when the queue is full, or when no write has landed
@@ -229,7 +229,8 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 		if (needs_write(s)) {
 			/* Storage that refused it would refuse it again: a
 			 * put must not wait on that. */
-			if (!s->wb_failed && spills < budget && !queue_write(d, i, 0, 0)) {
+			if (!s->wb_failed && spills < budget &&
+			    !queue_write(d, i, s->wb_floor, 0)) {
 				spills++;
 				continue;
 			}
@@ -261,7 +262,7 @@ static void spill_ahead(struct offd *d, unsigned cls)
 		struct slot *s = &d->slots[i];
 
 		if (needs_write(s) && !s->wb_failed && !s->pins && !s->wb_pending &&
-		    queue_write(d, i, 0, 0))
+		    queue_write(d, i, s->wb_floor, 0))
 			return;
 	}
 }
@@ -1358,6 +1359,17 @@ static void write_done(struct offd *d, const struct job *j)
 		tier_stored(d, j->tier, j->path, j->len);
 	} else if (j->result == -KV_ECHECKSUM) {
 		drop_altered(d, j->slot);
+	} else if ((j->result == -ENOSPC || j->result == -EDQUOT) && !j->promote &&
+		   j->tier + 1 < d->ntiers) {
+		/* Full is full, whatever --tier's SIZE says: the write goes
+		 * to the next tier down, which has the room or says so. */
+		s->wb_floor = j->tier + 1;
+		s->drain_tried = 0;	/* a drain queues it again, lower */
+		ft->st.errors++;
+		if (!(d->said_full & (1u << j->tier)))
+			tool_err("tier %s is full (%s): writes pass to %s", tier_name(d, j->tier),
+				 kv_strerror(j->result), tier_name(d, j->tier + 1));
+		d->said_full |= 1u << j->tier;
 	} else {
 		s->wb_failed = 1;
 		ft->st.errors++;
@@ -1443,7 +1455,7 @@ static void drain_step(struct offd *d)
 
 		if (s->state != SLOT_READY || s->held || s->wb_pending || s->drain_tried)
 			continue;
-		if (queue_write(d, i, 0, 0))
+		if (queue_write(d, i, s->wb_floor, 0))
 			return;
 		s->drain_tried = 1;
 	}

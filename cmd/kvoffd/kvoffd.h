@@ -31,9 +31,11 @@ struct slot {
 	int wb_pending;		/* a worker may read the slot: not reusable */
 	unsigned wb_tier;	/* wb_pending: the tier it is written to */
 	int wb_refused;		/* always: the full queue refused it at commit */
-	int wb_failed;		/* its write-behind failed (ENOSPC, EIO...):
-				   not retried; it goes, a counted drop, when
-				   its room is needed */
+	int wb_failed;		/* its write-behind failed (EIO...): not
+				   retried; it goes, a counted drop, when its
+				   room is needed */
+	unsigned wb_floor;	/* the first file tier its write may go to:
+				   past each one that refused it as full */
 	int drain_tried;	/* SIGTERM drain queued it once already */
 	int64_t start_ns;	/* ALLOC time, for put seconds */
 	uint64_t sum;		/* SLOT_READY: xxh3 of the payload, fixed at
@@ -221,6 +223,7 @@ struct offd {
 	uint32_t wb_inflight;
 	uint64_t wb_landed;		/* write-behind jobs finished */
 	int catchup;			/* some slot has wb_refused set */
+	unsigned said_full;		/* tiers said full, a bit each */
 	uint32_t catchup_at;		/* where catch_up resumes */
 	int wb_stalled;			/* no write landed for a whole tick */
 	int tick_busy;			/* writes were in flight at the last tick */

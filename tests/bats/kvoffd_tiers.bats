@@ -216,6 +216,25 @@ hashes() {
 	grep -q "no lower tier took it" "$BATS_TEST_TMPDIR/kvoffd.log"
 }
 
+@test "kvoffd tiers: a full local filesystem passes writes down whatever its SIZE says; nothing is lost" {
+	umount "$LOCAL"
+	mount -t tmpfs -o size=1m tmpfs "$LOCAL"
+	LD_PRELOAD= start_kvoffd --tier "local:$LOCAL:100M" --tier "shared:$SHARED" \
+		--cpu-bytes 4M --slot-bytes 1M --write-threads 1 --events "$EVENTS"
+	put_all $(hashes 10 29)
+	settle
+	stop_daemon
+	# Every block reached a tier: the local one while it had room, the
+	# shared one after; and the daemon said why once.
+	for h in $(hashes 10 29); do
+		[ -e "$(block_file "$LOCAL" "$h")" ] || [ -e "$(block_file "$SHARED" "$h")" ] ||
+			fail "$h lost"
+	done
+	[ "$(count_blocks "$SHARED")" -ge 19 ]
+	[ "$(grep -c 'is full' "$BATS_TEST_TMPDIR/kvoffd.log")" -eq 1 ]
+	[ -z "$(find "$SHARED" "$LOCAL" -name '*.tmp')" ]
+}
+
 @test "kvoffd tiers: a failing shared tier under the injector: puts succeed, errors and drops counted" {
 	[ -f "$FI_LIB" ] || skip "no $FI_LIB (make all builds it)"
 	PRELOAD=$FI_LIB KVFI_FAIL="write:EIO:path=$SHARED/,uring_write:EIO:path=$SHARED/" \
