@@ -84,7 +84,8 @@ struct ls {
 static void usage(void)
 {
 	printf("Usage: kvls [-J | --ndjson] [--blocks] [--root DIR] [--model MODEL] [--rank N]\n"
-	       "            [--older-than DUR] [--newer-than DUR] [--threads N] [--config FILE]...\n"
+	       "            [--older-than DUR] [--newer-than DUR] [--threads N]\n"
+	       "            [--config FILE]...\n"
 	       "       kvls --check | --verify [-J | --ndjson] [--root DIR] [--model MODEL]\n"
 	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--orphans-after DUR] [--threads N]\n"
