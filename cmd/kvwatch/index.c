@@ -240,20 +240,30 @@ static size_t bucket_split(const char *dir, size_t dlen, const char *hex, size_t
 	return (size_t)(b - 4 - dir);
 }
 
-/* The key an entry for relpath would have: its last 16 hex digits. */
-static int low_of(const char *relpath, uint64_t *low)
+/* The hash digits of a block path's name ("<hex>.bin"), or -EINVAL. */
+static int name_hex(const char *relpath, const char **hex, size_t *hlen)
 {
-	const char *slash = strrchr(relpath, '/'), *hex;
-	char low_hex[17];
-	size_t hlen, k;
+	const char *slash = strrchr(relpath, '/');
 
 	if (!slash)
 		return -EINVAL;
-	hex = slash + 1;
-	hlen = strlen(hex);
-	if (hlen <= 4 || strcmp(hex + hlen - 4, ".bin"))
+	*hex = slash + 1;
+	*hlen = strlen(*hex);
+	if (*hlen <= 4 || strcmp(*hex + *hlen - 4, ".bin"))
 		return -EINVAL;
-	hlen -= 4;
+	*hlen -= 4;
+	return 0;
+}
+
+/* The key an entry for relpath would have: its last 16 hex digits. */
+static int low_of(const char *relpath, uint64_t *low)
+{
+	const char *hex;
+	char low_hex[17];
+	size_t hlen, k;
+
+	if (name_hex(relpath, &hex, &hlen) < 0)
+		return -EINVAL;
 	k = hlen > 16 ? 16 : hlen;
 	memcpy(low_hex, hex + hlen - k, k);
 	low_hex[k] = '\0';
@@ -297,13 +307,8 @@ int index_add(struct index *x, const char *relpath)
 	uint32_t dir, b, name;
 	int rc;
 
-	if (!slash || x->ndirs >= SEEN_BIT - 1)
+	if (x->ndirs >= SEEN_BIT - 1 || name_hex(relpath, &hex, &hlen) < 0)
 		return -EINVAL;
-	hex = slash + 1;
-	hlen = strlen(hex);
-	if (hlen <= 4 || strcmp(hex + hlen - 4, ".bin"))
-		return -EINVAL;
-	hlen -= 4;
 	for (size_t i = 0; i < hlen; i++)
 		if (hexval(hex[i]) < 0)
 			return -EINVAL;

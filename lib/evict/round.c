@@ -214,39 +214,14 @@ static int s3_entry(const struct kvi_s3_object *o, void *arg)
 	return 0;
 }
 
-/* Each object under the bucket's state prefix, page by page. */
+/* Each object under the bucket's state prefix. */
 static int s3_list(struct kvi_round *r,
 		   void (*fn)(struct kvi_round *r, const char *name,
 			      const struct name *n, void *arg), void *arg)
 {
 	struct s3_scan sc = { r, fn, arg };
-	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
-	char q[sizeof(pre) + sizeof(tok) + 64], *token = NULL;
-	int truncated = 0, rc;
 
-	if (kvi_s3_uri_encode(r->s3_dir, 0, pre, sizeof(pre)) < 0)
-		return -ENAMETOOLONG;
-	do {
-		struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
-
-		tok[0] = '\0';
-		if (token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0)
-			rc = -ENAMETOOLONG;
-		else
-			rc = 0;
-		snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
-			 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
-		free(token);
-		token = NULL;
-		if (rc == 0)
-			rc = kvi_s3_do(r->s3, &op);
-		if (rc == 0)
-			rc = kvi_s3_list_parse(op.resp, op.got, s3_entry, NULL, &sc, &truncated,
-					       &token);
-		free(op.resp);
-	} while (rc == 0 && truncated);
-	free(token);
-	return rc;
+	return kvi_s3_list_prefix(r->s3, r->s3_dir, s3_entry, &sc);
 }
 
 /* Read the state dir, calling fn for each entry of ours. */

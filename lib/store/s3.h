@@ -113,6 +113,12 @@ typedef int (*kvi_s3_listed_fn)(const struct kvi_s3_listed *o, void *arg);
 int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_uses **uses,
 		    kvi_s3_listed_fn fn, void *arg);
 
+/* fn for each object under prefix (a flat listing, page by page; a
+ * non-zero return stops and is returned). */
+struct kvi_s3_object;
+typedef int (*kvi_s3_object_fn)(const struct kvi_s3_object *o, void *arg);
+int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg);
+
 /* ---- listings (s3_xml.c) ---- */
 
 struct kvi_s3_object {
@@ -125,7 +131,6 @@ struct kvi_s3_object {
  * returned), prefix_fn per CommonPrefix (may be NULL); *truncated and
  * the continuation token (malloc'd, NULL if none) for the next page.
  * -KV_EPROTO for what is not a listing. */
-typedef int (*kvi_s3_object_fn)(const struct kvi_s3_object *o, void *arg);
 typedef int (*kvi_s3_prefix_fn)(const char *prefix, void *arg);
 int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
 		      kvi_s3_prefix_fn prefix_fn, void *arg, int *truncated,

@@ -354,37 +354,41 @@ static int on_journal(const struct kvi_s3_object *o, void *arg)
 	return rc == -ENOMEM ? rc : 0;
 }
 
+int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg)
+{
+	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
+	char q[sizeof(pre) + sizeof(tok) + 64], *token = NULL;
+	int truncated = 0, rc;
+
+	if (kvi_s3_uri_encode(prefix, 0, pre, sizeof(pre)) < 0)
+		return -ENAMETOOLONG;
+	do {
+		struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
+
+		tok[0] = '\0';
+		rc = token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0 ? -ENAMETOOLONG : 0;
+		snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
+			 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
+		free(token);
+		token = NULL;
+		if (rc == 0)
+			rc = kvi_s3_do(s, &op);
+		if (rc == 0)
+			rc = kvi_s3_list_parse(op.resp, op.got, fn, NULL, arg, &truncated, &token);
+		free(op.resp);
+	} while (rc == 0 && truncated);
+	free(token);
+	return rc;
+}
+
 /* The .uses objects in the journal dirs the top levels named. */
 static int load_journals(struct listing *l, struct kv_uses **uses)
 {
 	struct journals j = { l->s, NULL, 0 };
-	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
-	char q[sizeof(pre) + sizeof(tok) + 64];
-	char *token = NULL;
-	unsigned d;
-	int truncated, rc = 0;
+	int rc = 0;
 
-	for (d = 0; d < l->njournals && rc == 0; d++) {
-		if (kvi_s3_uri_encode(l->journals[d], 0, pre, sizeof(pre)) < 0)
-			continue;
-		do {
-			struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
-
-			tok[0] = '\0';
-			if (token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0)
-				break;
-			snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
-				 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
-			free(token);
-			token = NULL;
-			rc = kvi_s3_do(l->s, &op);
-			if (rc == 0)
-				rc = kvi_s3_list_parse(op.resp, op.got, on_journal, NULL, &j,
-						       &truncated, &token);
-			free(op.resp);
-		} while (rc == 0 && truncated);
-	}
-	free(token);
+	for (unsigned d = 0; d < l->njournals && rc == 0; d++)
+		rc = kvi_s3_list_prefix(l->s, l->journals[d], on_journal, &j);
 	if (rc < 0) {
 		kv_uses_free(j.uses);
 		return rc;

@@ -8,48 +8,25 @@
 
 load test_helper
 
-: "${KV_S3SERVER:=$BATS_TEST_DIRNAME/../s3/s3server.sh}"
+load s3_server
 
-setup_file() {
-	export S3_SKIP='' S3_DIR=$BATS_FILE_TMPDIR/s3
-	local err=$BATS_FILE_TMPDIR/s3server.err rc=0
-	if [ ! -f "$KV_S3SERVER" ]; then
-		S3_SKIP="no S3 server script at $KV_S3SERVER"
-		return 0
-	fi
-	bash "$KV_S3SERVER" start "$S3_DIR" 2>"$err" </dev/null >/dev/null 3>&- || rc=$?
-	if [ "$rc" -eq 77 ]; then
-		S3_SKIP=$(tail -n 1 "$err")
-		: "${S3_SKIP:=s3server.sh cannot start a server}"
-		return 0
-	elif [ "$rc" -ne 0 ]; then
-		cat "$err" >&2
-		return "$rc"
-	fi
-	# shellcheck disable=SC1091
-	. "$S3_DIR/env"
-}
-
-teardown_file() {
-	[ -z "${S3_SKIP:-}" ] && [ -d "${S3_DIR:-}" ] || return 0
-	bash "$KV_S3SERVER" stop "$S3_DIR"
-}
+setup_file() { s3_setup_file; }
+teardown_file() { s3_teardown_file; }
 
 setup() {
 	common_setup
 	BUCKET=kvb$BATS_TEST_NUMBER-$$
 }
 
-s3_requires() {
-	[ -z "${S3_SKIP:-}" ] || skip "$S3_SKIP"
-	[ -n "${AWS_ENDPOINT_URL:-}" ] || skip "no S3 server"
-	requires aws jq
-	aws s3api create-bucket --bucket "$BUCKET" >/dev/null
+# bucket_requires: the server, aws and jq, and this test's bucket.
+bucket_requires() {
+	s3_requires aws jq
+	s3_mkbucket "$BUCKET"
 }
 
 # list_keys [PREFIX]: the bucket's keys, sorted.
 list_keys() {
-	aws s3api list-objects-v2 --bucket "$BUCKET" ${1:+--prefix "$1"} --output json |
+	s3_aws s3api list-objects-v2 --bucket "$BUCKET" ${1:+--prefix "$1"} --output json |
 		jq -r '.Contents[]?.Key' | LC_ALL=C sort
 }
 
@@ -59,9 +36,9 @@ phase() {
 }
 
 @test "kvbench run on s3://bucket/prefix: PUT and GET figures per block size, only its own objects deleted" {
-	s3_requires
-	echo keep | aws s3 cp - "s3://$BUCKET/bench/keep.txt" >/dev/null
-	echo other | aws s3 cp - "s3://$BUCKET/other/x.bin" >/dev/null
+	bucket_requires
+	echo keep | s3_aws s3 cp - "s3://$BUCKET/bench/keep.txt" >/dev/null
+	echo other | s3_aws s3 cp - "s3://$BUCKET/other/x.bin" >/dev/null
 	local bs files out
 	for bs in 64K 256K; do
 		out=$BATS_TEST_TMPDIR/run-$bs.json
@@ -89,7 +66,7 @@ other/x.bin"
 }
 
 @test "kvbench run on a bucket: objects at PREFIX//<block path> as vLLM writes them, --keep leaves them" {
-	s3_requires
+	bucket_requires
 	run --separate-stderr kvbench run --dir "s3://$BUCKET/pfx" --block-size 128K \
 		--size 512K --threads 1 --qd 2 --phases write --keep -J
 	[ "$status" -eq 0 ] || fail "$stderr"
@@ -108,8 +85,8 @@ other/x.bin"
 }
 
 @test "kvbench run on a bucket: a read phase alone stores its working set first, text output, then deletes it" {
-	s3_requires
-	echo keep | aws s3 cp - "s3://$BUCKET/keep.txt" >/dev/null
+	bucket_requires
+	echo keep | s3_aws s3 cp - "s3://$BUCKET/keep.txt" >/dev/null
 	run --separate-stderr kvbench run --dir "s3://$BUCKET" --block-size 64K --size 256K \
 		--threads 2 --qd 2 --phases read,mixed
 	[ "$status" -eq 0 ] || fail "$stderr"
@@ -121,7 +98,7 @@ other/x.bin"
 }
 
 @test "kvbench run on a missing bucket: exit 3 naming it" {
-	s3_requires
+	bucket_requires
 	run --separate-stderr kvbench run --dir "s3://nosuch-$BUCKET/p" --block-size 64K --size 256K
 	[ "$status" -eq 3 ] || fail "status $status: $stderr"
 	[[ $stderr == *"cannot open 's3://nosuch-$BUCKET/p'"*"nosuch-$BUCKET"* ]] || fail "$stderr"

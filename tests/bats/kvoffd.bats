@@ -328,7 +328,7 @@ PY
 }
 
 @test "kvoffd: memory stays within --cpu-bytes plus a small fixed overhead" {
-	local i rss_kb pool_alloc
+	local i rss_kb pool_alloc slack
 	start_daemon --cpu-bytes 64M
 	random_file "$BATS_TEST_TMPDIR/blk" 2097152
 	for i in $(seq 100 163); do
@@ -341,7 +341,12 @@ PY
 	[ "$(stat_of slots_used)" -eq 32 ]
 	rss_kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$DPID/status")
 	echo "VmRSS ${rss_kb} kB"
-	[ "$rss_kb" -le $(( (64 + 16) * 1024 )) ]
+	# 16 MiB of fixed overhead (measured 11.5: the libraries libkv links,
+	# libcurl's and libxml2's among them, 4.8 of it); the sanitizers'
+	# runtime and shadow take 8 more.
+	slack=16
+	[ -z "${KV_SANITIZED:-}" ] || slack=24
+	[ "$rss_kb" -le $(( (64 + slack) * 1024 )) ]
 	# The pool's pages, mapped by clients or not, are the memfd's.
 	pool_alloc=$(stat -L -c '%b * %B' "/proc/$DPID/fd/$(ls -l "/proc/$DPID/fd" |
 		awk '/memfd:kvoffd-pool/ { print $9 }')")

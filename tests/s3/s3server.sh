@@ -50,7 +50,7 @@ log_tail() {
 # with all in memory and DIR removed next there is nothing to save), and
 # wait until all have gone.
 stop_daemons() {
-	local dir=$1 name pid pids='' i
+	local dir=$1 name pid pids=''
 	for name in $daemons; do
 		[ -r "$dir/run/$name.pid" ] || continue
 		pid=$(cat "$dir/run/$name.pid" 2>/dev/null) || continue
@@ -60,25 +60,28 @@ stop_daemons() {
 			continue
 		kill -TERM "$pid" 2>/dev/null && pids="$pids $pid"
 	done
-	for i in $(seq 10); do
-		alive=
-		for pid in $pids; do
-			kill -0 "$pid" 2>/dev/null && alive="$alive $pid"
-		done
-		pids=$alive
-		[ -z "$pids" ] && return 0
-		sleep 0.1
-	done
+	pids=$(wait_gone 10 $pids)
+	[ -z "$pids" ] && return 0
 	for pid in $pids; do kill -KILL "$pid" 2>/dev/null; done
-	for i in $(seq 50); do
+	wait_gone 50 $pids >/dev/null
+}
+
+# wait_gone TENTHS PID...: wait up to TENTHS tenths of a second for the
+# pids to exit; print those still alive.
+wait_gone() {
+	local n=$1 pid alive i
+	shift
+	for i in $(seq "$n"); do
 		alive=
-		for pid in $pids; do
+		for pid in "$@"; do
 			kill -0 "$pid" 2>/dev/null && alive="$alive $pid"
 		done
-		pids=$alive
-		[ -z "$pids" ] && return 0
+		# shellcheck disable=SC2086
+		set -- $alive
+		[ $# -eq 0 ] && return 0
 		sleep 0.1
 	done
+	echo "$@"
 }
 
 # skip77 WHY [LOG...]: stop what started, say why on one line with the
