@@ -46,6 +46,19 @@ static void print_use(const struct watch *w, const char *relpath, enum use_sourc
 				  "where", where));
 }
 
+/* Record a use in this node's journal (open). */
+static int journal_use(struct watch *w, const char *relpath, enum use_source src, int64_t now)
+{
+	if (kv_uses_journal_record(w->journal, relpath, now)) {
+		w->c.failed++;
+		return 0;
+	}
+	w->c.journaled++;
+	if (w->ndjson)
+		print_use(w, relpath, src, now, "journal");
+	return 0;
+}
+
 int record_use(struct watch *w, const char *relpath, int fd, enum use_source src)
 {
 	static const struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
@@ -60,15 +73,7 @@ int record_use(struct watch *w, const char *relpath, int fd, enum use_source src
 			w->c.skipped++;
 			return 0;
 		}
-		rc = kv_uses_journal_record(w->journal, relpath, now);
-		if (rc) {
-			w->c.failed++;
-			return 0;
-		}
-		w->c.journaled++;
-		if (w->ndjson)
-			print_use(w, relpath, src, now, "journal");
-		return 0;
+		return journal_use(w, relpath, src, now);
 	}
 	if (fd >= 0 ? fstat(fd, &st) : fstatat(w->rootfd, relpath, &st, AT_SYMLINK_NOFOLLOW))
 		return -errno;
@@ -98,13 +103,7 @@ int record_use(struct watch *w, const char *relpath, int fd, enum use_source src
 			w->c.failed++;
 			return 0;
 		}
-		rc = kv_uses_journal_record(w->journal, relpath, now);
-		if (rc == 0) {
-			w->c.journaled++;
-			if (w->ndjson)
-				print_use(w, relpath, src, now, "journal");
-			return 0;
-		}
+		return journal_use(w, relpath, src, now);
 	}
 	w->c.failed++;
 	return 0;

@@ -370,11 +370,6 @@ const char *kvi_s3_prefix(const struct kvi_s3 *s)
 	return s->prefix;
 }
 
-unsigned kvi_s3_inflight(const struct kvi_s3 *s)
-{
-	return s->inflight;
-}
-
 int kvi_s3_key(const struct kvi_s3 *s, const char *rel, int slash, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "%s%s%s", s->prefix, slash ? "/" : "", rel);
@@ -749,9 +744,8 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 
 	curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
 	op->status = status;
-	if (x->have_length && op->method != KVI_S3_GET)
-		op->size = x->content_length;
-	else if (x->have_length && !(op->flags & KVI_S3_TAIL))
+	/* A tail's size is the whole object's, from Content-Range. */
+	if (x->have_length && !(op->method == KVI_S3_GET && op->flags & KVI_S3_TAIL))
 		op->size = x->content_length;
 	if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && x->too_big && status >= 200 &&
 				status < 300)) {
@@ -877,7 +871,7 @@ struct run {
 	CURLM *multi;
 	struct xfer *x;		/* inflight of them */
 	struct kvi_s3_op **waiting;	/* retries not yet due */
-	unsigned nx, nfree, nwaiting;
+	unsigned nfree, nwaiting;
 	struct xfer **free_x;
 	int failed;
 };
@@ -936,12 +930,9 @@ int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
 	for (;;) {
 		/* Fill the free slots: retries that are due first, then new work. */
 		now = kv_monotonic_ns();
-		wake = now + 1000000000LL;
 		for (i = 0; i < r.nwaiting && r.nfree;) {
 			op = r.waiting[i];
 			if (op->not_before_ns > now) {
-				if (op->not_before_ns < wake)
-					wake = op->not_before_ns;
 				i++;
 				continue;
 			}

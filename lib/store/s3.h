@@ -90,9 +90,6 @@ typedef void (*kvi_s3_done_fn)(void *arg, struct kvi_s3_op *op);
 int kvi_s3_run(struct kvi_s3 *s, unsigned inflight, kvi_s3_next_fn next,
 	       kvi_s3_done_fn done, void *arg);
 
-/* The requests in flight by default. */
-unsigned kvi_s3_inflight(const struct kvi_s3 *s);
-
 /* ---- every object under the root (s3_list.c) ---- */
 
 struct kvi_s3_listed {

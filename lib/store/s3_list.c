@@ -10,7 +10,6 @@
  * is the pages in flight, never the number of objects.
  */
 #include <errno.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,8 @@
 #include "util/error.h"
 
 #define SPLIT	16	/* hex digits a rank dir's ranges are cut at */
+/* A listing's query: a token, a prefix and a start key, URI-encoded. */
+#define QUERY_MAX	(10 * KVI_S3_KEY_MAX + 128)
 
 /* One listing: a prefix, optionally a key range within it. */
 struct lister {
@@ -32,10 +33,10 @@ struct lister {
 	int rank_dir;			/* a rank dir not yet cut into ranges */
 	char *token;
 	char last[KVI_S3_KEY_MAX + 1];	/* the last key seen: pages only go on */
-	int busy;
-	struct lister *next;
+	struct lister *next;		/* in a queue */
+	struct lister *all_next;	/* in the listing's list of all */
 	struct kvi_s3_op op;
-	char query[4 * KVI_S3_KEY_MAX + 256];
+	char query[QUERY_MAX];
 };
 
 struct listing {
@@ -69,8 +70,7 @@ static int add_to(struct listing *l, struct lister **queue, const char *prefix,
 	p->rank_dir = rank_dir;
 	p->next = *queue;
 	*queue = p;
-	/* The list of all hangs off op.user. */
-	p->op.user = l->all;
+	p->all_next = l->all;
 	l->all = p;
 	return 0;
 }
@@ -80,29 +80,30 @@ static int add(struct listing *l, const char *prefix, const char *after, const c
 	return add_to(l, &l->ready, prefix, after, upto, 0, 0);
 }
 
-static int query(struct lister *p)
+/* A ListObjectsV2 query into q: prefix, optionally with the delimiter
+ * that names dirs, a key to start after and the token of a next page;
+ * its parameters in the order SigV4 signs them. */
+static int list_query(char *q, size_t len, const char *prefix, int delimit, const char *after,
+		      const char *token)
 {
-	char tok[4 * KVI_S3_KEY_MAX + 1], pre[3 * KVI_S3_KEY_MAX + 1], aft[3 * KVI_S3_KEY_MAX + 7];
+	char tok[4 * KVI_S3_KEY_MAX + 1], pre[3 * KVI_S3_KEY_MAX + 1], aft[3 * KVI_S3_KEY_MAX + 1];
 	int n;
 
 	tok[0] = aft[0] = '\0';
-	if (p->token) {
-		strcpy(tok, "continuation-token=");
-		if (kvi_s3_uri_encode(p->token, 0, tok + 19, sizeof(tok) - 20) < 0)
-			return -ENAMETOOLONG;
-		strcat(tok, "&");
-	}
-	if (kvi_s3_uri_encode(p->prefix, 0, pre, sizeof(pre)) < 0)
+	if ((token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0) ||
+	    kvi_s3_uri_encode(prefix, 0, pre, sizeof(pre)) < 0 ||
+	    (after && kvi_s3_uri_encode(after, 0, aft, sizeof(aft)) < 0))
 		return -ENAMETOOLONG;
-	if (p->after[0] && !p->token) {
-		strcpy(aft, "&start-after=");
-		if (kvi_s3_uri_encode(p->after, 0, aft + 13, sizeof(aft) - 13) < 0)
-			return -ENAMETOOLONG;
-	}
-	/* Parameters in the order SigV4 signs them. */
-	n = snprintf(p->query, sizeof(p->query), "%s%slist-type=2&max-keys=1000&prefix=%s%s",
-		     tok, p->delimit ? "delimiter=%2F&" : "", pre, aft);
-	return n < 0 || (size_t)n >= sizeof(p->query) ? -ENAMETOOLONG : 0;
+	n = snprintf(q, len, "%s%s%s%slist-type=2&max-keys=1000&prefix=%s%s%s",
+		     token ? "continuation-token=" : "", tok, token ? "&" : "",
+		     delimit ? "delimiter=%2F&" : "", pre, after ? "&start-after=" : "", aft);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int query(struct lister *p)
+{
+	return list_query(p->query, sizeof(p->query), p->prefix, p->delimit,
+			  p->after[0] && !p->token ? p->after : NULL, p->token);
 }
 
 static int next(void *arg, struct kvi_s3_op **op)
@@ -117,12 +118,11 @@ static int next(void *arg, struct kvi_s3_op **op)
 	rc = query(p);
 	if (rc < 0)
 		return rc;
-	memset(&p->op, 0, offsetof(struct kvi_s3_op, user));
+	memset(&p->op, 0, sizeof(p->op));
 	p->op.method = KVI_S3_GET;
 	p->op.key = "";
 	p->op.query = p->query;
 	p->op.priv = p;
-	p->busy = 1;
 	*op = &p->op;
 	return 1;
 }
@@ -236,7 +236,6 @@ static void done(void *arg, struct kvi_s3_op *op)
 	char *token = NULL;
 	int truncated = 0, rc;
 
-	p->busy = 0;
 	if (op->result < 0) {
 		if (!l->rc)
 			l->rc = op->result;
@@ -309,7 +308,7 @@ int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_use
 		*uses = NULL;
 	}
 	for (p = l.all; p; p = nx) {
-		nx = p->op.user;
+		nx = p->all_next;
 		free(p->token);
 		free(p->op.resp);
 		free(p);
@@ -322,7 +321,6 @@ int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_use
 struct journals {
 	struct kvi_s3 *s;
 	struct kv_uses *uses;
-	int rc;
 };
 
 static int on_journal(const struct kvi_s3_object *o, void *arg)
@@ -356,19 +354,13 @@ static int on_journal(const struct kvi_s3_object *o, void *arg)
 
 int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg)
 {
-	char pre[3 * KVI_S3_KEY_MAX + 1], tok[4 * KVI_S3_KEY_MAX + 1];
-	char q[sizeof(pre) + sizeof(tok) + 64], *token = NULL;
+	char q[QUERY_MAX], *token = NULL;
 	int truncated = 0, rc;
 
-	if (kvi_s3_uri_encode(prefix, 0, pre, sizeof(pre)) < 0)
-		return -ENAMETOOLONG;
 	do {
 		struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
 
-		tok[0] = '\0';
-		rc = token && kvi_s3_uri_encode(token, 0, tok, sizeof(tok)) < 0 ? -ENAMETOOLONG : 0;
-		snprintf(q, sizeof(q), "%s%s%slist-type=2&prefix=%s",
-			 token ? "continuation-token=" : "", tok, token ? "&" : "", pre);
+		rc = list_query(q, sizeof(q), prefix, 0, NULL, token);
 		free(token);
 		token = NULL;
 		if (rc == 0)
@@ -384,7 +376,7 @@ int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn
 /* The .uses objects in the journal dirs the top levels named. */
 static int load_journals(struct listing *l, struct kv_uses **uses)
 {
-	struct journals j = { l->s, NULL, 0 };
+	struct journals j = { l->s, NULL };
 	int rc = 0;
 
 	for (unsigned d = 0; d < l->njournals && rc == 0; d++)

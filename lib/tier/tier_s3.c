@@ -317,18 +317,19 @@ static int batch_next(void *arg, struct kvi_s3_op **out)
 		}
 		req->done = 0;
 		req->existed = 0;
-		req->result = check_key(req->key);
-		if (req->result == 0 && !(r = b->free) && !(r = malloc(sizeof(*r))))
-			req->result = -ENOMEM;
-		else if (req->result == 0 && r == b->free)
+		rc = check_key(req->key);
+		r = NULL;
+		if (rc == 0 && (r = b->free))
 			b->free = r->next;
-		if (req->result == 0)
-			req->result = kvi_s3_key(b->st->s3, req->key, 1, r->key, sizeof(r->key));
-		if (req->result < 0) {
-			if (r && req->result != -ENOMEM && req->result != -KV_EBADPATH) {
-				r->next = b->free;
-				b->free = r;
-			}
+		else if (rc == 0 && !(r = malloc(sizeof(*r))))
+			rc = -ENOMEM;
+		if (rc == 0 && (rc = kvi_s3_key(b->st->s3, req->key, 1, r->key,
+						sizeof(r->key))) < 0) {
+			r->next = b->free;
+			b->free = r;
+		}
+		if (rc < 0) {
+			req->result = rc;
 			b->failed++;
 			b->done(b->arg, req);
 			continue;
