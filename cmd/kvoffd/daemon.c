@@ -213,7 +213,7 @@ static int storage_behind(struct offd *d)
 static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *out)
 {
 	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	int behind = d->wb_stalled;
+	int behind = d->wb_stalled, pinned = 0;
 	int err = kv_slots_alloc(d->store, len, path, out);
 	unsigned cls;
 
@@ -224,6 +224,7 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 	     i = kv_slots_newer(d->store, i)) {
 		struct slot *s = &d->slots[i];
 
+		pinned |= s->pins > 0;
 		if (s->pins || s->wb_pending)
 			continue;
 		if (needs_write(s)) {
@@ -243,7 +244,11 @@ static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *ou
 		evict(d, i);
 		return kv_slots_alloc(d->store, len, path, out);
 	}
-	return d->wb_inflight || d->loads_inflight ? -EAGAIN : -ENOSPC;
+	if (d->wb_inflight || d->loads_inflight)
+		return -EAGAIN;
+	/* Refused for pins: the next tick revokes those held too long. */
+	d->pin_starved |= pinned;
+	return -ENOSPC;
 }
 
 /*
@@ -573,6 +578,17 @@ static uint32_t find_ready(struct offd *d, const char *path)
 	return i;
 }
 
+/* A pin of c's that revoke_pins took back: forget it, -ESTALE. */
+static int release_revoked(struct client *c, uint32_t i)
+{
+	for (size_t k = 0; k < c->nrevoked; k++)
+		if (c->revoked[k] == i) {
+			c->revoked[k] = c->revoked[--c->nrevoked];
+			return -ESTALE;
+		}
+	return -EINVAL;
+}
+
 static int op_release(struct offd *d, struct client *c, uint32_t i)
 {
 	size_t k;
@@ -580,7 +596,7 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 	for (k = 0; k < c->npins && c->pins[k].slot != i; k++)
 		;
 	if (k == c->npins)
-		return -EINVAL;
+		return release_revoked(c, i);
 	d->slots[i].pins--;
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
@@ -965,6 +981,7 @@ static void client_close(struct offd *d, struct client *c)
 	if (!--c->peer->refs)
 		free(c->peer);
 	free(c->pins);
+	free(c->revoked);
 	free(c->pbuf);
 	free(c->out);
 	free(c);
@@ -1445,6 +1462,71 @@ static void reclaim_allocs(struct offd *d)
 		wake_parked(d);
 }
 
+/* So that c's RELEASE of slot i says -ESTALE, not -EINVAL; the record
+ * is bounded like its pins, the oldest forgotten first. */
+static void remember_revoked(struct client *c, uint32_t i)
+{
+	if (c->nrevoked == c->cap_revoked && c->cap_revoked < MAX_PINS_PER_CLIENT) {
+		size_t cap = c->cap_revoked ? 2 * c->cap_revoked : 8;
+		uint32_t *r = realloc(c->revoked, cap * sizeof(*r));
+
+		if (r) {
+			c->revoked = r;
+			c->cap_revoked = cap;
+		}
+	}
+	if (c->nrevoked < c->cap_revoked) {
+		c->revoked[c->nrevoked++] = i;
+	} else if (c->nrevoked) {
+		memmove(c->revoked, c->revoked + 1, (c->nrevoked - 1) * sizeof(*c->revoked));
+		c->revoked[c->nrevoked - 1] = i;
+	}
+}
+
+/*
+ * While puts are refused because every slot they could take is pinned,
+ * pins held longer than --pin-timeout are taken back: the slot may be
+ * reused, and the holder's RELEASE of it fails with -ESTALE.  A client
+ * holding a block that long is not reading it, and without this one
+ * client (or a few peers together) could keep a size class from every
+ * other for good.
+ */
+static void revoke_pins(struct offd *d)
+{
+	int64_t cut = kv_monotonic_ns() - (int64_t)d->pin_timeout_ns;
+	size_t revoked = 0;
+
+	if (!d->pin_starved)
+		return;
+	d->pin_starved = 0;
+	for (struct client *c = d->clients; c; c = c->next) {
+		size_t n = 0;
+
+		for (size_t k = 0; k < c->npins;) {
+			uint32_t i = c->pins[k].slot;
+
+			if (c->pins[k].start_ns > cut) {
+				k++;
+				continue;
+			}
+			remember_revoked(c, i);
+			c->pins[k] = c->pins[--c->npins];
+			c->peer->npins--;
+			d->slots[i].pins--;
+			try_release(d, i);
+			n++;
+		}
+		if (n)
+			tool_err("revoked %zu pins held over %.0f s by pid %ld: puts were "
+				 "refused for want of an unpinned slot", n,
+				 (double)d->pin_timeout_ns / 1e9, (long)c->pid);
+		revoked += n;
+	}
+	d->st.pins_revoked += revoked;
+	if (revoked)
+		wake_parked(d);
+}
+
 /* ---- shutdown ---- */
 
 /* Queue every block not yet in the file tier, as far as the queue takes. */
@@ -1557,6 +1639,7 @@ int offd_serve(struct offd *d, int ready_fd)
 				stall_check(d);
 				accept_resume(d);
 				reclaim_allocs(d);
+				revoke_pins(d);
 				if (++d->ticks % METRICS_TICKS)
 					continue;
 				if ((err = report_write_metrics(d)))

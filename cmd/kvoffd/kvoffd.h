@@ -83,6 +83,8 @@ struct client {
 	struct client *next_waiter;	/* a slot's waiters, or the parked list */
 	struct pin *pins;
 	size_t npins, cap_pins;
+	uint32_t *revoked;		/* slots of pins revoke_pins took back */
+	size_t nrevoked, cap_revoked;
 	uint32_t nallocs;		/* slots it holds in SLOT_ALLOC */
 	struct client *prev, *next;	/* all clients */
 };
@@ -226,6 +228,9 @@ struct offd {
 	unsigned said_full;		/* tiers said full, a bit each */
 	uint32_t catchup_at;		/* where catch_up resumes */
 	int wb_stalled;			/* no write landed for a whole tick */
+	int pin_starved;		/* a put was refused for pinned slots
+					   since the last tick */
+	uint64_t pin_timeout_ns;	/* --pin-timeout */
 	int tick_busy;			/* writes were in flight at the last tick */
 	uint64_t tick_landed;		/* wb_landed at the last tick */
 

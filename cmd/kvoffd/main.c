@@ -14,6 +14,7 @@
 
 #define DEFAULT_SLOT_BYTES	(2u << 20)
 #define DEFAULT_WRITE_THREADS	2
+#define DEFAULT_PIN_TIMEOUT_S	60
 #define WRITE_QUEUE_MAX		64
 
 /* --size-classes: increasing sizes, each a multiple of KV_IO_ALIGN. */
@@ -48,6 +49,7 @@ static void usage(void)
 	printf("Usage: kvoffd [--root DIR | --tier KIND:DIR[:SIZE]...] --socket PATH\n"
 	       "              --cpu-bytes SIZE [--promote first-hit|second-hit|never]\n"
 	       "              [--slot-bytes SIZE | --size-classes SIZE,SIZE...] [--strict]\n"
+	       "              [--pin-timeout DURATION]\n"
 	       "              [--write-policy always|on-evict] [--write-threads N] [--fsync]\n"
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
 	       "              [--events ENDPOINT]\n"
@@ -74,6 +76,9 @@ static void usage(void)
 	       "                            holds it, the largest is the largest block\n"
 	       "      --strict              refuse a pool larger than the memory available\n"
 	       "                            (without it: a warning)\n"
+	       "      --pin-timeout DURATION\n"
+	       "                            while puts are refused for want of an unpinned\n"
+	       "                            slot, take back pins held longer (default 60s)\n"
 	       "      --write-policy POLICY always: also write every put to the last tier\n"
 	       "                            at once; on-evict: write blocks to the first tier\n"
 	       "                            as they leave RAM (default; both do that)\n"
@@ -246,7 +251,8 @@ static void sd_notify_ready(void)
 int main(int argc, char **argv)
 {
 	enum { OPT_SLOT = 256, OPT_CLASSES, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
-	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE, OPT_STRICT };
+	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE, OPT_STRICT,
+	       OPT_PIN_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "root", required_argument, NULL, 'r' },
 		{ "tier", required_argument, NULL, OPT_TIER },
@@ -256,6 +262,7 @@ int main(int argc, char **argv)
 		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
 		{ "size-classes", required_argument, NULL, OPT_CLASSES },
 		{ "strict", no_argument, NULL, OPT_STRICT },
+		{ "pin-timeout", required_argument, NULL, OPT_PIN_TIMEOUT },
 		{ "write-policy", required_argument, NULL, OPT_POLICY },
 		{ "write-threads", required_argument, NULL, OPT_THREADS },
 		{ "fsync", no_argument, NULL, OPT_FSYNC },
@@ -280,6 +287,7 @@ int main(int argc, char **argv)
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
 	d.write_flags = KV_TIER_SPILL;
 	d.promote = PROMOTE_FIRST_HIT;
+	d.pin_timeout_ns = DEFAULT_PIN_TIMEOUT_S * 1000000000ULL;
 	d.socket_path = getenv("KV_DAEMON");
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":r:s:c:hV", longopts, NULL)) != -1) {
@@ -316,6 +324,11 @@ int main(int argc, char **argv)
 			break;
 		case OPT_STRICT:
 			strict = 1;
+			break;
+		case OPT_PIN_TIMEOUT:
+			d.pin_timeout_ns = tool_parse_duration_ns("--pin-timeout", optarg);
+			if (!d.pin_timeout_ns)
+				tool_usage_fail("--pin-timeout must be more than 0");
 			break;
 		case OPT_POLICY:
 			if (!strcmp(optarg, "always"))

@@ -315,6 +315,9 @@ int report_write_metrics(struct offd *d)
 	       "ALLOCs refused over a client's share of slots.", st.alloc_refused);
 	metric(f, "kv_offload_allocs_reclaimed_total", "counter",
 	       "ALLOCs left uncommitted too long, taken back.", st.allocs_reclaimed);
+	metric(f, "kv_offload_pins_revoked_total", "counter",
+	       "Pins held past --pin-timeout while puts were refused, taken back.",
+	       st.pins_revoked);
 	metric(f, "kv_offload_altered_total", "counter",
 	       "Blocks written into after COMMIT, dropped unserved.", st.altered);
 	tier_metrics(d, f);

@@ -255,6 +255,46 @@ assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
 	[ "$(stat_of pins)" -eq 0 ]
 }
 
+@test "kvoffd: pins held past --pin-timeout while puts starve are taken back" {
+	start_daemon --cpu-bytes 4M --pin-timeout 1s
+	put_block a abcdef0001 100000
+	put_block b abcdef0002 100000
+	# Two peers pin one slot each (a peer may pin half the pool): every
+	# slot is pinned and a third block has nowhere to go.
+	local k
+	for k in 1 2; do
+		mkfifo "$BATS_TEST_TMPDIR/h$k.in" "$BATS_TEST_TMPDIR/h$k.out"
+		"$OFFD_CLIENT" hold "$SOCK" "$MODEL" 0 0 "abcdef000$k" \
+			<"$BATS_TEST_TMPDIR/h$k.in" >"$BATS_TEST_TMPDIR/h$k.out" \
+			2>"$BATS_TEST_TMPDIR/h$k.err" &
+		eval "H$k=\$!"
+		eval "exec {W$k}>\"\$BATS_TEST_TMPDIR/h$k.in\""
+		read -r line <"$BATS_TEST_TMPDIR/h$k.out"
+		[[ $line == "pinned "* ]]
+	done
+	[ "$(stat_of pins)" -eq 2 ]
+	random_file "$BATS_TEST_TMPDIR/c" 100000
+	run "$OFFD_CLIENT" put "$SOCK" "$MODEL" 0 0 abcdef0003 "$BATS_TEST_TMPDIR/c"
+	[ "$status" -ne 0 ]
+	[[ $output == *"No space left on device"* ]]
+	# Past the timeout, a starved put makes the next tick take them back.
+	for k in $(seq 1 100); do
+		client put "$SOCK" "$MODEL" 0 0 abcdef0003 "$BATS_TEST_TMPDIR/c" 2>/dev/null && break
+		sleep 0.2
+	done
+	get_equals c abcdef0003
+	[ "$(stat_of pins_revoked)" -eq 2 ]
+	[ "$(stat_of pins)" -eq 0 ]
+	grep -q "revoked 1 pins held over 1 s by pid $H1" "$BATS_TEST_TMPDIR/kvoffd.log"
+	# The holders learn it when they release.
+	exec {W1}>&- {W2}>&-
+	run wait "$H1"
+	[ "$status" -ne 0 ]
+	grep -q "Stale file handle" "$BATS_TEST_TMPDIR/h1.err"
+	run wait "$H2"
+	[ "$status" -ne 0 ]
+}
+
 @test "kvoffd: malformed frames close only that client" {
 	requires python3
 	start_daemon --cpu-bytes 4M

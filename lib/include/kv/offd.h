@@ -99,6 +99,8 @@ struct kv_offd_stats {
 	uint64_t hugepages;		/* 1 if the pool is on hugetlbfs pages */
 	uint64_t uptime_ns;
 	uint64_t pid;
+	uint64_t pins_revoked;		/* pins held past --pin-timeout while
+					   puts were refused, taken back */
 };
 
 #define KV_OFFD_STATS_COUNT	(sizeof(struct kv_offd_stats) / sizeof(uint64_t))
