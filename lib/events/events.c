@@ -42,6 +42,7 @@
 #define MEDIUM_MAX	32
 #define CONFIG_READ_MAX	(1 << 20)
 #define MONITOR_ADDR	"inproc://kv-events-monitor"
+#define ZAP_DOMAIN	"kvtools"	/* see kv_events_open */
 
 struct pending_event {
 	enum kv_event_kind kind;
@@ -904,6 +905,13 @@ int kv_events_open(const char *endpoint, const struct kv_events_opts *opts,
 	zmq_setsockopt(ev->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ev->pub, ZMQ_XPUB_NODROP, &one, sizeof(one));
 	zmq_setsockopt(ev->pub, ZMQ_LINGER, &zero, sizeof(zero));
+	/* A ZAP domain makes libzmq refuse pre-ZMTP-3 peers at the
+	 * handshake.  Without it a peer that is not ZMTP at all (an HTTP
+	 * server answering 400 and closing) is taken for ZMTP 1.0, whose
+	 * phantom subscription libzmq 4.3 asserts on (zmtp_engine.cpp:463)
+	 * and aborts the program.  No ZAP handler runs, so ZMTP 3
+	 * subscribers connect as before. */
+	zmq_setsockopt(ev->pub, ZMQ_ZAP_DOMAIN, ZAP_DOMAIN, strlen(ZAP_DOMAIN));
 	if (zmq_socket_monitor(ev->pub, MONITOR_ADDR,
 			       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED |
 			       ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) < 0 ||

@@ -258,6 +258,31 @@ print("ok")' "$BATS_TEST_TMPDIR/sub.out"
 	assert_output ok
 }
 
+# Issue 30, hole 14: libzmq 4.3 took such a peer for ZMTP 1.0 and
+# aborted the publisher (zmtp_engine.cpp:463), 3 times in 3.
+@test "--events: a peer that answers HTTP 400 and closes neither aborts kvput nor kvoffd" {
+	$PY "$BATS_TEST_DIRNAME/../fixtures/http400.py" "$BATS_TEST_TMPDIR/port" &
+	SPID=$!
+	local i
+	for i in $(seq 1 100); do [ -s "$BATS_TEST_TMPDIR/port" ] && break; sleep 0.1; done
+	ep="tcp://127.0.0.1:$(cat "$BATS_TEST_TMPDIR/port")"
+	head -c 8192 /dev/urandom > "$BATS_TEST_TMPDIR/b"
+	for i in 1 2 3 4 5; do
+		run kvput --config "$CFG" --events "$ep" "0011223344556677889900000000000$i" \
+			"$BATS_TEST_TMPDIR/b"
+		assert_success
+	done
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	md=$(kvls -J | $PY -c 'import json, sys; print(json.load(sys.stdin)["models"][0]["model_dir"])')
+	start_daemon --cpu-bytes 16M --slot-bytes 64K --events "$ep"
+	kvput --daemon "$SOCK" --model-dir "$md" 1111111111111111 "$BATS_TEST_TMPDIR/b"
+	sleep 1
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	# Written behind at the drain, the program alive to do it.
+	find "$KV_ROOT" -name 1111111111111111.bin | grep -q .
+}
+
 @test "kvls --announce: every block of every upstream writer's layout, under its model's real name" {
 	python3 "$BATS_TEST_DIRNAME/../fixtures/upstream.py" "$KV_ROOT" "$BATS_TEST_TMPDIR/manifest"
 	start_sub --bind "ipc://$BATS_TEST_TMPDIR/sub.sock"
