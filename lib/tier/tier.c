@@ -5,6 +5,7 @@
  * tier_daemon.c.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <kv/errors.h>
 #include "tier_impl.h"
@@ -20,19 +21,46 @@ static int bad_key(const char *key)
 	return !key || !*key;
 }
 
-int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
-		      size_t len)
+/* kvi_tier_evicting with the bytes at buf, or read into a copy when
+ * buf is NULL and the spill needs them. */
+static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t len,
+		    kvi_tier_read_fn read, void *arg)
 {
+	void *copy = NULL;
 	int r;
 
 	if (t->lower && (t->flags & KV_TIER_SPILL)) {
+		if (!buf) {
+			copy = malloc(len ? len : 1);
+			if (!copy)
+				return -ENOMEM;
+			r = read(arg, key, copy, len);
+			if (r < 0) {
+				free(copy);
+				return r;
+			}
+			buf = copy;
+		}
 		r = kv_tier_put(t->lower, key, buf, len);
+		free(copy);
 		if (r < 0)
 			return r;
 		atomic_fetch_add(&t->spills, 1);
 	}
 	atomic_fetch_add(&t->evictions, 1);
 	return 0;
+}
+
+int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
+		      size_t len)
+{
+	return evicting(t, key, buf, len, NULL, NULL);
+}
+
+int kvi_tier_evicting_read(struct kv_tier *t, const char *key, size_t len,
+			   kvi_tier_read_fn read, void *arg)
+{
+	return evicting(t, key, NULL, len, read, arg);
 }
 
 int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,

@@ -2,8 +2,9 @@
  * The blocks of a bounded file tier in exact LRU order by last use: a
  * hash index on the block path and libkv's LRU order (kv/lru.h) over one
  * array of entries, each with its size and a "moving" mark for a block
- * that is on its way out.  kvoffd's bounded tiers keep one each.  Not
- * locked: callers serialise.
+ * that is on its way out.  The bounded file tier
+ * (kv_tier_file_open_bounded) and kvoffd's bounded tiers keep one each.
+ * Not locked: callers serialise.
  */
 #ifndef KV_FILE_INDEX_H
 #define KV_FILE_INDEX_H

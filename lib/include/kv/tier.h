@@ -30,8 +30,8 @@ struct kv_dma;
 
 struct kv_tier_stat {
 	const char *kind;	/* "mem", "file", "s3", "gpu" or "daemon" */
-	uint64_t blocks;	/* held now; file: not counted (0) */
-	uint64_t used_bytes;	/* file: of the whole filesystem */
+	uint64_t blocks;	/* held now; unbounded file: not counted (0) */
+	uint64_t used_bytes;	/* unbounded file: of the whole filesystem */
 	uint64_t capacity_bytes;
 	uint64_t hits;		/* gets answered by this tier */
 	uint64_t misses;	/* gets this tier could not answer itself */
@@ -168,6 +168,19 @@ int kv_tier_mem_open(const struct kv_tier_mem_opts *opts, struct kv_tier **out);
  * (-KV_EBADPATH otherwise). */
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out);
+
+/* The same root holding at most capacity_bytes of blocks, in exact LRU
+ * order: indexed at open, least recently used first by last use
+ * (kv/lastuse.h); a put or a get is a use, has and size are not.  A put
+ * that would take it past capacity_bytes first evicts the least recently
+ * used blocks, each spilled below when the chain has KV_TIER_SPILL, then
+ * removed; when a spill fails the put fails with the lower tier's error
+ * and nothing is lost.  A root found fuller than capacity_bytes is
+ * trimmed by the next put.  The index answers has and size, so the tier
+ * must be its root's only writer.  -EFBIG for a block over capacity_bytes;
+ * -EINVAL for a capacity of 0. */
+int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
+			      uint64_t capacity_bytes, struct kv_tier **out);
 
 /* A bucket root "s3://BUCKET[/PREFIX]", configured and signed as the AWS
  * CLI is (kv(7)): each block is one object at the key vLLM's obj tier
