@@ -21,29 +21,46 @@ static int bad_key(const char *key)
 	return !key || !*key;
 }
 
-/* kvi_tier_evicting with the bytes at buf, or read into a copy when
- * buf is NULL and the spill needs them. */
-static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t len,
-		    kvi_tier_read_fn read, void *arg)
+/* A copy of the same size is already in the chain below: a key names
+ * its content (the block hash), so a spill would only write the same
+ * bytes again. */
+static int already_below(struct kv_tier *t, const char *key, size_t len)
+{
+	uint64_t size;
+
+	return kv_tier_size(t->lower, key, &size) == 0 && size == len;
+}
+
+/* Put the block below, its bytes at buf or, buf NULL, read into a copy. */
+static int spill(struct kv_tier *t, const char *key, const void *buf, size_t len,
+		 kvi_tier_read_fn read, void *arg)
 {
 	void *copy = NULL;
 	int r;
 
-	if (t->lower && (t->flags & KV_TIER_SPILL)) {
-		if (!buf) {
-			copy = malloc(len ? len : 1);
-			if (!copy)
-				return -ENOMEM;
-			r = read(arg, key, copy, len);
-			if (r < 0) {
-				free(copy);
-				return r;
-			}
-			buf = copy;
+	if (!buf) {
+		copy = malloc(len ? len : 1);
+		if (!copy)
+			return -ENOMEM;
+		r = read(arg, key, copy, len);
+		if (r < 0) {
+			free(copy);
+			return r;
 		}
-		r = kv_tier_put(t->lower, key, buf, len);
-		free(copy);
-		if (r < 0)
+		buf = copy;
+	}
+	r = kv_tier_put(t->lower, key, buf, len);
+	free(copy);
+	return r;
+}
+
+static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t len,
+		    kvi_tier_read_fn read, void *arg)
+{
+	int r;
+
+	if (t->lower && (t->flags & KV_TIER_SPILL)) {
+		if (!already_below(t, key, len) && (r = spill(t, key, buf, len, read, arg)) < 0)
 			return r;
 		atomic_fetch_add(&t->spills, 1);
 	}

@@ -1,6 +1,6 @@
 /* Tiers alone and chained: mem -> file -> mem round trips with spill,
- * promotion and write-through, LRU order, and failures that lose
- * nothing. */
+ * promotion and write-through, LRU order, failures that lose nothing,
+ * and spills that skip a copy already below. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -188,6 +188,33 @@ static int check_failed_spill(void)
 	return 0;
 }
 
+/* An evicted block already below with the same size is not written
+ * again, and counts as a spill; one of another size below is. */
+static int check_spill_already_below(void)
+{
+	struct kv_tier_mem_opts one = { .slot_bytes = BLOCK, .slots = 1 };
+	struct kv_tier_mem_opts four = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *up, *down;
+	struct kv_tier_stat us, ds;
+
+	CHECK(kv_tier_mem_open(&one, &up) == 0 && kv_tier_mem_open(&four, &down) == 0, "open");
+	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(down, keys[0], data[0], BLOCK) == 0, "put 0 below");
+	CHECK(kv_tier_put(down, keys[1], data[1], 100) == 0, "put 1 below, shorter");
+	CHECK(kv_tier_put(up, keys[0], data[0], BLOCK) == 0, "put 0");
+	CHECK(kv_tier_put(up, keys[1], data[1], BLOCK) == 0, "put 1, evicting 0");
+	CHECK(kv_tier_put(up, keys[2], data[2], BLOCK) == 0, "put 2, evicting 1");
+	CHECK(kv_tier_stat(up, &us) == 0 && kv_tier_stat(down, &ds) == 0, "stat");
+	CHECK(ds.puts == 3, "below: %llu puts, want 0 not written again",
+	      (unsigned long long)ds.puts);
+	CHECK(us.spills == 2 && us.evictions == 2, "%llu spills, %llu evictions",
+	      (unsigned long long)us.spills, (unsigned long long)us.evictions);
+	CHECK(expect(down, 0, BLOCK) == 0 && expect(down, 1, BLOCK) == 0, "spilled copies");
+	kv_tier_close(up);
+	kv_tier_close(down);
+	return 0;
+}
+
 static int check_user_memory(struct kv_dma *dma)
 {
 	void *mem;
@@ -330,8 +357,8 @@ static int check_batches(const char *root)
 	for (int i = 0; i < NBLOCKS; i++)
 		CHECK(b.reqs[2 * i].done == BLOCK && !memcmp(b.bufs[i], data[i], BLOCK) &&
 		      b.reqs[2 * i + 1].result == 0, "block %d through the chain", i);
-	/* The mem tier answers presence without a size. */
-	CHECK(b.reqs[1].done == SIZE_MAX, "size from the mem tier");
+	/* The mem tier answers presence with the size it holds. */
+	CHECK(b.reqs[1].done == BLOCK, "size from the mem tier: %zu", b.reqs[1].done);
 	kv_tier_close(m);
 	kv_tier_close(f);
 	return 0;
@@ -410,6 +437,7 @@ int main(void)
 	check_batches(a);
 	check_write_through(root);
 	check_failed_spill();
+	check_spill_already_below();
 	check_user_memory(cpu);
 	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {

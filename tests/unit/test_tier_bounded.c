@@ -174,7 +174,8 @@ static int check_reopen(void)
 }
 
 /* bounded (two blocks) over an unbounded file tier: evicted blocks land
- * below, every block stays reachable through the chain. */
+ * below, unless there already, and every block stays reachable through
+ * the chain. */
 static int check_spill(void)
 {
 	const char *up_root = dir("spill-up"), *down_root = dir("spill-down");
@@ -185,11 +186,15 @@ static int check_spill(void)
 	CHECK(kv_tier_file_open_bounded(up_root, NULL, 2 * BLOCK, &up) == 0, "open up");
 	CHECK(kv_tier_file_open(down_root, NULL, &down) == 0, "open down");
 	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(down, keys[0], data[0], BLOCK) == 0, "put 0 below");
 	for (int i = 0; i < 5; i++) {
 		r = kv_tier_put(up, keys[i], data[i], BLOCK);
 		CHECK(r == 0, "put %d: %s", i, kv_strerror(r));
 	}
 	CHECK(held(down) == 0x07, "below: held %#x, want 0, 1, 2", held(down));
+	/* 0 was below already: not written again. */
+	CHECK(kv_tier_stat(down, &st) == 0 && st.puts == 3, "below: %llu puts, want 3",
+	      (unsigned long long)st.puts);
 	CHECK(kv_tier_stat(up, &st) == 0 && st.blocks == 2 && st.spills == 3 && st.evictions == 3,
 	      "stat: %llu blocks, %llu spills", (unsigned long long)st.blocks,
 	      (unsigned long long)st.spills);

@@ -8,8 +8,9 @@
  * Buffers passed to put/get are host memory in every tier.
  *
  * Tiers chain: kv_tier_chain(upper, lower, flags) lets upper spill the
- * blocks it evicts into lower and, on a miss, read through lower and
- * promote what it finds.  A tier's calls are thread-safe.
+ * blocks it evicts into lower (unless the chain below has a copy of the
+ * same size already) and, on a miss, read through lower and promote what
+ * it finds.  A tier's calls are thread-safe.
  */
 
 #include <stddef.h>
@@ -37,7 +38,9 @@ struct kv_tier_stat {
 	uint64_t misses;	/* gets this tier could not answer itself */
 	uint64_t puts;
 	uint64_t evictions;	/* blocks dropped for room */
-	uint64_t spills;	/* evictions written below */
+	uint64_t spills;	/* evictions kept below: written there, or
+				   found there already with the same size
+				   (then not written again) */
 	uint64_t promotions;	/* blocks copied up from below */
 	uint64_t block_max_bytes; /* the largest block a put takes; 0: unknown
 				     or no limit */
