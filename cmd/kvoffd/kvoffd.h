@@ -148,7 +148,6 @@ struct ftier {
 };
 
 enum promote_policy { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
-#define SEEN_SLOTS	4096	/* PROMOTE_SECOND_HIT's memory of first hits */
 
 /* Directions of the transfer metrics. */
 enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
@@ -179,7 +178,7 @@ struct offd {
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
 	unsigned ntiers;
 	enum promote_policy promote;
-	uint64_t *seen;			/* PROMOTE_SECOND_HIT: key hashes */
+	struct kv_hits *first_hits;	/* PROMOTE_SECOND_HIT */
 	const char *socket_path;
 	const char *metrics_path;
 	const char *events_path;

@@ -96,6 +96,14 @@ int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 	return 0;
 }
 
+/* Whether a block read through from below is copied up into t. */
+static int want_promote(struct kv_tier *t, const char *key)
+{
+	if (t->flags & KV_TIER_PROMOTE)
+		return 1;
+	return (t->flags & KV_TIER_PROMOTE_SECOND_HIT) && kv_hits_second(t->first_hits, key);
+}
+
 int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 		size_t *len)
 {
@@ -115,8 +123,7 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	r = kv_tier_get(t->lower, key, buf, cap, len);
 	/* A block that cannot be promoted (too big, a failed spill) is
 	 * still a good answer from below. */
-	if (r == 0 && (t->flags & KV_TIER_PROMOTE) &&
-	    t->ops->put(t, key, buf, *len) == 0)
+	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0)
 		atomic_fetch_add(&t->promotions, 1);
 	return r;
 }
@@ -267,19 +274,33 @@ int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st)
 int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 		  unsigned flags)
 {
-	if (!upper || (flags & ~(KV_TIER_SPILL | KV_TIER_PROMOTE |
-				 KV_TIER_WRITE_THROUGH)))
+	const unsigned second = KV_TIER_PROMOTE | KV_TIER_PROMOTE_SECOND_HIT;
+	int r;
+
+	if (!upper || (flags & ~(KV_TIER_SPILL | KV_TIER_PROMOTE | KV_TIER_WRITE_THROUGH |
+				 KV_TIER_PROMOTE_SECOND_HIT)) || (flags & second) == second)
 		return -EINVAL;
 	for (struct kv_tier *l = lower; l; l = l->lower)
 		if (l == upper)
 			return -ELOOP;
+	if (!lower)
+		flags = 0;
+	if ((flags & KV_TIER_PROMOTE_SECOND_HIT) && !upper->first_hits &&
+	    (r = kv_hits_new(KV_HITS_SLOTS, &upper->first_hits)) < 0)
+		return r;
+	if (!(flags & KV_TIER_PROMOTE_SECOND_HIT)) {
+		kv_hits_free(upper->first_hits);
+		upper->first_hits = NULL;
+	}
 	upper->lower = lower;
-	upper->flags = lower ? flags : 0;
+	upper->flags = flags;
 	return 0;
 }
 
 void kv_tier_close(struct kv_tier *t)
 {
-	if (t)
-		t->ops->close(t);
+	if (!t)
+		return;
+	kv_hits_free(t->first_hits);
+	t->ops->close(t);
 }

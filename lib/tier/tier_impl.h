@@ -33,6 +33,7 @@ struct kv_tier {
 	const struct kv_tier_ops *ops;
 	struct kv_tier *lower;
 	unsigned flags;		/* KV_TIER_* toward lower */
+	struct kv_hits *first_hits;	/* KV_TIER_PROMOTE_SECOND_HIT */
 	atomic_uint_least64_t hits, misses, puts, evictions, spills, promotions;
 };
 

@@ -1,6 +1,6 @@
 /* Tiers alone and chained: mem -> file -> mem round trips with spill,
  * promotion and write-through, LRU order, failures that lose nothing,
- * and spills that skip a copy already below. */
+ * spills that skip a copy already below, and promotion on a second hit. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -212,6 +212,44 @@ static int check_spill_already_below(void)
 	CHECK(expect(down, 0, BLOCK) == 0 && expect(down, 1, BLOCK) == 0, "spilled copies");
 	kv_tier_close(up);
 	kv_tier_close(down);
+	return 0;
+}
+
+/* KV_TIER_PROMOTE_SECOND_HIT: a block read through once stays below, a
+ * second read promotes it, and a one-slot memory forgets a first hit
+ * when another key takes its slot. */
+static int check_second_hit(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3 };
+	struct kv_tier *mem, *file;
+	struct kv_tier_stat st;
+	struct kv_hits *h;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE | KV_TIER_PROMOTE_SECOND_HIT) == -EINVAL,
+	      "both promotions taken");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE_SECOND_HIT) == 0, "chain");
+	CHECK(kv_tier_put(file, keys[6], data[6], BLOCK) == 0, "put below");
+	CHECK(expect(mem, 6, BLOCK) == 0, "first get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.blocks == 0 && st.promotions == 0,
+	      "promoted on the first hit");
+	CHECK(expect(mem, 6, BLOCK) == 0, "second get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.blocks == 1 && st.promotions == 1,
+	      "not promoted on the second hit: %llu promotions",
+	      (unsigned long long)st.promotions);
+	CHECK(expect(mem, 6, BLOCK) == 0, "third get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.hits == 1, "third get missed the mem tier");
+	kv_tier_close(mem);
+	kv_tier_close(file);
+
+	CHECK(kv_hits_new(0, &h) == -EINVAL, "no slots");
+	CHECK(kv_hits_new(1, &h) == 0, "hits");
+	CHECK(kv_hits_second(h, keys[0]) == 0 && kv_hits_second(h, keys[0]) == 1 &&
+	      kv_hits_second(h, keys[0]) == 0, "first, second, first again");
+	CHECK(kv_hits_second(h, keys[1]) == 0 && kv_hits_second(h, keys[0]) == 0,
+	      "a first hit kept past another key's");
+	kv_hits_free(h);
 	return 0;
 }
 
@@ -438,6 +476,7 @@ int main(void)
 	check_write_through(root);
 	check_failed_spill();
 	check_spill_already_below();
+	check_second_hit(root);
 	check_user_memory(cpu);
 	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {

@@ -28,6 +28,9 @@ struct kv_dma;
 #define KV_TIER_SPILL		(1u << 0) /* evicted blocks are put below */
 #define KV_TIER_PROMOTE		(1u << 1) /* a hit below is put here too */
 #define KV_TIER_WRITE_THROUGH	(1u << 2) /* puts also go below */
+#define KV_TIER_PROMOTE_SECOND_HIT (1u << 3) /* a hit below is put here on
+					     its second miss here (not with
+					     KV_TIER_PROMOTE) */
 
 struct kv_tier_stat {
 	const char *kind;	/* "mem", "file", "s3", "gpu" or "daemon" */
@@ -149,12 +152,27 @@ int kv_tier_verify(struct kv_tier *t, const char *key);
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 
 /* Put lower below upper with KV_TIER_* flags; lower may have its own
- * lower.  -ELOOP if that would make a cycle. */
+ * lower.  -ELOOP if that would make a cycle, -EINVAL for both
+ * KV_TIER_PROMOTE and KV_TIER_PROMOTE_SECOND_HIT. */
 int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 		  unsigned flags);
 
 /* Close one tier (not the ones below it). */
 void kv_tier_close(struct kv_tier *t);
+
+/* The memory of first hits behind KV_TIER_PROMOTE_SECOND_HIT (and
+ * kvoffd's --promote second-hit): a key hash per slot, so a flood of
+ * one-off reads forgets the oldest rather than growing.  Thread-safe;
+ * racing calls may both count a hit as the first. */
+#define KV_HITS_SLOTS	4096	/* what the chain keeps */
+
+struct kv_hits;
+
+int kv_hits_new(unsigned slots, struct kv_hits **out);
+void kv_hits_free(struct kv_hits *h);
+/* 1 if key was hit before (then forgotten: its next hit is a first
+ * again), else 0 (and remembered). */
+int kv_hits_second(struct kv_hits *h, const char *key);
 
 struct kv_tier_mem_opts {
 	size_t slot_bytes;	/* the largest block; rounded up to 4096 */
