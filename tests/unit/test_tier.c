@@ -1,8 +1,8 @@
 /* Tiers alone and chained: mem -> file -> mem round trips with spill,
  * promotion and write-through, LRU order, failures that lose nothing,
  * spills that skip a copy already below, promotion on a second hit; the
- * bounded file tier's LRU by last use, rebuilt at reopen, its spills and
- * a failed spill that fails the put. */
+ * bounded file tier's LRU by last use, rebuilt at reopen, its spills, a
+ * failed spill that fails the put, and three tiers under threads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -612,6 +612,42 @@ static int check_bounded_failed_spill(const char *base)
 	return 0;
 }
 
+/* RAM over a bounded local tier over shared storage, as kvoffd stacks
+ * them, under four threads: every block stays reachable and whole, and
+ * the local tier within its capacity. */
+static int check_hierarchy(const char *base)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3 };
+	struct kv_tier *mem, *local, *shared;
+	struct kv_tier_stat st;
+	struct worker w[4];
+	pthread_t th[4];
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 &&
+	      kv_tier_file_open_bounded(subdir(base, "local"), NULL, 4 * BLOCK, &local) == 0 &&
+	      kv_tier_file_open(subdir(base, "shared"), NULL, &shared) == 0, "open");
+	CHECK(kv_tier_chain(mem, local, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0 &&
+	      kv_tier_chain(local, shared, KV_TIER_SPILL | KV_TIER_PROMOTE_SECOND_HIT) == 0,
+	      "chain");
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .t = mem, .id = i };
+		CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(w[i].bad == 0, "thread %d saw %d bad blocks", i, w[i].bad);
+	}
+	for (int i = 0; i < NBLOCKS; i++)
+		CHECK(expect(mem, i, BLOCK) == 0, "after threads: block %d", i);
+	CHECK(kv_tier_stat(local, &st) == 0 && st.used_bytes <= 4 * BLOCK && st.spills > 0,
+	      "local: %llu bytes, %llu spills", (unsigned long long)st.used_bytes,
+	      (unsigned long long)st.spills);
+	kv_tier_close(mem);
+	kv_tier_close(local);
+	kv_tier_close(shared);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kv-test-tier-XXXXXX";
@@ -642,6 +678,7 @@ int main(void)
 	check_bounded_reopen(root);
 	check_bounded_spill(root);
 	check_bounded_failed_spill(root);
+	check_hierarchy(root);
 	check_user_memory(cpu);
 	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {
