@@ -301,18 +301,15 @@ static void *work(void *arg)
 	return NULL;
 }
 
-static int check_threads(const char *root)
+/* Four threads putting and getting through t; then every block must
+ * be there, whole. */
+static int run_workers(struct kv_tier *t)
 {
-	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 4 };
-	struct kv_tier *mem, *file;
 	struct worker w[4];
 	pthread_t th[4];
 
-	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
-	      "open");
-	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct worker){ .t = mem, .id = i };
+		w[i] = (struct worker){ .t = t, .id = i };
 		CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0, "pthread_create");
 	}
 	for (int i = 0; i < 4; i++) {
@@ -320,7 +317,19 @@ static int check_threads(const char *root)
 		CHECK(w[i].bad == 0, "thread %d saw %d bad blocks", i, w[i].bad);
 	}
 	for (int i = 0; i < NBLOCKS; i++)
-		CHECK(expect(mem, i, BLOCK) == 0, "after threads: block %d", i);
+		CHECK(expect(t, i, BLOCK) == 0, "after threads: block %d", i);
+	return 0;
+}
+
+static int check_threads(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *mem, *file;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
+	CHECK(run_workers(mem) == 0, "threads");
 	kv_tier_close(mem);
 	kv_tier_close(file);
 	return 0;
@@ -620,8 +629,6 @@ static int check_hierarchy(const char *base)
 	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3 };
 	struct kv_tier *mem, *local, *shared;
 	struct kv_tier_stat st;
-	struct worker w[4];
-	pthread_t th[4];
 
 	CHECK(kv_tier_mem_open(&mo, &mem) == 0 &&
 	      kv_tier_file_open_bounded(subdir(base, "local"), NULL, 4 * BLOCK, &local) == 0 &&
@@ -629,16 +636,7 @@ static int check_hierarchy(const char *base)
 	CHECK(kv_tier_chain(mem, local, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0 &&
 	      kv_tier_chain(local, shared, KV_TIER_SPILL | KV_TIER_PROMOTE_SECOND_HIT) == 0,
 	      "chain");
-	for (int i = 0; i < 4; i++) {
-		w[i] = (struct worker){ .t = mem, .id = i };
-		CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0, "pthread_create");
-	}
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		CHECK(w[i].bad == 0, "thread %d saw %d bad blocks", i, w[i].bad);
-	}
-	for (int i = 0; i < NBLOCKS; i++)
-		CHECK(expect(mem, i, BLOCK) == 0, "after threads: block %d", i);
+	CHECK(run_workers(mem) == 0, "threads");
 	CHECK(kv_tier_stat(local, &st) == 0 && st.used_bytes <= 4 * BLOCK && st.spills > 0,
 	      "local: %llu bytes, %llu spills", (unsigned long long)st.used_bytes,
 	      (unsigned long long)st.spills);
