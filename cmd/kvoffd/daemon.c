@@ -1284,25 +1284,13 @@ static void wake_waiters(struct offd *d, struct client *w, int status, int detac
 }
 
 /* Whether a block read through from below goes up to the first file
- * tier: PROMOTE_SECOND_HIT remembers first hits by key hash, a slot
- * per hash, so a flood of one-off reads forgets the oldest. */
+ * tier: PROMOTE_SECOND_HIT asks libkv's memory of first hits, as the
+ * tier chain's KV_TIER_PROMOTE_SECOND_HIT does. */
 static int want_promote(struct offd *d, const char *path)
 {
-	uint64_t h;
-	size_t k;
-
 	if (d->promote == PROMOTE_FIRST_HIT)
 		return 1;
-	if (d->promote != PROMOTE_SECOND_HIT)
-		return 0;
-	h = kv_xxh3(path, strlen(path)) | 1;
-	k = (size_t)(h % SEEN_SLOTS);
-	if (d->seen[k] == h) {
-		d->seen[k] = 0;
-		return 1;
-	}
-	d->seen[k] = h;
-	return 0;
+	return d->promote == PROMOTE_SECOND_HIT && kv_hits_second(d->first_hits, path);
 }
 
 static void load_done(struct offd *d, const struct job *j)

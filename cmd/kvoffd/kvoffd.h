@@ -115,28 +115,6 @@ struct job {
 	char path[PATH_BYTES];
 };
 
-/* A bounded file tier's blocks in exact LRU order by last use (tiers.c):
- * a hash index on the path and libkv's LRU order (kv/lru.h) over one
- * array of entries. */
-struct tier_entry {
-	uint64_t hash;		/* xxh3 of path */
-	uint64_t size;
-	int moving;		/* a DEMOTE job holds it */
-	char *path;		/* NULL: a free entry */
-};
-#define INDEX_NONE	KV_LRU_NONE
-
-struct tier_index {
-	struct tier_entry *e;
-	struct kv_lru_link *link;	/* per entry: its LRU or free-list link */
-	uint32_t n, cap;	/* entries used or freed, allocated */
-	uint32_t free_head;	/* freed entries, linked by link[].newer */
-	uint32_t *table;	/* entry + 1 per bucket, 0 empty; linear probe */
-	uint32_t mask;
-	struct kv_lru lru;
-	uint64_t count, bytes;
-};
-
 enum tier_kind { TIER_LOCAL, TIER_SHARED };
 
 /* Per-tier counters, in --stats and the metrics file. */
@@ -160,8 +138,8 @@ struct ftier {
 	uint64_t capacity;	/* bytes; 0: unbounded, not indexed */
 	struct kv_io *io;	/* the loop's handle (HAS, sizes) */
 	int lockfd;		/* bounded: the claim on the root */
-	struct tier_index idx;	/* bounded tiers only */
-	uint64_t moving_bytes;	/* DEMOTE jobs in flight */
+	struct kv_file_index *idx;	/* bounded tiers only: their blocks in
+					   LRU order, DEMOTE jobs marked moving */
 	uint64_t walk_blocks, walk_bytes;	/* found at start */
 	struct tier_stats st;
 	/* Model dirs known to hold their config.json here (the writers',
@@ -172,7 +150,6 @@ struct ftier {
 };
 
 enum promote_policy { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
-#define SEEN_SLOTS	4096	/* PROMOTE_SECOND_HIT's memory of first hits */
 
 /* Directions of the transfer metrics. */
 enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
@@ -203,7 +180,7 @@ struct offd {
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
 	unsigned ntiers;
 	enum promote_policy promote;
-	uint64_t *seen;			/* PROMOTE_SECOND_HIT: key hashes */
+	struct kv_hits *first_hits;	/* PROMOTE_SECOND_HIT */
 	const char *socket_path;
 	const char *metrics_path;
 	const char *events_path;

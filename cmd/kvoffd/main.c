@@ -395,7 +395,7 @@ int main(int argc, char **argv)
 		if (!d.tiers[k].capacity)
 			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
 					"unbounded", tier_name(&d, k), d.tiers[k].root);
-	if (d.promote == PROMOTE_SECOND_HIT && !(d.seen = calloc(SEEN_SLOTS, sizeof(*d.seen))))
+	if (d.promote == PROMOTE_SECOND_HIT && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
 		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);
 	if (!d.socket_path || !*d.socket_path)
@@ -497,6 +497,7 @@ int main(int argc, char **argv)
 	}
 	err = report_write_metrics(&d);
 	tiers_close(&d);
+	kv_hits_free(d.first_hits);
 	if (err) {
 		tool_err("cannot write '%s': %s", d.metrics_path, kv_strerror(err));
 		return EXIT_RUNTIME;

@@ -5,6 +5,7 @@
  * tier_daemon.c.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <kv/errors.h>
 #include "tier_impl.h"
@@ -20,19 +21,63 @@ static int bad_key(const char *key)
 	return !key || !*key;
 }
 
-int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
-		      size_t len)
+/* A copy of the same size is already in the chain below: a key names
+ * its content (the block hash), so a spill would only write the same
+ * bytes again. */
+static int already_below(struct kv_tier *t, const char *key, size_t len)
+{
+	uint64_t size;
+
+	return kv_tier_size(t->lower, key, &size) == 0 && size == len;
+}
+
+/* Put the block below, its bytes at buf or, buf NULL, read into a copy. */
+static int spill(struct kv_tier *t, const char *key, const void *buf, size_t len,
+		 kvi_tier_read_fn read, void *arg)
+{
+	void *copy = NULL;
+	int r;
+
+	if (!buf) {
+		copy = malloc(len ? len : 1);
+		if (!copy)
+			return -ENOMEM;
+		r = read(arg, key, copy, len);
+		if (r < 0) {
+			free(copy);
+			return r;
+		}
+		buf = copy;
+	}
+	r = kv_tier_put(t->lower, key, buf, len);
+	free(copy);
+	return r;
+}
+
+static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t len,
+		    kvi_tier_read_fn read, void *arg)
 {
 	int r;
 
 	if (t->lower && (t->flags & KV_TIER_SPILL)) {
-		r = kv_tier_put(t->lower, key, buf, len);
-		if (r < 0)
+		if (!already_below(t, key, len) && (r = spill(t, key, buf, len, read, arg)) < 0)
 			return r;
 		atomic_fetch_add(&t->spills, 1);
 	}
 	atomic_fetch_add(&t->evictions, 1);
 	return 0;
+}
+
+int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
+		      size_t len)
+{
+	return evicting(t, key, buf, len, NULL, NULL);
+}
+
+int kvi_tier_evicting_read(struct kv_tier *t, const char *key, size_t len,
+			   kvi_tier_read_fn read, void *arg)
+{
+	return evicting(t, key, NULL, len, read, arg);
 }
 
 int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
@@ -49,6 +94,14 @@ int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 	if (t->lower && (t->flags & KV_TIER_WRITE_THROUGH))
 		return kv_tier_put(t->lower, key, buf, len);
 	return 0;
+}
+
+/* Whether a block read through from below is copied up into t. */
+static int want_promote(struct kv_tier *t, const char *key)
+{
+	if (t->flags & KV_TIER_PROMOTE)
+		return 1;
+	return (t->flags & KV_TIER_PROMOTE_SECOND_HIT) && kv_hits_second(t->first_hits, key);
 }
 
 int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
@@ -70,8 +123,7 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	r = kv_tier_get(t->lower, key, buf, cap, len);
 	/* A block that cannot be promoted (too big, a failed spill) is
 	 * still a good answer from below. */
-	if (r == 0 && (t->flags & KV_TIER_PROMOTE) &&
-	    t->ops->put(t, key, buf, *len) == 0)
+	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0)
 		atomic_fetch_add(&t->promotions, 1);
 	return r;
 }
@@ -222,19 +274,33 @@ int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st)
 int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 		  unsigned flags)
 {
-	if (!upper || (flags & ~(KV_TIER_SPILL | KV_TIER_PROMOTE |
-				 KV_TIER_WRITE_THROUGH)))
+	const unsigned second = KV_TIER_PROMOTE | KV_TIER_PROMOTE_SECOND_HIT;
+	int r;
+
+	if (!upper || (flags & ~(KV_TIER_SPILL | KV_TIER_PROMOTE | KV_TIER_WRITE_THROUGH |
+				 KV_TIER_PROMOTE_SECOND_HIT)) || (flags & second) == second)
 		return -EINVAL;
 	for (struct kv_tier *l = lower; l; l = l->lower)
 		if (l == upper)
 			return -ELOOP;
+	if (!lower)
+		flags = 0;
+	if ((flags & KV_TIER_PROMOTE_SECOND_HIT) && !upper->first_hits &&
+	    (r = kv_hits_new(KV_HITS_SLOTS, &upper->first_hits)) < 0)
+		return r;
+	if (!(flags & KV_TIER_PROMOTE_SECOND_HIT)) {
+		kv_hits_free(upper->first_hits);
+		upper->first_hits = NULL;
+	}
 	upper->lower = lower;
-	upper->flags = lower ? flags : 0;
+	upper->flags = flags;
 	return 0;
 }
 
 void kv_tier_close(struct kv_tier *t)
 {
-	if (t)
-		t->ops->close(t);
+	if (!t)
+		return;
+	kv_hits_free(t->first_hits);
+	t->ops->close(t);
 }

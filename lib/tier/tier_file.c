@@ -29,8 +29,7 @@ static struct ftier *F(struct kv_tier *t)
 	return (struct ftier *)t;
 }
 
-/* Only layout paths: they cannot leave the root or name a temp. */
-static int check_key(const char *key)
+int kvi_tier_file_check_key(const char *key)
 {
 	struct kv_block_ref ref;
 
@@ -41,7 +40,7 @@ static int file_put(struct kv_tier *t, const char *key, const void *buf,
 		    size_t len)
 {
 	struct ftier *f = F(t);
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;
@@ -55,7 +54,7 @@ static int file_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 		    size_t *len)
 {
 	struct ftier *f = F(t);
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;
@@ -68,7 +67,7 @@ static int file_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 static int file_has(struct kv_tier *t, const char *key)
 {
 	struct ftier *f = F(t);
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;
@@ -81,7 +80,7 @@ static int file_has(struct kv_tier *t, const char *key)
 static int file_size(struct kv_tier *t, const char *key, uint64_t *size)
 {
 	struct ftier *f = F(t);
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;
@@ -94,7 +93,7 @@ static int file_size(struct kv_tier *t, const char *key, uint64_t *size)
 static int file_get_tail(struct kv_tier *t, const char *key, void *buf, size_t len)
 {
 	struct ftier *f = F(t);
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;
@@ -136,7 +135,7 @@ static int fbatch_next(void *arg, struct kv_io_req **out)
 	while ((r = b->next(b->arg, &req)) == 1) {
 		req->done = 0;
 		req->result = (unsigned)req->op < sizeof(ops) / sizeof(ops[0]) ?
-			      check_key(req->key) : -EINVAL;
+			      kvi_tier_file_check_key(req->key) : -EINVAL;
 		if (req->result == 0 && req->op != KV_TIER_OP_HAS)
 			break;
 		if (req->result == 0)
@@ -229,7 +228,7 @@ static int file_list(struct kv_tier *t, const struct kv_tier_list_opts *o,
 
 static int file_del(struct kv_tier *t, const char *key)
 {
-	int r = check_key(key);
+	int r = kvi_tier_file_check_key(key);
 
 	if (r < 0)
 		return r;

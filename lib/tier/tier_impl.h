@@ -33,6 +33,7 @@ struct kv_tier {
 	const struct kv_tier_ops *ops;
 	struct kv_tier *lower;
 	unsigned flags;		/* KV_TIER_* toward lower */
+	struct kv_hits *first_hits;	/* KV_TIER_PROMOTE_SECOND_HIT */
 	atomic_uint_least64_t hits, misses, puts, evictions, spills, promotions;
 };
 
@@ -42,6 +43,16 @@ void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops);
  * the chain asks for it.  0 when the block may go. */
 int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
 		      size_t len);
+
+/* The same for a block whose bytes are not at hand (a file): read()
+ * fills buf with its len bytes only when the spill needs them. */
+typedef int (*kvi_tier_read_fn)(void *arg, const char *key, void *buf, size_t len);
+int kvi_tier_evicting_read(struct kv_tier *t, const char *key, size_t len,
+			   kvi_tier_read_fn read, void *arg);
+
+/* 0 if key is a layout block path, the only keys a file tier takes (they
+ * cannot leave the root or name a temp); -KV_EBADPATH otherwise. */
+int kvi_tier_file_check_key(const char *key);
 
 /* Equal-slot store with a hash table and LRU, in host memory or (dev
  * set) in device memory moved with kv_dma_copy; tier_mem and tier_gpu. */

@@ -132,15 +132,24 @@ static int slots_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	return r;
 }
 
-static int slots_has(struct kv_tier *t, const char *key)
+static int slots_size(struct kv_tier *t, const char *key, uint64_t *size)
 {
 	struct slots *s = S(t);
 	uint32_t i;
 
 	pthread_mutex_lock(&s->lock);
 	i = kv_slots_find(s->store, key);
+	if (i != KV_SLOT_NONE)
+		*size = kv_slots_len(s->store, i);
 	pthread_mutex_unlock(&s->lock);
 	return i == KV_SLOT_NONE ? -ENOENT : 0;
+}
+
+static int slots_has(struct kv_tier *t, const char *key)
+{
+	uint64_t size;
+
+	return slots_size(t, key, &size);
 }
 
 static int slots_del(struct kv_tier *t, const char *key)
@@ -212,6 +221,7 @@ static const struct kv_tier_ops slots_ops = {
 	.del = slots_del,
 	.stat = slots_stat,
 	.close = slots_close,
+	.size = slots_size,
 };
 
 static int get_mem(struct slots *s, const struct kvi_tier_slots_opts *o,

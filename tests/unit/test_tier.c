@@ -1,7 +1,10 @@
 /* Tiers alone and chained: mem -> file -> mem round trips with spill,
- * promotion and write-through, LRU order, and failures that lose
- * nothing. */
+ * promotion and write-through, LRU order, failures that lose nothing,
+ * spills that skip a copy already below, promotion on a second hit; the
+ * bounded file tier's LRU by last use, rebuilt at reopen, its spills, a
+ * failed spill that fails the put, and three tiers under threads. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +191,71 @@ static int check_failed_spill(void)
 	return 0;
 }
 
+/* An evicted block already below with the same size is not written
+ * again, and counts as a spill; one of another size below is. */
+static int check_spill_already_below(void)
+{
+	struct kv_tier_mem_opts one = { .slot_bytes = BLOCK, .slots = 1 };
+	struct kv_tier_mem_opts four = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *up, *down;
+	struct kv_tier_stat us, ds;
+
+	CHECK(kv_tier_mem_open(&one, &up) == 0 && kv_tier_mem_open(&four, &down) == 0, "open");
+	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(down, keys[0], data[0], BLOCK) == 0, "put 0 below");
+	CHECK(kv_tier_put(down, keys[1], data[1], 100) == 0, "put 1 below, shorter");
+	CHECK(kv_tier_put(up, keys[0], data[0], BLOCK) == 0, "put 0");
+	CHECK(kv_tier_put(up, keys[1], data[1], BLOCK) == 0, "put 1, evicting 0");
+	CHECK(kv_tier_put(up, keys[2], data[2], BLOCK) == 0, "put 2, evicting 1");
+	CHECK(kv_tier_stat(up, &us) == 0 && kv_tier_stat(down, &ds) == 0, "stat");
+	CHECK(ds.puts == 3, "below: %llu puts, want 0 not written again",
+	      (unsigned long long)ds.puts);
+	CHECK(us.spills == 2 && us.evictions == 2, "%llu spills, %llu evictions",
+	      (unsigned long long)us.spills, (unsigned long long)us.evictions);
+	CHECK(expect(down, 0, BLOCK) == 0 && expect(down, 1, BLOCK) == 0, "spilled copies");
+	kv_tier_close(up);
+	kv_tier_close(down);
+	return 0;
+}
+
+/* KV_TIER_PROMOTE_SECOND_HIT: a block read through once stays below, a
+ * second read promotes it, and a one-slot memory forgets a first hit
+ * when another key takes its slot. */
+static int check_second_hit(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3 };
+	struct kv_tier *mem, *file;
+	struct kv_tier_stat st;
+	struct kv_hits *h;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE | KV_TIER_PROMOTE_SECOND_HIT) == -EINVAL,
+	      "both promotions taken");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE_SECOND_HIT) == 0, "chain");
+	CHECK(kv_tier_put(file, keys[6], data[6], BLOCK) == 0, "put below");
+	CHECK(expect(mem, 6, BLOCK) == 0, "first get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.blocks == 0 && st.promotions == 0,
+	      "promoted on the first hit");
+	CHECK(expect(mem, 6, BLOCK) == 0, "second get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.blocks == 1 && st.promotions == 1,
+	      "not promoted on the second hit: %llu promotions",
+	      (unsigned long long)st.promotions);
+	CHECK(expect(mem, 6, BLOCK) == 0, "third get");
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.hits == 1, "third get missed the mem tier");
+	kv_tier_close(mem);
+	kv_tier_close(file);
+
+	CHECK(kv_hits_new(0, &h) == -EINVAL, "no slots");
+	CHECK(kv_hits_new(1, &h) == 0, "hits");
+	CHECK(kv_hits_second(h, keys[0]) == 0 && kv_hits_second(h, keys[0]) == 1 &&
+	      kv_hits_second(h, keys[0]) == 0, "first, second, first again");
+	CHECK(kv_hits_second(h, keys[1]) == 0 && kv_hits_second(h, keys[0]) == 0,
+	      "a first hit kept past another key's");
+	kv_hits_free(h);
+	return 0;
+}
+
 static int check_user_memory(struct kv_dma *dma)
 {
 	void *mem;
@@ -233,18 +301,15 @@ static void *work(void *arg)
 	return NULL;
 }
 
-static int check_threads(const char *root)
+/* Four threads putting and getting through t; then every block must
+ * be there, whole. */
+static int run_workers(struct kv_tier *t)
 {
-	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 4 };
-	struct kv_tier *mem, *file;
 	struct worker w[4];
 	pthread_t th[4];
 
-	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
-	      "open");
-	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct worker){ .t = mem, .id = i };
+		w[i] = (struct worker){ .t = t, .id = i };
 		CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0, "pthread_create");
 	}
 	for (int i = 0; i < 4; i++) {
@@ -252,7 +317,19 @@ static int check_threads(const char *root)
 		CHECK(w[i].bad == 0, "thread %d saw %d bad blocks", i, w[i].bad);
 	}
 	for (int i = 0; i < NBLOCKS; i++)
-		CHECK(expect(mem, i, BLOCK) == 0, "after threads: block %d", i);
+		CHECK(expect(t, i, BLOCK) == 0, "after threads: block %d", i);
+	return 0;
+}
+
+static int check_threads(const char *root)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *mem, *file;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
+	CHECK(run_workers(mem) == 0, "threads");
 	kv_tier_close(mem);
 	kv_tier_close(file);
 	return 0;
@@ -330,8 +407,8 @@ static int check_batches(const char *root)
 	for (int i = 0; i < NBLOCKS; i++)
 		CHECK(b.reqs[2 * i].done == BLOCK && !memcmp(b.bufs[i], data[i], BLOCK) &&
 		      b.reqs[2 * i + 1].result == 0, "block %d through the chain", i);
-	/* The mem tier answers presence without a size. */
-	CHECK(b.reqs[1].done == SIZE_MAX, "size from the mem tier");
+	/* The mem tier answers presence with the size it holds. */
+	CHECK(b.reqs[1].done == BLOCK, "size from the mem tier: %zu", b.reqs[1].done);
 	kv_tier_close(m);
 	kv_tier_close(f);
 	return 0;
@@ -370,13 +447,212 @@ static int check_del_beneath(const char *root)
 	return 0;
 }
 
+/* A fresh directory under root. */
+static const char *subdir(const char *root, const char *name)
+{
+	static char path[4][128];
+	static unsigned n;
+	char *p = path[n++ % 4];
+
+	snprintf(p, sizeof(path[0]), "%s/%s", root, name);
+	if (mkdir(p, 0755) < 0)
+		perror(p);
+	return p;
+}
+
+/* Which of blocks 0..NBLOCKS-1 t (and its chain) has, a bit each. */
+static unsigned held(struct kv_tier *t)
+{
+	unsigned mask = 0;
+
+	for (int i = 0; i < NBLOCKS; i++)
+		if (kv_tier_has(t, keys[i]) == 0)
+			mask |= 1u << i;
+	return mask;
+}
+
+/* Block i's last use, as a reader of atime sees it. */
+static int set_last_use(const char *root, int i, time_t sec)
+{
+	struct timespec ts[2] = { { .tv_sec = sec }, { .tv_nsec = UTIME_OMIT } };
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", root, keys[i]);
+	CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0, "utimensat %s", path);
+	return 0;
+}
+
+/* The bounded file tier: least recently used out first, a get and a
+ * put of a present block counting as uses; deletions and blocks too big
+ * for it. */
+static int check_bounded_lru(const char *base)
+{
+	const char *root = subdir(base, "lru");
+	struct kv_tier_stat st;
+	struct kv_tier *t;
+	int r;
+
+	CHECK(kv_tier_file_open_bounded(root, NULL, 0, &t) == -EINVAL, "capacity 0");
+	r = kv_tier_file_open_bounded(root, NULL, 3 * BLOCK, &t);
+	CHECK(r == 0, "open: %s", kv_strerror(r));
+	for (int i = 0; i < 3; i++)
+		CHECK(kv_tier_put(t, keys[i], data[i], BLOCK) == 0, "put %d", i);
+	CHECK(held(t) == 0x7, "held %#x", held(t));
+	/* A get is a use: 1 is now the least recently used. */
+	CHECK(expect(t, 0, BLOCK) == 0, "get 0");
+	CHECK(kv_tier_put(t, keys[3], data[3], BLOCK) == 0, "put 3");
+	CHECK(held(t) == 0xd, "after put 3: held %#x, want 0, 2, 3", held(t));
+	/* A present block put again is a use, not a reason to evict. */
+	CHECK(kv_tier_put(t, keys[2], data[2], BLOCK) == 0, "put 2 again");
+	CHECK(held(t) == 0xd, "put 2 again evicted: held %#x", held(t));
+	CHECK(kv_tier_put(t, keys[4], data[4], BLOCK) == 0, "put 4");
+	CHECK(held(t) == 0x1c, "after put 4: held %#x, want 2, 3, 4", held(t));
+	CHECK(kv_tier_put(t, keys[5], data[5], 3 * BLOCK + 1) == -EFBIG, "over capacity");
+	CHECK(kv_tier_stat(t, &st) == 0, "stat");
+	CHECK(!strcmp(st.kind, "file") && st.blocks == 3 && st.used_bytes == 3 * BLOCK &&
+	      st.capacity_bytes == 3 * BLOCK && st.evictions == 2 && st.spills == 0,
+	      "stat: %llu blocks, %llu used, %llu evictions", (unsigned long long)st.blocks,
+	      (unsigned long long)st.used_bytes, (unsigned long long)st.evictions);
+	CHECK(kv_tier_del(t, keys[3]) == 0, "del 3");
+	CHECK(kv_tier_stat(t, &st) == 0 && st.blocks == 2 && st.used_bytes == 2 * BLOCK,
+	      "stat after del: %llu blocks", (unsigned long long)st.blocks);
+	CHECK(kv_tier_has(t, keys[3]) == -ENOENT, "deleted block still there");
+	CHECK(kv_tier_has(t, "../escape.bin") == -KV_EBADPATH, "a key outside the layout");
+	kv_tier_close(t);
+	return 0;
+}
+
+/* Blocks whose last use differs from their write order come back in the
+ * order of use, and a root fuller than the new capacity is trimmed. */
+static int check_bounded_reopen(const char *base)
+{
+	const char *root = subdir(base, "reopen");
+	struct kv_tier_stat st;
+	struct kv_tier *t;
+	int r;
+
+	CHECK(kv_tier_file_open_bounded(root, NULL, 4 * BLOCK, &t) == 0, "open");
+	for (int i = 0; i < 4; i++)
+		CHECK(kv_tier_put(t, keys[i], data[i], BLOCK) == 0, "put %d", i);
+	kv_tier_close(t);
+	/* Oldest first: 2, 0, 3, 1. */
+	CHECK(set_last_use(root, 2, 1000000) == 0 && set_last_use(root, 0, 2000000) == 0 &&
+	      set_last_use(root, 3, 3000000) == 0 && set_last_use(root, 1, 4000000) == 0,
+	      "set last uses");
+	r = kv_tier_file_open_bounded(root, NULL, 4 * BLOCK, &t);
+	CHECK(r == 0, "reopen: %s", kv_strerror(r));
+	CHECK(kv_tier_stat(t, &st) == 0 && st.blocks == 4 && st.used_bytes == 4 * BLOCK,
+	      "reindexed %llu blocks, %llu bytes", (unsigned long long)st.blocks,
+	      (unsigned long long)st.used_bytes);
+	CHECK(kv_tier_put(t, keys[4], data[4], BLOCK) == 0, "put 4");
+	CHECK(held(t) == 0x1b, "after put 4: held %#x, want 2 gone", held(t));
+	CHECK(kv_tier_put(t, keys[5], data[5], BLOCK) == 0, "put 5");
+	CHECK(held(t) == 0x3a, "after put 5: held %#x, want 0 gone", held(t));
+	kv_tier_close(t);
+	/* 3, 1, 4, 5 in a tier for two: the next put leaves room for one
+	 * more.  4 and 5 were written within a clock tick of each other. */
+	CHECK(set_last_use(root, 4, 5000000) == 0 && set_last_use(root, 5, 6000000) == 0,
+	      "set last uses");
+	CHECK(kv_tier_file_open_bounded(root, NULL, 2 * BLOCK, &t) == 0, "reopen smaller");
+	CHECK(kv_tier_put(t, keys[6], data[6], BLOCK) == 0, "put 6");
+	CHECK(held(t) == 0x60, "after put 6: held %#x, want 5, 6", held(t));
+	CHECK(expect(t, 5, BLOCK) == 0 && expect(t, 6, BLOCK) == 0, "kept blocks");
+	kv_tier_close(t);
+	return 0;
+}
+
+/* bounded (two blocks) over an unbounded file tier: evicted blocks land
+ * below, unless there already, and every block stays reachable through
+ * the chain. */
+static int check_bounded_spill(const char *base)
+{
+	const char *up_root = subdir(base, "spill-up"), *down_root = subdir(base, "spill-down");
+	struct kv_tier *up, *down;
+	struct kv_tier_stat st;
+	int r;
+
+	CHECK(kv_tier_file_open_bounded(up_root, NULL, 2 * BLOCK, &up) == 0, "open up");
+	CHECK(kv_tier_file_open(down_root, NULL, &down) == 0, "open down");
+	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(down, keys[0], data[0], BLOCK) == 0, "put 0 below");
+	for (int i = 0; i < 5; i++) {
+		r = kv_tier_put(up, keys[i], data[i], BLOCK);
+		CHECK(r == 0, "put %d: %s", i, kv_strerror(r));
+	}
+	CHECK(held(down) == 0x07, "below: held %#x, want 0, 1, 2", held(down));
+	/* 0 was below already: not written again. */
+	CHECK(kv_tier_stat(down, &st) == 0 && st.puts == 3, "below: %llu puts, want 3",
+	      (unsigned long long)st.puts);
+	CHECK(kv_tier_stat(up, &st) == 0 && st.blocks == 2 && st.spills == 3 && st.evictions == 3,
+	      "stat: %llu blocks, %llu spills", (unsigned long long)st.blocks,
+	      (unsigned long long)st.spills);
+	for (int i = 0; i < 5; i++)
+		CHECK(expect(up, i, BLOCK) == 0, "through the chain: %d", i);
+	CHECK(expect(down, 1, BLOCK) == 0, "spilled bytes");
+	kv_tier_close(up);
+	kv_tier_close(down);
+	return 0;
+}
+
+/* A bounded tier's spill that fails (the memory tier below has smaller
+ * slots) fails the put: the victim stays, the new block is not stored. */
+static int check_bounded_failed_spill(const char *base)
+{
+	struct kv_tier_mem_opts small = { .slot_bytes = 4096, .slots = 4 };
+	const char *root = subdir(base, "failed-spill");
+	struct kv_tier *up, *down;
+	struct kv_tier_stat st;
+	int r;
+
+	CHECK(kv_tier_file_open_bounded(root, NULL, 2 * BLOCK, &up) == 0, "open up");
+	CHECK(kv_tier_mem_open(&small, &down) == 0, "open down");
+	CHECK(kv_tier_chain(up, down, KV_TIER_SPILL) == 0, "chain");
+	CHECK(kv_tier_put(up, keys[0], data[0], BLOCK) == 0, "put 0");
+	CHECK(kv_tier_put(up, keys[1], data[1], BLOCK) == 0, "put 1");
+	r = kv_tier_put(up, keys[2], data[2], BLOCK);
+	CHECK(r == -EFBIG, "put needing a failed spill: %s", kv_strerror(r));
+	CHECK(expect(up, 0, BLOCK) == 0 && expect(up, 1, BLOCK) == 0, "victim lost");
+	CHECK(kv_tier_has(up, keys[2]) == -ENOENT, "new block stored");
+	CHECK(kv_tier_stat(up, &st) == 0 && st.blocks == 2 && st.evictions == 0,
+	      "stat: %llu blocks, %llu evictions", (unsigned long long)st.blocks,
+	      (unsigned long long)st.evictions);
+	kv_tier_close(up);
+	kv_tier_close(down);
+	return 0;
+}
+
+/* RAM over a bounded local tier over shared storage, as kvoffd stacks
+ * them, under four threads: every block stays reachable and whole, and
+ * the local tier within its capacity. */
+static int check_hierarchy(const char *base)
+{
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 3 };
+	struct kv_tier *mem, *local, *shared;
+	struct kv_tier_stat st;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 &&
+	      kv_tier_file_open_bounded(subdir(base, "local"), NULL, 4 * BLOCK, &local) == 0 &&
+	      kv_tier_file_open(subdir(base, "shared"), NULL, &shared) == 0, "open");
+	CHECK(kv_tier_chain(mem, local, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0 &&
+	      kv_tier_chain(local, shared, KV_TIER_SPILL | KV_TIER_PROMOTE_SECOND_HIT) == 0,
+	      "chain");
+	CHECK(run_workers(mem) == 0, "threads");
+	CHECK(kv_tier_stat(local, &st) == 0 && st.used_bytes <= 4 * BLOCK && st.spills > 0,
+	      "local: %llu bytes, %llu spills", (unsigned long long)st.used_bytes,
+	      (unsigned long long)st.spills);
+	kv_tier_close(mem);
+	kv_tier_close(local);
+	kv_tier_close(shared);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kv-test-tier-XXXXXX";
 	struct kv_dma *cpu;
 	struct kv_tier *t;
 	struct kv_tier_gpu_opts go = { .slot_bytes = BLOCK, .slots = 2 };
-	char cmd[64], a[64], b[64];
+	char cmd[64];
 
 	make_blocks();
 	if (!mkdtemp(root)) {
@@ -388,28 +664,19 @@ int main(void)
 		return 1;
 	}
 	check_mem_alone();
-	snprintf(a, sizeof(a), "%s/a", root);
-	snprintf(b, sizeof(b), "%s/b", root);
-	if (mkdir(a, 0755) < 0 || mkdir(b, 0755) < 0) {
-		perror("mkdir");
-		return 1;
-	}
-	check_mem_file(a, NULL);
-	check_mem_file(b, cpu);
-	snprintf(a, sizeof(a), "%s/c", root);
-	if (mkdir(a, 0755) < 0) {
-		perror("mkdir");
-		return 1;
-	}
-	check_threads(a);
-	snprintf(a, sizeof(a), "%s/d", root);
-	if (mkdir(a, 0755) < 0) {
-		perror("mkdir");
-		return 1;
-	}
-	check_batches(a);
+	check_mem_file(subdir(root, "a"), NULL);
+	check_mem_file(subdir(root, "b"), cpu);
+	check_threads(subdir(root, "c"));
+	check_batches(subdir(root, "d"));
 	check_write_through(root);
 	check_failed_spill();
+	check_spill_already_below();
+	check_second_hit(root);
+	check_bounded_lru(root);
+	check_bounded_reopen(root);
+	check_bounded_spill(root);
+	check_bounded_failed_spill(root);
+	check_hierarchy(root);
 	check_user_memory(cpu);
 	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {

@@ -52,6 +52,7 @@ int kv_write_full(int fd, const void *buf, size_t len);
 #include <kv/dma.h>
 #include <kv/numa.h>
 #include <kv/lru.h>
+#include <kv/file_index.h>
 #include <kv/slots.h>
 #include <kv/tier.h>
 #include <kv/gds.h>

@@ -6,8 +6,8 @@
  * caller numbers 0..n-1 and keeps in its own arrays, the links in an
  * array of struct kv_lru_link beside them (an item's link may also
  * carry a free list while the item is in no order).  The slot store
- * keeps one per size class; a bounded file tier keeps one of its blocks
- * by last use.  Not locked: callers serialise.
+ * keeps one per size class; the file tier index (kv/file_index.h) one
+ * of its blocks by last use.  Not locked: callers serialise.
  */
 
 #include <stdint.h>

@@ -8,8 +8,9 @@
  * Buffers passed to put/get are host memory in every tier.
  *
  * Tiers chain: kv_tier_chain(upper, lower, flags) lets upper spill the
- * blocks it evicts into lower and, on a miss, read through lower and
- * promote what it finds.  A tier's calls are thread-safe.
+ * blocks it evicts into lower (unless the chain below has a copy of the
+ * same size already) and, on a miss, read through lower and promote what
+ * it finds.  A tier's calls are thread-safe.
  */
 
 #include <stddef.h>
@@ -27,17 +28,22 @@ struct kv_dma;
 #define KV_TIER_SPILL		(1u << 0) /* evicted blocks are put below */
 #define KV_TIER_PROMOTE		(1u << 1) /* a hit below is put here too */
 #define KV_TIER_WRITE_THROUGH	(1u << 2) /* puts also go below */
+#define KV_TIER_PROMOTE_SECOND_HIT (1u << 3) /* a hit below is put here on
+					     its second miss here (not with
+					     KV_TIER_PROMOTE) */
 
 struct kv_tier_stat {
 	const char *kind;	/* "mem", "file", "s3", "gpu" or "daemon" */
-	uint64_t blocks;	/* held now; file: not counted (0) */
-	uint64_t used_bytes;	/* file: of the whole filesystem */
+	uint64_t blocks;	/* held now; unbounded file: not counted (0) */
+	uint64_t used_bytes;	/* unbounded file: of the whole filesystem */
 	uint64_t capacity_bytes;
 	uint64_t hits;		/* gets answered by this tier */
 	uint64_t misses;	/* gets this tier could not answer itself */
 	uint64_t puts;
 	uint64_t evictions;	/* blocks dropped for room */
-	uint64_t spills;	/* evictions written below */
+	uint64_t spills;	/* evictions kept below: written there, or
+				   found there already with the same size
+				   (then not written again) */
 	uint64_t promotions;	/* blocks copied up from below */
 	uint64_t block_max_bytes; /* the largest block a put takes; 0: unknown
 				     or no limit */
@@ -146,12 +152,27 @@ int kv_tier_verify(struct kv_tier *t, const char *key);
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 
 /* Put lower below upper with KV_TIER_* flags; lower may have its own
- * lower.  -ELOOP if that would make a cycle. */
+ * lower.  -ELOOP if that would make a cycle, -EINVAL for both
+ * KV_TIER_PROMOTE and KV_TIER_PROMOTE_SECOND_HIT. */
 int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 		  unsigned flags);
 
 /* Close one tier (not the ones below it). */
 void kv_tier_close(struct kv_tier *t);
+
+/* The memory of first hits behind KV_TIER_PROMOTE_SECOND_HIT (and
+ * kvoffd's --promote second-hit): a key hash per slot, so a flood of
+ * one-off reads forgets the oldest rather than growing.  Thread-safe;
+ * racing calls may both count a hit as the first. */
+#define KV_HITS_SLOTS	4096	/* what the chain keeps */
+
+struct kv_hits;
+
+int kv_hits_new(unsigned slots, struct kv_hits **out);
+void kv_hits_free(struct kv_hits *h);
+/* 1 if key was hit before (then forgotten: its next hit is a first
+ * again), else 0 (and remembered). */
+int kv_hits_second(struct kv_hits *h, const char *key);
 
 struct kv_tier_mem_opts {
 	size_t slot_bytes;	/* the largest block; rounded up to 4096 */
@@ -168,6 +189,19 @@ int kv_tier_mem_open(const struct kv_tier_mem_opts *opts, struct kv_tier **out);
  * (-KV_EBADPATH otherwise). */
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 		      struct kv_tier **out);
+
+/* The same root holding at most capacity_bytes of blocks, in exact LRU
+ * order: indexed at open, least recently used first by last use
+ * (kv/lastuse.h); a put or a get is a use, has and size are not.  A put
+ * that would take it past capacity_bytes first evicts the least recently
+ * used blocks, each spilled below when the chain has KV_TIER_SPILL, then
+ * removed; when a spill fails the put fails with the lower tier's error
+ * and nothing is lost.  A root found fuller than capacity_bytes is
+ * trimmed by the next put.  The index answers has and size, so the tier
+ * must be its root's only writer.  -EFBIG for a block over capacity_bytes;
+ * -EINVAL for a capacity of 0. */
+int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
+			      uint64_t capacity_bytes, struct kv_tier **out);
 
 /* A bucket root "s3://BUCKET[/PREFIX]", configured and signed as the AWS
  * CLI is (kv(7)): each block is one object at the key vLLM's obj tier

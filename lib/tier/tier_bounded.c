@@ -1,0 +1,270 @@
+/*
+ * The bounded file tier: the file tier (tier_file.c) does the I/O, and
+ * this wrapper keeps its blocks in a file index (file_index.c) by last
+ * use and evicts the least recently used for room.  One lock guards the
+ * index; an eviction happens under it, so a block is never in neither
+ * tier.  The index is the tier's truth: it answers presence and sizes
+ * without a system call, and it assumes the tier is its root's only
+ * writer.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <kv/errors.h>
+#include <kv/file_index.h>
+#include "tier_impl.h"
+
+struct bounded {
+	struct kv_tier base;
+	pthread_mutex_t lock;
+	struct kv_tier *files;	/* an unbounded file tier on the same root */
+	struct kv_file_index *idx;
+	uint64_t capacity_bytes;
+	int replace;		/* KV_IO_REPLACE: a put rewrites a present block */
+};
+
+static struct bounded *B(struct kv_tier *t)
+{
+	return (struct bounded *)t;
+}
+
+struct victim {
+	struct kv_tier *files;
+	int vanished;		/* its file was gone: nothing to spill */
+};
+
+/* The victim's bytes, for its spill below. */
+static int read_victim(void *arg, const char *key, void *buf, size_t len)
+{
+	struct victim *v = arg;
+	size_t got;
+	int r = kv_tier_get(v->files, key, buf, len, &got);
+
+	v->vanished = r == -ENOENT;
+	return r < 0 ? r : got == len ? 0 : -KV_ESHORT;
+}
+
+/* Evict least recently used blocks other than keep until need more
+ * bytes fit. */
+static int make_room(struct bounded *b, uint32_t keep, uint64_t need)
+{
+	struct kv_file_index_usage u;
+	uint32_t v = kv_file_index_oldest(b->idx);
+	int r;
+
+	for (;;) {
+		struct victim vic = { .files = b->files };
+		const char *path;
+
+		kv_file_index_usage(b->idx, &u);
+		if (u.bytes + need <= b->capacity_bytes)
+			return 0;
+		if (v == keep)
+			v = kv_file_index_newer(b->idx, v);
+		if (v == KV_FILE_INDEX_NONE)
+			return -ENOSPC;
+		path = kv_file_index_path(b->idx, v);
+		r = kvi_tier_evicting_read(&b->base, path, kv_file_index_size(b->idx, v),
+					   read_victim, &vic);
+		if (r < 0 && !vic.vanished)
+			return r;
+		if (r == 0 && (r = kv_tier_del(b->files, path)) < 0 && r != -ENOENT)
+			return r;
+		kv_file_index_remove(b->idx, v);
+		v = kv_file_index_oldest(b->idx);
+	}
+}
+
+static int bounded_put(struct kv_tier *t, const char *key, const void *buf, size_t len)
+{
+	struct bounded *b = B(t);
+	uint32_t id;
+	uint64_t held;
+	int r;
+
+	if (len > b->capacity_bytes)
+		return -EFBIG;
+	pthread_mutex_lock(&b->lock);
+	id = kv_file_index_find(b->idx, key);
+	/* A present block is kept as it is (kv_io_put) unless replaced. */
+	held = id == KV_FILE_INDEX_NONE ? 0 : kv_file_index_size(b->idx, id);
+	r = id != KV_FILE_INDEX_NONE && !b->replace ? 0 :
+	    make_room(b, id, len > held ? len - held : 0);
+	if (r == 0)
+		r = kv_tier_put(b->files, key, buf, len);
+	if (r == 0 && id != KV_FILE_INDEX_NONE && !b->replace)
+		kv_file_index_touch(b->idx, id);
+	else if (r == 0 && (r = kv_file_index_put(b->idx, key, len)) < 0)
+		kv_tier_del(b->files, key);	/* uncounted, it would overfill */
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+/* What get and size say of a block the index lacks. */
+static int absent(const char *key)
+{
+	int r = kvi_tier_file_check_key(key);
+
+	return r < 0 ? r : -ENOENT;
+}
+
+/* A read of an indexed block: a use, unless the block went behind the
+ * tier's back. */
+static int used(struct bounded *b, const char *key, int r)
+{
+	uint32_t id = kv_file_index_find(b->idx, key);
+
+	if (r == -ENOENT)
+		kv_file_index_remove(b->idx, id);
+	else if (r == 0)
+		kv_file_index_touch(b->idx, id);
+	return r;
+}
+
+static int bounded_get(struct kv_tier *t, const char *key, void *buf, size_t cap, size_t *len)
+{
+	struct bounded *b = B(t);
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	r = kv_file_index_find(b->idx, key) == KV_FILE_INDEX_NONE ? absent(key) :
+	    used(b, key, kv_tier_get(b->files, key, buf, cap, len));
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+static int bounded_get_tail(struct kv_tier *t, const char *key, void *buf, size_t len)
+{
+	struct bounded *b = B(t);
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	r = kv_file_index_find(b->idx, key) == KV_FILE_INDEX_NONE ? absent(key) :
+	    used(b, key, kv_tier_get_tail(b->files, key, buf, len));
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+static int bounded_size(struct kv_tier *t, const char *key, uint64_t *size)
+{
+	struct bounded *b = B(t);
+	uint32_t id;
+	int r = 0;
+
+	pthread_mutex_lock(&b->lock);
+	id = kv_file_index_find(b->idx, key);
+	if (id == KV_FILE_INDEX_NONE)
+		r = absent(key);
+	else
+		*size = kv_file_index_size(b->idx, id);
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+static int bounded_has(struct kv_tier *t, const char *key)
+{
+	uint64_t size;
+
+	return bounded_size(t, key, &size);
+}
+
+static int bounded_del(struct kv_tier *t, const char *key)
+{
+	struct bounded *b = B(t);
+	uint32_t id;
+	int r;
+
+	pthread_mutex_lock(&b->lock);
+	r = kv_tier_del(b->files, key);
+	id = kv_file_index_find(b->idx, key);
+	if ((r == 0 || r == -ENOENT) && id != KV_FILE_INDEX_NONE)
+		kv_file_index_remove(b->idx, id);
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+static int bounded_stat(struct kv_tier *t, struct kv_tier_stat *st)
+{
+	struct bounded *b = B(t);
+	struct kv_file_index_usage u;
+
+	pthread_mutex_lock(&b->lock);
+	kv_file_index_usage(b->idx, &u);
+	pthread_mutex_unlock(&b->lock);
+	st->kind = "file";
+	st->blocks = u.blocks;
+	st->used_bytes = u.bytes;
+	st->capacity_bytes = b->capacity_bytes;
+	st->block_max_bytes = b->capacity_bytes;
+	return 0;
+}
+
+static int bounded_list(struct kv_tier *t, const struct kv_tier_list_opts *o,
+			kv_tier_list_fn fn, void *arg)
+{
+	return kv_tier_list(B(t)->files, o, fn, arg);
+}
+
+static int bounded_verify(struct kv_tier *t, const char *key)
+{
+	return kv_tier_verify(B(t)->files, key);
+}
+
+static void bounded_close(struct kv_tier *t)
+{
+	struct bounded *b = B(t);
+
+	kv_tier_close(b->files);
+	kv_file_index_free(b->idx);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+/* No batch_stream: each put and get must pass through the index. */
+static const struct kv_tier_ops bounded_ops = {
+	.put = bounded_put,
+	.get = bounded_get,
+	.has = bounded_has,
+	.del = bounded_del,
+	.stat = bounded_stat,
+	.close = bounded_close,
+	.size = bounded_size,
+	.get_tail = bounded_get_tail,
+	.list = bounded_list,
+	.verify = bounded_verify,
+};
+
+int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
+			      uint64_t capacity_bytes, struct kv_tier **out)
+{
+	struct bounded *b;
+	int r;
+
+	if (!root || !capacity_bytes)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	kvi_tier_init(&b->base, &bounded_ops);
+	b->capacity_bytes = capacity_bytes;
+	b->replace = opts && (opts->flags & KV_IO_REPLACE);
+	r = -pthread_mutex_init(&b->lock, NULL);
+	if (r) {
+		free(b);
+		return r;
+	}
+	r = kv_tier_file_open(root, opts, &b->files);
+	if (r == 0)
+		r = kv_file_index_new(&b->idx);
+	if (r == 0)
+		r = kv_file_index_scan(b->idx, root, NULL);
+	if (r < 0) {
+		kv_tier_close(b->files);
+		kv_file_index_free(b->idx);
+		pthread_mutex_destroy(&b->lock);
+		free(b);
+		return r;
+	}
+	*out = &b->base;
+	return 0;
+}
