@@ -322,8 +322,10 @@ step() {	# step NAME ok|fail|absent DETAIL...
 	echo "$*" >> "$out/steps.txt"
 	echo "bench/gpu.sh: $* ($((SECONDS - t0)) s)"
 }
+# exec: in the background, $! is nvidia-smi itself, which kill then stops
+# (else the sampler outlives the script and holds its output open).
 smi_query() {
-	"$NVIDIA_SMI" --query-gpu=$SMI_FIELDS --format=csv,noheader,nounits -i 0 "$@"
+	exec "$NVIDIA_SMI" --query-gpu=$SMI_FIELDS --format=csv,noheader,nounits -i 0 "$@"
 }
 
 {
@@ -333,7 +335,7 @@ smi_query() {
 	echo "$gpus"
 	command -v nvcc >/dev/null && nvcc --version | tail -n2
 } > "$out/env.txt" 2>&1
-smi_query > "$out/nvidia-smi.csv" 2> "$out/nvidia-smi.err"
+(smi_query) > "$out/nvidia-smi.csv" 2> "$out/nvidia-smi.err"
 "$NVIDIA_SMI" -q > "$out/nvidia-smi-q.txt" 2>&1
 
 # 1. The CUDA build, from nothing.
@@ -373,7 +375,7 @@ else
 fi
 
 # 3. kvbench dma, nvidia-smi sampled meanwhile for clocks and link state.
-smi_query -lms 500 > "$out/nvidia-smi-load.csv" 2>/dev/null &
+(smi_query -lms 500) > "$out/nvidia-smi-load.csv" 2>/dev/null &
 smipid=$!
 timeout 240 "$B/bin/kvbench" dma -J -t "$DMA_TOTAL" -r "$DMA_REPEAT" \
 	--min-block 16K --max-block 64M > "$out/dma.json" 2> "$out/dma.err"

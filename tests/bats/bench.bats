@@ -312,7 +312,7 @@ PY
 	[ -f "$mock" ] || skip "built without CUDA: no simulated device"
 	run env REUSE_BUILD=1 GPU_BUILD="$BENCH_BUILD" GPU_SUITES= DMA_TOTAL=64M DMA_REPEAT=1 \
 		GDS_DIR="$BATS_TEST_TMPDIR/gds" NVIDIA_SMI="$GPU_REC/nvidia-smi" LD_PRELOAD="$mock" \
-		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		KV_SMI_PIDFILE="$BATS_TEST_TMPDIR/smi.pid" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		"$REPO/bench/gpu.sh" "$SCRATCH"
 	# Whether the simulated device meets a target is no matter here.
 	[ "$status" -eq 0 ] || [ "$status" -eq 1 ] || fail "exit $status: $output"
@@ -332,4 +332,7 @@ STEPS
 	done
 	grep -q '^== test_tier_gpu: exit 0$' "$SCRATCH/tests.log"
 	[ ! -e "$BATS_TEST_TMPDIR/gds" ]
+	# The sampler under load stopped with the script: one left running
+	# held this suite's output open for its 600 s.
+	! kill -0 "$(cat "$BATS_TEST_TMPDIR/smi.pid")" 2>/dev/null
 }
