@@ -81,12 +81,36 @@ struct kv_offd *tool_daemon_connect(const char *sock);
 /* The exit status for a failed daemon call: 4 unreachable, else 3. */
 int tool_daemon_exit(int err);
 
+/* --tier KIND:DIR[:SIZE] (kvoffd, kvget): a file tier of a hierarchy,
+ * local (this node's disk) or shared; SIZE bounds it, 0 unbounded. */
+#define TOOL_TIERS_MAX	4
+enum tool_tier_kind { TOOL_TIER_LOCAL, TOOL_TIER_SHARED };
+struct tool_tier {
+	enum tool_tier_kind kind;
+	char *root;
+	uint64_t capacity;
+};
+
+/* Parse one --tier into tiers[*n] (usage error past TOOL_TIERS_MAX or on
+ * a bad spec); tool_tiers_check: every tier but the last has a SIZE. */
+void tool_tier_parse(const char *arg, struct tool_tier *tiers, unsigned *n);
+void tool_tiers_check(const struct tool_tier *tiers, unsigned n);
+const char *tool_tier_kind_name(enum tool_tier_kind kind);
+
+/* --promote first-hit|second-hit|never: when a hit below the first tier
+ * is copied up to it. */
+enum tool_promote { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
+enum tool_promote tool_parse_promote(const char *text);
+
 /* The one store a program works on (cmd/tool_store.c). */
 struct tool_store {
 	struct kv_tier *tier;
-	const char *root;	/* the file tier's root */
+	const char *root;	/* the file tier's root; a chain: its first */
 	const char *daemon;	/* kvoffd's socket; NULL: the file tier */
 	size_t block_max;	/* the largest block it holds; 0: no limit */
+	struct kv_tier *chain[TOOL_TIERS_MAX];	/* --tier: tier is chain[0] */
+	unsigned nchain;
+	char tiers[1024];	/* a chain's roots for messages: "'A', 'B'" */
 };
 
 /* kvoffd at daemon, else the file tier at root with opts; says why and
@@ -94,6 +118,12 @@ struct tool_store {
 void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 		     const struct kv_io_opts *opts);
 void tool_store_close(struct tool_store *s);
+
+/* The hierarchy of --tier options, each below the one before, blocks
+ * spilled down as the bounded ones fill and hits below copied up by
+ * promote; says why and exits 3 when a tier cannot be opened. */
+void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, unsigned n,
+			   enum tool_promote promote, const struct kv_io_opts *opts);
 
 /* --config FILE, repeatable: the configs of model dirs that hold no
  * config.json (a bucket's), for tables and event topics. */

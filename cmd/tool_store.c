@@ -1,7 +1,8 @@
 /*
  * The store kvput, kvget and kvls work on, chosen once: the file tier at
- * --root, or kvoffd at --daemon.  Everything after goes through kv_tier;
- * only the words of a message and the exit status tell the two apart.
+ * --root, a bucket, kvoffd at --daemon, or a hierarchy of --tier options
+ * chained in libkv.  Everything after goes through kv_tier; only the
+ * words of a message and the exit status tell them apart.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,9 +54,9 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	struct kv_tier_stat st;
 	int err;
 
+	memset(s, 0, sizeof(*s));
 	s->daemon = daemon;
 	s->root = root;
-	s->block_max = 0;
 	if (!daemon && kv_root_is_s3(root)) {
 		err = kv_tier_s3_open(root, opts, &s->tier);
 		if (err < 0) {
@@ -88,9 +89,119 @@ void tool_store_open(struct tool_store *s, const char *daemon, const char *root,
 	s->block_max = st.block_max_bytes;
 }
 
+static const char *const tier_kinds[] = { [TOOL_TIER_LOCAL] = "local",
+					   [TOOL_TIER_SHARED] = "shared" };
+
+const char *tool_tier_kind_name(enum tool_tier_kind kind)
+{
+	return tier_kinds[kind];
+}
+
+/* KIND:PATH or KIND:PATH:SIZE; a PATH with a colon in it is taken
+ * whole when what follows its last colon is not a size. */
+void tool_tier_parse(const char *arg, struct tool_tier *tiers, unsigned *n)
+{
+	const char *colon = strchr(arg, ':');
+	struct tool_tier *t;
+	char *last;
+
+	if (*n == TOOL_TIERS_MAX)
+		tool_usage_fail("--tier: at most %d file tiers", TOOL_TIERS_MAX);
+	t = &tiers[*n];
+	if (!colon)
+		tool_usage_fail("--tier '%s': expected KIND:PATH[:SIZE]", arg);
+	if ((size_t)(colon - arg) == 5 && !strncmp(arg, "local", 5))
+		t->kind = TOOL_TIER_LOCAL;
+	else if ((size_t)(colon - arg) == 6 && !strncmp(arg, "shared", 6))
+		t->kind = TOOL_TIER_SHARED;
+	else
+		tool_usage_fail("--tier '%s': the kind is local or shared", arg);
+	t->root = strdup(colon + 1);
+	if (!t->root)
+		tool_usage_fail("out of memory");
+	t->capacity = 0;
+	last = strrchr(t->root, ':');
+	if (last && last[1] >= '0' && last[1] <= '9') {
+		t->capacity = tool_parse_size("--tier", last + 1);
+		*last = '\0';
+		if (!t->capacity)
+			tool_usage_fail("--tier '%s': a capacity of 0 holds nothing", arg);
+	}
+	if (!*t->root)
+		tool_usage_fail("--tier '%s': no path", arg);
+	(*n)++;
+}
+
+void tool_tiers_check(const struct tool_tier *tiers, unsigned n)
+{
+	for (unsigned k = 0; k + 1 < n; k++)
+		if (!tiers[k].capacity)
+			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
+					"unbounded", tool_tier_kind_name(tiers[k].kind), tiers[k].root);
+}
+
+enum tool_promote tool_parse_promote(const char *text)
+{
+	if (!strcmp(text, "first-hit"))
+		return PROMOTE_FIRST_HIT;
+	if (!strcmp(text, "second-hit"))
+		return PROMOTE_SECOND_HIT;
+	if (!strcmp(text, "never"))
+		return PROMOTE_NEVER;
+	tool_usage_fail("invalid --promote '%s' (first-hit, second-hit or never)", text);
+}
+
+void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, unsigned n,
+			   enum tool_promote promote, const struct kv_io_opts *opts)
+{
+	static const unsigned promote_flags[] = {
+		[PROMOTE_NEVER] = 0, [PROMOTE_FIRST_HIT] = KV_TIER_PROMOTE,
+		[PROMOTE_SECOND_HIT] = KV_TIER_PROMOTE_SECOND_HIT,
+	};
+	int err = 0;
+
+	memset(s, 0, sizeof(*s));
+	s->root = tiers[0].root;
+	for (unsigned k = 0; k < n; k++) {
+		const char *root = tiers[k].root;
+
+		if (kv_root_is_s3(root))
+			err = tiers[k].capacity ? -EINVAL : kv_tier_s3_open(root, opts, &s->chain[k]);
+		else if (tiers[k].capacity)
+			err = kv_tier_file_open_bounded(root, opts, tiers[k].capacity, &s->chain[k]);
+		else
+			err = kv_tier_file_open(root, opts, &s->chain[k]);
+		if (err == -EINVAL && kv_root_is_s3(root))
+			tool_usage_fail("--tier %s:%s: a bucket is not bounded by a SIZE",
+					tool_tier_kind_name(tiers[k].kind), root);
+		if (err == -ENOENT && !kv_root_is_s3(root))
+			close(tool_root_open(root));
+		if (err < 0) {
+			tool_root_err("open", root, err);
+			exit(EXIT_RUNTIME);
+		}
+		s->nchain = k + 1;
+		snprintf(s->tiers + strlen(s->tiers), sizeof(s->tiers) - strlen(s->tiers),
+			 "%s'%s'", k ? ", " : "", root);
+		if (k)
+			err = kv_tier_chain(s->chain[k - 1], s->chain[k],
+					    KV_TIER_SPILL | promote_flags[promote]);
+		if (err < 0) {
+			tool_err("cannot chain '%s' below '%s': %s", root, tiers[k - 1].root,
+				 kv_strerror(err));
+			exit(EXIT_RUNTIME);
+		}
+	}
+	s->tier = s->chain[0];
+}
+
 void tool_store_close(struct tool_store *s)
 {
-	kv_tier_close(s->tier);
+	if (!s->nchain)
+		kv_tier_close(s->tier);
+	for (unsigned k = 0; k < s->nchain; k++)
+		kv_tier_close(s->chain[k]);
+	s->nchain = 0;
 	s->tier = NULL;
 }
 
@@ -151,7 +262,9 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 	struct kv_block_ref ref;
 	const char *hash = hash_of(relpath, &ref);
 
-	if (verb == TOOL_STORE_MISS && s->daemon)
+	if (verb == TOOL_STORE_MISS && s->nchain > 1)
+		tool_err("no block %s in the tiers %s", hash, s->tiers);
+	else if (verb == TOOL_STORE_MISS && s->daemon)
 		tool_err("no block %s in the daemon at '%s'", hash, s->daemon);
 	else if (verb == TOOL_STORE_MISS)
 		tool_err("no block %s at '%s/%s'", hash, s->root, relpath);

@@ -29,7 +29,7 @@
 
 enum { OPT_RANK = 256, OPT_GROUP, OPT_BLOCKS, OPT_BLOCK_BYTES, OPT_NO_TOUCH,
        OPT_BUFFERED, OPT_QD, OPT_DAEMON, OPT_ARCHIVE, OPT_ARCHIVE_LEVEL,
-       OPT_MAX_BLOCK_BYTES };
+       OPT_MAX_BLOCK_BYTES, OPT_TIER, OPT_PROMOTE };
 
 /* A model dir's config.json as read once for the archive, or why not. */
 struct config_text {
@@ -102,6 +102,9 @@ static void usage(void)
 	       "             [--blocks N --block-bytes SIZE] [--exists] [-o FILE] HASH\n"
 	       "       kvget --daemon SOCK [--model-dir DIR | --config FILE] [--rank N] [--group N]\n"
 	       "             [--blocks N --block-bytes SIZE] [--exists] [-o DIR] --batch\n"
+	       "       kvget --tier KIND:DIR[:SIZE]... [--promote first-hit|second-hit|never]\n"
+	       "             (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
+	       "             [--blocks N --block-bytes SIZE] [--exists] [-o FILE|DIR] HASH|--batch\n"
 	       "       kvget -h | -V\n"
 	       "\n"
 	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
@@ -132,6 +135,13 @@ static void usage(void)
 	       "      --archive-level N  zstd level of the archive (default 1)\n"
 	       "      --daemon SOCK      get the blocks through kvoffd at SOCK: its RAM tier,\n"
 	       "                         else its file tier (default $KV_DAEMON)\n"
+	       "      --tier KIND:DIR[:SIZE]\n"
+	       "                         read through a hierarchy of file tiers instead of\n"
+	       "                         --root, in order, as kvoffd's --tier: KIND local or\n"
+	       "                         shared, SIZE bounds a tier (every one but the last),\n"
+	       "                         DIR may be a bucket s3://BUCKET[/PREFIX] (the last)\n"
+	       "      --promote POLICY   a hit below the first tier is copied up to it:\n"
+	       "                         first-hit (default), second-hit or never\n"
 	       "  -h, --help             show this help and exit\n"
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
@@ -730,6 +740,8 @@ int main(int argc, char **argv)
 		{ "batch", no_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
+		{ "tier", required_argument, NULL, OPT_TIER },
+		{ "promote", required_argument, NULL, OPT_PROMOTE },
 		{ "archive", required_argument, NULL, OPT_ARCHIVE },
 		{ "archive-level", required_argument, NULL, OPT_ARCHIVE_LEVEL },
 		{ "help", no_argument, NULL, 'h' },
@@ -739,6 +751,10 @@ int main(int argc, char **argv)
 	struct kv_io_opts opts = { .queue_depth = DEFAULT_QD };
 	const char *root_opt = NULL, *model_dir = NULL, *config = NULL;
 	const char *daemon_opt = NULL, *daemon;
+	struct tool_tier tiers[TOOL_TIERS_MAX];
+	unsigned ntiers = 0;
+	enum tool_promote promote = PROMOTE_FIRST_HIT;
+	int promote_opt = 0;
 	uint64_t blocks = 0, block_bytes = 0;
 	struct get get = { .archive = { .rootfd = -1, .fd = -1 },
 			   .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES };
@@ -773,6 +789,8 @@ int main(int argc, char **argv)
 				tool_usage_fail("invalid --qd value '0' (an integer 1..%d)", MAX_QD);
 			break;
 		case OPT_DAEMON: daemon_opt = optarg; break;
+		case OPT_TIER: tool_tier_parse(optarg, tiers, &ntiers); break;
+		case OPT_PROMOTE: promote = tool_parse_promote(optarg); promote_opt = 1; break;
 		case OPT_ARCHIVE: get.archive.path = optarg; break;
 		case OPT_ARCHIVE_LEVEL:
 			archive_level = (int)tool_parse_uint("--archive-level", optarg, 22);
@@ -817,6 +835,17 @@ int main(int argc, char **argv)
 					   sizeof(relpath)) < 0) {
 		tool_err("cannot compose a block path for '%s'", hash);
 		return EXIT_RUNTIME;
+	}
+	if (ntiers && (root_opt || daemon_opt || get.archive.path))
+		tool_usage_fail("--tier names the store: drop --root, --daemon and --archive");
+	if (promote_opt && ntiers < 2)
+		tool_usage_fail("--promote needs two --tier options or more");
+	if (ntiers) {
+		tool_tiers_check(tiers, ntiers);
+		tool_store_open_tiers(&get.store, tiers, ntiers, promote, &opts);
+		ret = batch ? run_batch(&get) : get_one(&get, relpath);
+		tool_store_close(&get.store);
+		return ret;
 	}
 	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
 	daemon = tool_daemon(daemon_opt);

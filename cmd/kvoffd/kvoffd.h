@@ -9,10 +9,11 @@
 #include <kv/kv.h>
 #include <kv/offd.h>
 #include <kv/slots.h>
+#include "../tool.h"
 
 #define PATH_BYTES	512		/* a block's relative path */
 #define SIZE_CLASSES_MAX	16	/* --size-classes */
-#define FILE_TIERS_MAX	4		/* --tier */
+#define FILE_TIERS_MAX	TOOL_TIERS_MAX	/* --tier */
 #define TIER_NONE	0xffu
 
 enum slot_state { SLOT_FREE, SLOT_ALLOC, SLOT_LOADING, SLOT_READY };
@@ -115,7 +116,6 @@ struct job {
 	char path[PATH_BYTES];
 };
 
-enum tier_kind { TIER_LOCAL, TIER_SHARED };
 
 /* Per-tier counters, in --stats and the metrics file. */
 struct tier_stats {
@@ -133,7 +133,7 @@ struct tier_stats {
 };
 
 struct ftier {
-	enum tier_kind kind;
+	enum tool_tier_kind kind;
 	char *root;
 	uint64_t capacity;	/* bytes; 0: unbounded, not indexed */
 	struct kv_io *io;	/* the loop's handle (HAS, sizes) */
@@ -149,7 +149,6 @@ struct ftier {
 	unsigned nconfigs;
 };
 
-enum promote_policy { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
 
 /* Directions of the transfer metrics. */
 enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
@@ -179,7 +178,7 @@ struct offd {
 	/* configuration */
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
 	unsigned ntiers;
-	enum promote_policy promote;
+	enum tool_promote promote;
 	struct kv_hits *first_hits;	/* PROMOTE_SECOND_HIT */
 	const char *socket_path;
 	const char *metrics_path;

@@ -276,6 +276,7 @@ int main(int argc, char **argv)
 	};
 	static struct offd d;
 	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
+	struct tool_tier specs[TOOL_TIERS_MAX];
 	int slot_opt = 0, strict = 0;
 	const char *root_opt = NULL, *stats_sock = NULL;
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
@@ -299,15 +300,7 @@ int main(int argc, char **argv)
 			tiers_parse(&d, optarg);
 			break;
 		case OPT_PROMOTE:
-			if (!strcmp(optarg, "first-hit"))
-				d.promote = PROMOTE_FIRST_HIT;
-			else if (!strcmp(optarg, "second-hit"))
-				d.promote = PROMOTE_SECOND_HIT;
-			else if (!strcmp(optarg, "never"))
-				d.promote = PROMOTE_NEVER;
-			else
-				tool_usage_fail("invalid --promote '%s' (first-hit, second-hit "
-						"or never)", optarg);
+			d.promote = tool_parse_promote(optarg);
 			break;
 		case 's':
 			d.socket_path = optarg;
@@ -386,15 +379,15 @@ int main(int argc, char **argv)
 		tool_usage_fail("--root and --tier exclude each other");
 	if (!d.ntiers) {
 		/* Today's one file tier: the shared one, unbounded. */
-		d.tiers[0].kind = TIER_SHARED;
+		d.tiers[0].kind = TOOL_TIER_SHARED;
 		d.tiers[0].root = strdup(tool_root(root_opt));
 		d.tiers[0].lockfd = -1;
 		d.ntiers = 1;
 	}
-	for (unsigned k = 0; k + 1 < d.ntiers; k++)
-		if (!d.tiers[k].capacity)
-			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
-					"unbounded", tier_name(&d, k), d.tiers[k].root);
+	for (unsigned k = 0; k < d.ntiers; k++)
+		specs[k] = (struct tool_tier){ d.tiers[k].kind, d.tiers[k].root,
+					       d.tiers[k].capacity };
+	tool_tiers_check(specs, d.ntiers);
 	if (d.promote == PROMOTE_SECOND_HIT && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
 		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);

@@ -59,7 +59,7 @@ static const char *event_tier(const struct offd *d, unsigned t)
 {
 	if (t == TIER_NONE)
 		return "cpu";
-	return d->tiers[t].kind == TIER_SHARED ? "fs" : "local";
+	return d->tiers[t].kind == TOOL_TIER_SHARED ? "fs" : "local";
 }
 
 /* The RAM and local tiers are the node's (their topics name it); the
@@ -68,7 +68,7 @@ static const char *event_medium(const struct offd *d, unsigned t)
 {
 	if (t == TIER_NONE)
 		return KV_EVENTS_CPU;
-	return d->tiers[t].kind == TIER_SHARED ? KV_EVENTS_SHARED_STORAGE : KV_EVENTS_LOCAL_DISK;
+	return d->tiers[t].kind == TOOL_TIER_SHARED ? KV_EVENTS_SHARED_STORAGE : KV_EVENTS_LOCAL_DISK;
 }
 
 static void emit(struct offd *d, const char *event, unsigned t, const struct kv_block_ref *ref,
@@ -181,7 +181,7 @@ void report_fill_tier_stats(struct offd *d, unsigned t, struct kv_offd_tier_stat
 		kv_file_index_usage(ft->idx, &u);
 	*out = (struct kv_offd_tier_stats){
 		.tier = t,
-		.kind = ft->kind == TIER_SHARED ? KV_OFFD_TIER_SHARED : KV_OFFD_TIER_LOCAL,
+		.kind = ft->kind == TOOL_TIER_SHARED ? KV_OFFD_TIER_SHARED : KV_OFFD_TIER_LOCAL,
 		.capacity_bytes = ft->capacity,
 		.blocks = u.blocks,
 		.bytes = u.bytes,

@@ -17,46 +17,24 @@
 #include "../tool.h"
 #include "kvoffd.h"
 
-static const char *const kind_names[] = { [TIER_LOCAL] = "local", [TIER_SHARED] = "shared" };
-
 const char *tier_name(const struct offd *d, unsigned t)
 {
-	return kind_names[d->tiers[t].kind];
+	return tool_tier_kind_name(d->tiers[t].kind);
 }
 
-/* KIND:PATH or KIND:PATH:SIZE; a PATH with a colon in it is taken
- * whole when what follows its last colon is not a size. */
+/* One --tier, in the grammar kvget's --tier shares (tool_tier_parse). */
 void tiers_parse(struct offd *d, const char *arg)
 {
-	const char *colon = strchr(arg, ':');
-	struct ftier *t;
-	char *last;
+	struct tool_tier spec[TOOL_TIERS_MAX];
+	unsigned n = d->ntiers;
+	struct ftier *t = &d->tiers[n];
 
-	if (d->ntiers == FILE_TIERS_MAX)
-		tool_usage_fail("--tier: at most %d file tiers", FILE_TIERS_MAX);
-	t = &d->tiers[d->ntiers];
-	if (!colon)
-		tool_usage_fail("--tier '%s': expected KIND:PATH[:SIZE]", arg);
-	if ((size_t)(colon - arg) == 5 && !strncmp(arg, "local", 5))
-		t->kind = TIER_LOCAL;
-	else if ((size_t)(colon - arg) == 6 && !strncmp(arg, "shared", 6))
-		t->kind = TIER_SHARED;
-	else
-		tool_usage_fail("--tier '%s': the kind is local or shared", arg);
-	t->root = strdup(colon + 1);
-	if (!t->root)
-		tool_usage_fail("out of memory");
-	last = strrchr(t->root, ':');
-	if (last && last[1] >= '0' && last[1] <= '9') {
-		t->capacity = tool_parse_size("--tier", last + 1);
-		*last = '\0';
-		if (!t->capacity)
-			tool_usage_fail("--tier '%s': a capacity of 0 holds nothing", arg);
-	}
-	if (!*t->root)
-		tool_usage_fail("--tier '%s': no path", arg);
+	tool_tier_parse(arg, spec, &n);
+	t->kind = spec[d->ntiers].kind;
+	t->root = spec[d->ntiers].root;
+	t->capacity = spec[d->ntiers].capacity;
 	t->lockfd = -1;
-	d->ntiers++;
+	d->ntiers = n;
 }
 
 /* ---- start-up ---- */

@@ -297,3 +297,76 @@ put() {
 	[[ $stderr == *"<stdin>:4: \"path\" and \"group\" disagree"* ]] || fail "stderr: $stderr"
 	[[ $stderr == *"<stdin>:5: \"path\" and \"model_dir\" disagree"* ]] || fail "stderr: $stderr"
 }
+
+# --tier (issue 26): a hierarchy chained in libkv, no daemon.  $KV_ROOT
+# is the shared tier; $LOCAL a bounded local one in front of it.
+@test "--tier: reads through a bounded local tier to the shared one, copying hits up and the oldest down" {
+	local LOCAL=$BATS_TEST_TMPDIR/local h
+	mkdir "$LOCAL"
+	for h in abcdef0001 abcdef0002 abcdef0003 abcdef0004; do
+		put "$h" 300000
+	done
+	# 700K holds two: the third copied up sends the least recently used down.
+	for h in abcdef0001 abcdef0002 abcdef0001 abcdef0003; do
+		kvget --tier "local:$LOCAL:700K" --tier "shared:$KV_ROOT" --config "$CFG" "$h" |
+			cmp - "$BATS_TEST_TMPDIR/$h"
+	done
+	run find "$LOCAL" -name '*.bin' -printf '%f\n'
+	assert_success
+	[ "$(sort <<<"$output" | tr '\n' ' ')" = "abcdef0001.bin abcdef0003.bin " ]
+	# Nothing lost: every block still reads, through either tier.
+	for h in abcdef0001 abcdef0002 abcdef0003 abcdef0004; do
+		kvget --config "$CFG" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
+	done
+	run kvget --tier "local:$LOCAL:700K" --tier "shared:$KV_ROOT" --config "$CFG" abcdef0009
+	assert_failure 1
+	assert_output "kvget: no block abcdef0009 in the tiers '$LOCAL', '$KV_ROOT'"
+	# A batch through the chain: hits from either tier, a miss.
+	printf '%s\n' abcdef0004 abcdef0003 abcdef0009 |
+		kvget --tier "local:$LOCAL:700K" --tier "shared:$KV_ROOT" --config "$CFG" \
+			--batch -o "$BATS_TEST_TMPDIR/out" > "$BATS_TEST_TMPDIR/rec" || true
+	cmp "$BATS_TEST_TMPDIR/out/abcdef0004.bin" "$BATS_TEST_TMPDIR/abcdef0004"
+	cmp "$BATS_TEST_TMPDIR/out/abcdef0003.bin" "$BATS_TEST_TMPDIR/abcdef0003"
+	[ "$(grep -c '"hit":true' "$BATS_TEST_TMPDIR/rec")" -eq 2 ]
+	[ "$(grep -c '"hit":false' "$BATS_TEST_TMPDIR/rec")" -eq 1 ]
+}
+
+@test "--tier --promote: never copies nothing up, second-hit on the second read in one run" {
+	local LOCAL=$BATS_TEST_TMPDIR/local
+	mkdir "$LOCAL"
+	put abcdef0001 100000
+	put abcdef0002 100000
+	kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --promote never \
+		--config "$CFG" abcdef0001 | cmp - "$BATS_TEST_TMPDIR/abcdef0001"
+	[ -z "$(find "$LOCAL" -name '*.bin')" ]
+	printf '%s\n' abcdef0002 |
+		kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --promote second-hit \
+			--config "$CFG" --batch > /dev/null
+	[ -z "$(find "$LOCAL" -name '*.bin')" ]
+	printf '%s\n' abcdef0002 abcdef0002 |
+		kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --promote second-hit \
+			--config "$CFG" --batch > /dev/null
+	[ "$(find "$LOCAL" -name '*.bin' -printf '%f\n')" = abcdef0002.bin ]
+}
+
+@test "--tier: usage errors exit 2 and name the option" {
+	local LOCAL=$BATS_TEST_TMPDIR/local
+	mkdir "$LOCAL"
+	run kvget --tier "local:$LOCAL" --tier "shared:$KV_ROOT" --config "$CFG" abcdef0001
+	assert_failure 2
+	assert_line "kvget: --tier local:$LOCAL needs a SIZE: only the last tier may be unbounded"
+	run kvget --tier "local:$LOCAL:1M" --root "$KV_ROOT" --config "$CFG" abcdef0001
+	assert_failure 2
+	assert_line "kvget: --tier names the store: drop --root, --daemon and --archive"
+	run kvget --tier "shared:$KV_ROOT" --promote never --config "$CFG" abcdef0001
+	assert_failure 2
+	assert_line "kvget: --promote needs two --tier options or more"
+	run kvget --tier "nvme:$LOCAL:1M" --config "$CFG" abcdef0001
+	assert_failure 2
+	assert_line "kvget: --tier 'nvme:$LOCAL:1M': the kind is local or shared"
+	run kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --promote often --config "$CFG" abcdef0001
+	assert_failure 2
+	assert_line "kvget: invalid --promote 'often' (first-hit, second-hit or never)"
+	run kvget --tier "local:$BATS_TEST_TMPDIR/nowhere:1M" --tier "shared:$KV_ROOT" --config "$CFG" abcdef0001
+	assert_failure 3
+}
