@@ -56,6 +56,28 @@ vllm_key() {
 	[ "${#lines[@]}" -eq 1 ]
 }
 
+@test "s3: kvget --tier reads a bucket through a bounded local tier, copying hits up" {
+	local h
+	mkdir "$BATS_TEST_TMPDIR/local"
+	for h in abcde00001 abcde00002 abcde00003; do
+		head -c 300000 /dev/urandom > "$BATS_TEST_TMPDIR/$h"
+		kvput --root "s3://$B/fleet" --config "$CFG" "$h" "$BATS_TEST_TMPDIR/$h"
+	done
+	for h in abcde00001 abcde00002 abcde00003 abcde00003; do
+		kvget --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet" \
+			--config "$CFG" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
+	done
+	# Two fit; the oldest went back down, where the bucket has it already.
+	run find "$BATS_TEST_TMPDIR/local" -name '*.bin' -printf '%f\n'
+	[ "$(sort <<<"$output" | tr '\n' ' ')" = "abcde00002.bin abcde00003.bin " ]
+	run keys
+	[ "${#lines[@]}" -eq 3 ]
+	run kvget --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet:1G" \
+		--config "$CFG" abcde00001
+	assert_failure 2
+	assert_output --partial "a bucket is not bounded by a SIZE"
+}
+
 @test "s3: without a prefix the key starts with '/', as vLLM writes it" {
 	head -c 100 /dev/urandom > "$BATS_TEST_TMPDIR/a"
 	kvput --root "s3://$B" --config "$CFG" 3fa9c04e51d2b7a8 "$BATS_TEST_TMPDIR/a"
