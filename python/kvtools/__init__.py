@@ -21,7 +21,7 @@ import os
 from ._lib import lib, strerror
 
 __all__ = ["connect", "Client", "KvError", "Pinned", "Allocation",
-           "IN_RAM", "ON_DISK", "BATCH_MAX"]
+           "IN_RAM", "ON_DISK", "BATCH_MAX", "Tiers"]
 
 IN_RAM = 1
 ON_DISK = 2
@@ -388,3 +388,146 @@ def _raise_first(status, n, hashes, what, absent_ok=False):
 def connect(socket_path=None, timeout_ms=30000):
     """A Client of the kvoffd at socket_path (default $KV_DAEMON)."""
     return Client(socket_path, timeout_ms)
+
+
+# kv/tier.h's chain flags.
+_TIER_SPILL = 1 << 0
+_TIER_PROMOTE = 1 << 1
+_TIER_PROMOTE_SECOND_HIT = 1 << 3
+_PROMOTE = {"first-hit": _TIER_PROMOTE, "second-hit": _TIER_PROMOTE_SECOND_HIT,
+            "never": 0}
+_SIZE_UNKNOWN = (1 << 64) - 1
+
+
+class _TierStat(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_char_p)] + [(n, ctypes.c_uint64) for n in (
+        "blocks", "used_bytes", "capacity_bytes", "hits", "misses", "puts",
+        "evictions", "spills", "promotions", "block_max_bytes")]
+
+
+class Tiers:
+    """A hierarchy of file tiers chained in libkv, in this process: no
+    daemon.  ``tiers`` lists them fastest first, each a root or a (root,
+    capacity_bytes) pair; every tier but the last needs a capacity, and
+    the last may be a bucket ("s3://BUCKET/PREFIX").  As kvget --tier and
+    kvoffd --tier: a bounded tier keeps its blocks in LRU order by last
+    use and sends the oldest down as it fills; a hit below the first tier
+    is copied up by ``promote`` ("first-hit", "second-hit" or "never").
+
+        with kvtools.Tiers([("/nvme/kv", 200 << 30), "/mnt/kv"]) as t:
+            t.put(model_dir, "5f1c9a44e0b2", data)
+            data = t.get(model_dir, "5f1c9a44e0b2")
+    """
+
+    def __init__(self, tiers, promote="first-hit"):
+        self._tiers = []
+        if promote not in _PROMOTE:
+            raise ValueError("promote: first-hit, second-hit or never, not %r" % promote)
+        if not tiers:
+            raise ValueError("tiers: at least one")
+        try:
+            for k, spec in enumerate(tiers):
+                root, cap = (spec, None) if isinstance(spec, (str, bytes, os.PathLike)) else spec
+                root = os.fsencode(root)
+                if not cap and k + 1 < len(tiers):
+                    raise ValueError("tier %r needs a capacity: only the last may be "
+                                     "unbounded" % os.fsdecode(root))
+                t = ctypes.c_void_p()
+                if lib.kv_root_is_s3(root):
+                    if cap:
+                        raise ValueError("a bucket is not bounded by a capacity")
+                    rc = lib.kv_tier_s3_open(root, None, ctypes.byref(t))
+                elif cap:
+                    rc = lib.kv_tier_file_open_bounded(root, None, cap, ctypes.byref(t))
+                else:
+                    rc = lib.kv_tier_file_open(root, None, ctypes.byref(t))
+                _check(rc, "open %s" % os.fsdecode(root))
+                self._tiers.append(t)
+                if k:
+                    _check(lib.kv_tier_chain(self._tiers[k - 1], t,
+                                             _TIER_SPILL | _PROMOTE[promote]),
+                           "chain %s" % os.fsdecode(root))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for t in self._tiers:
+            lib.kv_tier_close(t)
+        self._tiers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _top(self):
+        if not self._tiers:
+            raise ValueError("Tiers is closed")
+        return self._tiers[0]
+
+    @staticmethod
+    def _key(model_dir, hash, rank, group):
+        buf = ctypes.create_string_buffer(4096)
+        _check(lib.kv_layout_block_path(model_dir.encode(), rank, group, hash.encode(),
+                                        buf, len(buf)), "block path of %s" % hash)
+        return buf.value
+
+    def put(self, model_dir, hash, data, rank=0, group=0):
+        """Store a block (bytes-like) in the first tier."""
+        key = self._key(model_dir, hash, rank, group)
+        view = memoryview(data).cast("B")
+        buf = (ctypes.c_char * len(view)).from_buffer_copy(view) if view.readonly \
+            else (ctypes.c_char * len(view)).from_buffer(view)
+        _check(lib.kv_tier_put(self._top(), key, buf, len(view)), "put %s" % hash)
+
+    def get(self, model_dir, hash, rank=0, group=0):
+        """The block's bytes from the first tier that has it, or None."""
+        key = self._key(model_dir, hash, rank, group)
+        size = ctypes.c_uint64()
+        rc = lib.kv_tier_size(self._top(), key, ctypes.byref(size))
+        if rc == -_errno.ENOENT:
+            return None
+        _check(rc, "size of %s" % hash)
+        cap = size.value if size.value != _SIZE_UNKNOWN else 1 << 30
+        buf = ctypes.create_string_buffer(max(cap, 1))
+        got = ctypes.c_size_t()
+        rc = lib.kv_tier_get(self._top(), key, buf, cap, ctypes.byref(got))
+        if rc == -_errno.ENOENT:
+            return None
+        _check(rc, "get %s" % hash)
+        return buf.raw[:got.value]
+
+    def has(self, model_dir, hash, rank=0, group=0):
+        """Whether some tier holds the block."""
+        size = ctypes.c_uint64()
+        rc = lib.kv_tier_size(self._top(), self._key(model_dir, hash, rank, group),
+                              ctypes.byref(size))
+        if rc == -_errno.ENOENT:
+            return False
+        _check(rc, "has %s" % hash)
+        return True
+
+    def delete(self, model_dir, hash, rank=0, group=0):
+        """Remove the block from every tier; False if none had it."""
+        rc = lib.kv_tier_del(self._top(), self._key(model_dir, hash, rank, group))
+        if rc == -_errno.ENOENT:
+            return False
+        _check(rc, "delete %s" % hash)
+        return True
+
+    def stats(self):
+        """Per tier, fastest first: kind, blocks, used and capacity bytes
+        (bounded tiers), hits, misses, puts, evictions, spills, promotions."""
+        out = []
+        for t in self._tiers:
+            st = _TierStat()
+            _check(lib.kv_tier_stat(t, ctypes.byref(st)), "stat")
+            d = {n: getattr(st, n) for n, _ in _TierStat._fields_[1:]}
+            d["kind"] = st.kind.decode()
+            out.append(d)
+        return out

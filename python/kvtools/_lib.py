@@ -62,6 +62,19 @@ for _name, _res, _args in [
     ("kv_offd_release_many", _I, [_P, _P, _SZ, _P]),
     ("kv_offd_put_many", _I, [_P, _P, _P, _P, _P]),
     ("kv_offd_get_many", _I, [_P, _P, _P, _P, _P, _P]),
+    ("kv_layout_block_path", _I, [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint,
+                                  ctypes.c_char_p, ctypes.c_char_p, _SZ]),
+    ("kv_tier_file_open", _I, [ctypes.c_char_p, _P, _P]),
+    ("kv_tier_file_open_bounded", _I, [ctypes.c_char_p, _P, ctypes.c_uint64, _P]),
+    ("kv_tier_s3_open", _I, [ctypes.c_char_p, _P, _P]),
+    ("kv_root_is_s3", _I, [ctypes.c_char_p]),
+    ("kv_tier_chain", _I, [_P, _P, ctypes.c_uint]),
+    ("kv_tier_close", None, [_P]),
+    ("kv_tier_put", _I, [_P, ctypes.c_char_p, _P, _SZ]),
+    ("kv_tier_get", _I, [_P, ctypes.c_char_p, _P, _SZ, _P]),
+    ("kv_tier_size", _I, [_P, ctypes.c_char_p, _P]),
+    ("kv_tier_del", _I, [_P, ctypes.c_char_p]),
+    ("kv_tier_stat", _I, [_P, _P]),
 ]:
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
