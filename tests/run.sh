@@ -34,7 +34,7 @@ done
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-[ ${#bats_suites[@]} -eq 0 ] || bats --tap "${bats_suites[@]}" | tee "$log"
+[ ${#bats_suites[@]} -eq 0 ] || bats --tap --timing "${bats_suites[@]}" | tee "$log"
 if [ ${#py_suites[@]} -gt 0 ]; then
 	py=${KV_PYTHON:-/usr/bin/python3}
 	preload=
