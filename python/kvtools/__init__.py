@@ -182,7 +182,20 @@ def _drop_view(obj):
         pass
 
 
-class Client:
+class _Closes:
+    """A handle closed by close(), a with block, or collection."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Client(_Closes):
     """One connection to kvoffd; use one per thread."""
 
     def __init__(self, socket_path=None, timeout_ms=30000):
@@ -201,15 +214,6 @@ class Client:
         if self._h:
             lib.kv_offd_close(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     # ---- one key: a batch of one ----
 
@@ -405,7 +409,7 @@ class _TierStat(ctypes.Structure):
         "evictions", "spills", "promotions", "block_max_bytes")]
 
 
-class Tiers:
+class Tiers(_Closes):
     """A hierarchy of file tiers chained in libkv, in this process: no
     daemon.  ``tiers`` lists them fastest first, each a root or a (root,
     capacity_bytes) pair; every tier but the last needs a capacity, and
@@ -455,15 +459,6 @@ class Tiers:
         for t in self._tiers:
             lib.kv_tier_close(t)
         self._tiers = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     def _top(self):
         if not self._tiers:

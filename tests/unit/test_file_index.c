@@ -9,20 +9,9 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <kv/kv.h>
+#include "check.h"
 
 #define MANY	5000	/* past the first table and entry array sizes */
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-		return -1;						\
-	}								\
-} while (0)
 
 static void key(unsigned i, char *out, size_t cap)
 {

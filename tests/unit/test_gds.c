@@ -9,18 +9,7 @@
 #include <unistd.h>
 #include <kv/kv.h>
 #include <kv/gds.h>
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-		return -1;						\
-	}								\
-} while (0)
+#include "check.h"
 
 static int check_reasons(struct kv_dma *dma, const char *root)
 {

@@ -9,18 +9,7 @@
 #include <sys/vfs.h>
 #include <linux/magic.h>
 #include <kv/kv.h>
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-		return -1;						\
-	}								\
-} while (0)
+#include "check.h"
 
 /* CPU list text ("0-3,8") to a set. */
 static int parse_cpus(const char *list, cpu_set_t *set)

@@ -6,22 +6,11 @@
 #include <string.h>
 #include <xxhash.h>
 #include <kv/slots.h>
+#include "check.h"
 
 #define NONE	KV_SLOT_NONE
 #define SMALL	16384
 #define LARGE	(2u << 20)
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-		return -1;						\
-	}								\
-} while (0)
 
 static int put(struct kv_slots *s, uint64_t len, const char *key, uint32_t *id)
 {

@@ -13,21 +13,10 @@
 #include <sys/stat.h>
 #include <kv/kv.h>
 #include <kv/tier.h>
+#include "check.h"
 
 #define BLOCK	20000
 #define NBLOCKS	12
-
-static int failures;
-
-#define CHECK(cond, ...) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);		\
-		fprintf(stderr, __VA_ARGS__);				\
-		fputc('\n', stderr);					\
-		failures++;						\
-		return -1;						\
-	}								\
-} while (0)
 
 static char keys[NBLOCKS][256];
 static unsigned char data[NBLOCKS][BLOCK];
