@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <kv/errors.h>
+#include <kv/layout.h>
 #include "tier_impl.h"
 
 void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops)
@@ -19,6 +20,36 @@ void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops)
 static int bad_key(const char *key)
 {
 	return !key || !*key;
+}
+
+/*
+ * A block just copied into dst from src's chain: its model dir carries
+ * its config.json there as on the tier it came from, as vLLM's readers
+ * and kvls --check expect of every cache root (kvoffd's tiers do the
+ * same).  llmd-v0 dirs and buckets keep none.  Best effort: the block
+ * is stored either way.
+ */
+static void carry_config(struct kv_tier *dst, struct kv_tier *src, const char *key)
+{
+	struct kv_block_ref ref;
+	char *text = NULL;
+	size_t len;
+
+	if (!dst->ops->config_put || !dst->ops->config_get ||
+	    kv_layout_block_parse(key, &ref) < 0 || ref.layout != KV_LAYOUT_V1)
+		return;
+	if (dst->ops->config_get(dst, ref.model_dir, &text, &len) == 0) {
+		free(text);
+		return;
+	}
+	for (; src; src = src->lower) {
+		if (src == dst || !src->ops->config_get ||
+		    src->ops->config_get(src, ref.model_dir, &text, &len) < 0)
+			continue;
+		dst->ops->config_put(dst, ref.model_dir, text, len);
+		free(text);
+		return;
+	}
 }
 
 /* A copy of the same size is already in the chain below: a key names
@@ -60,8 +91,11 @@ static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t 
 	int r;
 
 	if (t->lower && (t->flags & KV_TIER_SPILL)) {
-		if (!already_below(t, key, len) && (r = spill(t, key, buf, len, read, arg)) < 0)
-			return r;
+		if (!already_below(t, key, len)) {
+			if ((r = spill(t, key, buf, len, read, arg)) < 0)
+				return r;
+			carry_config(t->lower, t, key);
+		}
 		atomic_fetch_add(&t->spills, 1);
 	}
 	atomic_fetch_add(&t->evictions, 1);
@@ -91,8 +125,12 @@ int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 	if (r < 0)
 		return r;
 	atomic_fetch_add(&t->puts, 1);
-	if (t->lower && (t->flags & KV_TIER_WRITE_THROUGH))
-		return kv_tier_put(t->lower, key, buf, len);
+	if (t->lower && (t->flags & KV_TIER_WRITE_THROUGH)) {
+		r = kv_tier_put(t->lower, key, buf, len);
+		if (r == 0)
+			carry_config(t->lower, t, key);
+		return r;
+	}
 	return 0;
 }
 
@@ -123,8 +161,10 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	r = kv_tier_get(t->lower, key, buf, cap, len);
 	/* A block that cannot be promoted (too big, a failed spill) is
 	 * still a good answer from below. */
-	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0)
+	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0) {
 		atomic_fetch_add(&t->promotions, 1);
+		carry_config(t, t->lower, key);
+	}
 	return r;
 }
 

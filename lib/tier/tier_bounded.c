@@ -220,6 +220,22 @@ static void bounded_close(struct kv_tier *t)
 	free(b);
 }
 
+static int bounded_config_get(struct kv_tier *t, const char *model_dir, char **text,
+			      size_t *len)
+{
+	struct kv_tier *files = B(t)->files;
+
+	return files->ops->config_get(files, model_dir, text, len);
+}
+
+static int bounded_config_put(struct kv_tier *t, const char *model_dir, const char *text,
+			      size_t len)
+{
+	struct kv_tier *files = B(t)->files;
+
+	return files->ops->config_put(files, model_dir, text, len);
+}
+
 /* No batch_stream: each put and get must pass through the index. */
 static const struct kv_tier_ops bounded_ops = {
 	.put = bounded_put,
@@ -232,6 +248,8 @@ static const struct kv_tier_ops bounded_ops = {
 	.get_tail = bounded_get_tail,
 	.list = bounded_list,
 	.verify = bounded_verify,
+	.config_get = bounded_config_get,
+	.config_put = bounded_config_put,
 };
 
 int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <kv/config.h>
 #include <kv/errors.h>
 #include <kv/layout.h>
 #include <kv/walk.h>
@@ -262,6 +263,30 @@ static void file_close(struct kv_tier *t)
 	free(f);
 }
 
+static int file_config_get(struct kv_tier *t, const char *model_dir, char **text,
+			   size_t *len)
+{
+	return kv_config_read(F(t)->rootfd, model_dir, text, len);
+}
+
+/* The dir the config names must be model_dir: a block never lands under
+ * a config that is not its own. */
+static int file_config_put(struct kv_tier *t, const char *model_dir, const char *text,
+			   size_t len)
+{
+	struct kv_config *cfg;
+	char dir[KV_NAME_MAX + 1];
+	int r = kv_config_parse(text, len, &cfg);
+
+	if (r < 0)
+		return r;
+	r = kv_config_ensure_model_dir(F(t)->rootfd, cfg, dir, sizeof(dir));
+	if (r == 0 && strcmp(dir, model_dir))
+		r = -KV_EFINGERPRINT;
+	kv_config_free(cfg);
+	return r;
+}
+
 static const struct kv_tier_ops file_ops = {
 	.put = file_put,
 	.get = file_get,
@@ -273,6 +298,8 @@ static const struct kv_tier_ops file_ops = {
 	.get_tail = file_get_tail,
 	.list = file_list,
 	.batch_stream = file_batch_stream,
+	.config_get = file_config_get,
+	.config_put = file_config_put,
 };
 
 int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,

@@ -314,6 +314,10 @@ put() {
 	run find "$LOCAL" -name '*.bin' -printf '%f\n'
 	assert_success
 	[ "$(sort <<<"$output" | tr '\n' ' ')" = "abcdef0001.bin abcdef0003.bin " ]
+	# Blocks copied up bring their model dir's config.json: a cache root
+	# as vLLM and kvls expect it.
+	cmp "$LOCAL/$(model_dir)/config.json" "$KV_ROOT/$(model_dir)/config.json"
+	kvls --root "$LOCAL" --check
 	# Nothing lost: every block still reads, through either tier.
 	for h in abcdef0001 abcdef0002 abcdef0003 abcdef0004; do
 		kvget --config "$CFG" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
