@@ -10,7 +10,8 @@
  * Tiers chain: kv_tier_chain(upper, lower, flags) lets upper spill the
  * blocks it evicts into lower (unless the chain below has a copy of the
  * same size already) and, on a miss, read through lower and promote what
- * it finds.  A tier's calls are thread-safe.
+ * it finds; a block copied into a cache root brings its model dir's
+ * config.json.  A tier's calls are thread-safe.
  */
 
 #include <stddef.h>
