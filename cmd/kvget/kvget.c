@@ -845,6 +845,8 @@ int main(int argc, char **argv)
 		tool_store_open_tiers(&get.store, tiers, ntiers, promote, &opts);
 		ret = batch ? run_batch(&get) : get_one(&get, relpath);
 		tool_store_close(&get.store);
+		for (unsigned k = 0; k < ntiers; k++)
+			free(tiers[k].root);
 		return ret;
 	}
 	/* $KV_DAEMON routes every get, a batch too, as --daemon does. */
