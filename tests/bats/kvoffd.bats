@@ -288,11 +288,13 @@ assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
 	grep -q "revoked 1 pins held over 1 s by pid $H1" "$BATS_TEST_TMPDIR/kvoffd.log"
 	# The holders learn it when they release.
 	exec {W1}>&- {W2}>&-
-	run wait "$H1"
-	[ "$status" -ne 0 ]
-	grep -q "Stale file handle" "$BATS_TEST_TMPDIR/h1.err"
-	run wait "$H2"
-	[ "$status" -ne 0 ]
+	# wait here, not under run: a subshell cannot wait for them.
+	local rc1=0 rc2=0
+	wait "$H1" || rc1=$?
+	wait "$H2" || rc2=$?
+	[ "$rc1" -eq 3 ] && [ "$rc2" -eq 3 ]
+	grep -q "release: Stale file handle" "$BATS_TEST_TMPDIR/h1.err"
+	grep -q "release: Stale file handle" "$BATS_TEST_TMPDIR/h2.err"
 }
 
 @test "kvoffd: malformed frames close only that client" {
