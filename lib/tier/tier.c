@@ -168,13 +168,21 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	return r;
 }
 
+/* This tier alone: has, or size where a tier answers presence that way. */
+static int tier_has(struct kv_tier *t, const char *key)
+{
+	uint64_t size;
+
+	return t->ops->has ? t->ops->has(t, key) : t->ops->size(t, key, &size);
+}
+
 int kv_tier_has(struct kv_tier *t, const char *key)
 {
 	int r;
 
 	if (bad_key(key))
 		return -EINVAL;
-	r = t->ops->has(t, key);
+	r = tier_has(t, key);
 	if (r == -ENOENT && t->lower)
 		r = kv_tier_has(t->lower, key);
 	return r;
@@ -199,7 +207,7 @@ int kv_tier_size(struct kv_tier *t, const char *key, uint64_t *size)
 	if (bad_key(key) || !size)
 		return -EINVAL;
 	*size = KV_TIER_SIZE_UNKNOWN;
-	r = t->ops->size ? t->ops->size(t, key, size) : t->ops->has(t, key);
+	r = t->ops->size ? t->ops->size(t, key, size) : tier_has(t, key);
 	if (r == -ENOENT && t->lower)
 		r = kv_tier_size(t->lower, key, size);
 	return r;

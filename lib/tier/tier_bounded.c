@@ -161,13 +161,6 @@ static int bounded_size(struct kv_tier *t, const char *key, uint64_t *size)
 	return r;
 }
 
-static int bounded_has(struct kv_tier *t, const char *key)
-{
-	uint64_t size;
-
-	return bounded_size(t, key, &size);
-}
-
 static int bounded_del(struct kv_tier *t, const char *key)
 {
 	struct bounded *b = B(t);
@@ -240,7 +233,6 @@ static int bounded_config_put(struct kv_tier *t, const char *model_dir, const ch
 static const struct kv_tier_ops bounded_ops = {
 	.put = bounded_put,
 	.get = bounded_get,
-	.has = bounded_has,
 	.del = bounded_del,
 	.stat = bounded_stat,
 	.close = bounded_close,

@@ -13,7 +13,7 @@ struct kv_tier_ops {
 		   size_t len);
 	int (*get)(struct kv_tier *t, const char *key, void *buf, size_t cap,
 		   size_t *len);
-	int (*has)(struct kv_tier *t, const char *key);
+	int (*has)(struct kv_tier *t, const char *key);	/* NULL: size answers */
 	int (*del)(struct kv_tier *t, const char *key);
 	/* Fill kind, blocks, used_bytes, capacity_bytes. */
 	int (*stat)(struct kv_tier *t, struct kv_tier_stat *st);

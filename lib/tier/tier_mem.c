@@ -145,13 +145,6 @@ static int slots_size(struct kv_tier *t, const char *key, uint64_t *size)
 	return i == KV_SLOT_NONE ? -ENOENT : 0;
 }
 
-static int slots_has(struct kv_tier *t, const char *key)
-{
-	uint64_t size;
-
-	return slots_size(t, key, &size);
-}
-
 static int slots_del(struct kv_tier *t, const char *key)
 {
 	struct slots *s = S(t);
@@ -217,7 +210,6 @@ static void slots_close(struct kv_tier *t)
 static const struct kv_tier_ops slots_ops = {
 	.put = slots_put,
 	.get = slots_get,
-	.has = slots_has,
 	.del = slots_del,
 	.stat = slots_stat,
 	.close = slots_close,
