@@ -165,15 +165,15 @@ void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, 
 	for (unsigned k = 0; k < n; k++) {
 		const char *root = tiers[k].root;
 
+		if (kv_root_is_s3(root) && tiers[k].capacity)
+			tool_usage_fail("--tier %s:%s: a bucket is not bounded by a SIZE",
+					tool_tier_kind_name(tiers[k].kind), root);
 		if (kv_root_is_s3(root))
-			err = tiers[k].capacity ? -EINVAL : kv_tier_s3_open(root, opts, &s->chain[k]);
+			err = kv_tier_s3_open(root, opts, &s->chain[k]);
 		else if (tiers[k].capacity)
 			err = kv_tier_file_open_bounded(root, opts, tiers[k].capacity, &s->chain[k]);
 		else
 			err = kv_tier_file_open(root, opts, &s->chain[k]);
-		if (err == -EINVAL && kv_root_is_s3(root))
-			tool_usage_fail("--tier %s:%s: a bucket is not bounded by a SIZE",
-					tool_tier_kind_name(tiers[k].kind), root);
 		if (err == -ENOENT && !kv_root_is_s3(root))
 			close(tool_root_open(root));
 		if (err < 0) {

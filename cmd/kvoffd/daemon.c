@@ -1450,25 +1450,21 @@ static void reclaim_allocs(struct offd *d)
 		wake_parked(d);
 }
 
-/* So that c's RELEASE of slot i says -ESTALE, not -EINVAL; the record
- * is bounded like its pins, the oldest forgotten first. */
+/* So that c's RELEASE of slot i says -ESTALE, not -EINVAL; bounded like
+ * its pins: past that (or out of memory) a release says -EINVAL. */
 static void remember_revoked(struct client *c, uint32_t i)
 {
-	if (c->nrevoked == c->cap_revoked && c->cap_revoked < MAX_PINS_PER_CLIENT) {
+	if (c->nrevoked == c->cap_revoked) {
 		size_t cap = c->cap_revoked ? 2 * c->cap_revoked : 8;
-		uint32_t *r = realloc(c->revoked, cap * sizeof(*r));
+		uint32_t *r = cap > MAX_PINS_PER_CLIENT ? NULL :
+			      realloc(c->revoked, cap * sizeof(*r));
 
-		if (r) {
-			c->revoked = r;
-			c->cap_revoked = cap;
-		}
+		if (!r)
+			return;
+		c->revoked = r;
+		c->cap_revoked = cap;
 	}
-	if (c->nrevoked < c->cap_revoked) {
-		c->revoked[c->nrevoked++] = i;
-	} else if (c->nrevoked) {
-		memmove(c->revoked, c->revoked + 1, (c->nrevoked - 1) * sizeof(*c->revoked));
-		c->revoked[c->nrevoked - 1] = i;
-	}
+	c->revoked[c->nrevoked++] = i;
 }
 
 /*

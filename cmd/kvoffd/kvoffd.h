@@ -238,7 +238,6 @@ struct offd {
 
 /* tiers.c */
 /* Parse --tier KIND:PATH[:SIZE] into d->tiers; exits 2 on a bad one. */
-void tiers_parse(struct offd *d, const char *arg);
 /* Open every tier, claim and index the bounded ones; says why and
  * returns -errno when one cannot be. */
 int tiers_open(struct offd *d);

@@ -277,6 +277,7 @@ int main(int argc, char **argv)
 	static struct offd d;
 	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
 	struct tool_tier specs[TOOL_TIERS_MAX];
+	unsigned nspecs = 0;
 	int slot_opt = 0, strict = 0;
 	const char *root_opt = NULL, *stats_sock = NULL;
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
@@ -297,7 +298,7 @@ int main(int argc, char **argv)
 			root_opt = optarg;
 			break;
 		case OPT_TIER:
-			tiers_parse(&d, optarg);
+			tool_tier_parse(optarg, specs, &nspecs);
 			break;
 		case OPT_PROMOTE:
 			d.promote = tool_parse_promote(optarg);
@@ -375,19 +376,18 @@ int main(int argc, char **argv)
 	if (stats_sock)
 		return print_stats(stats_sock);
 
-	if (d.ntiers && root_opt)
+	if (nspecs && root_opt)
 		tool_usage_fail("--root and --tier exclude each other");
-	if (!d.ntiers) {
+	if (!nspecs) {
 		/* Today's one file tier: the shared one, unbounded. */
-		d.tiers[0].kind = TOOL_TIER_SHARED;
-		d.tiers[0].root = strdup(tool_root(root_opt));
-		d.tiers[0].lockfd = -1;
-		d.ntiers = 1;
+		specs[0] = (struct tool_tier){ TOOL_TIER_SHARED, strdup(tool_root(root_opt)), 0 };
+		nspecs = 1;
 	}
-	for (unsigned k = 0; k < d.ntiers; k++)
-		specs[k] = (struct tool_tier){ d.tiers[k].kind, d.tiers[k].root,
-					       d.tiers[k].capacity };
-	tool_tiers_check(specs, d.ntiers);
+	tool_tiers_check(specs, nspecs);
+	for (unsigned k = 0; k < nspecs; k++)
+		d.tiers[k] = (struct ftier){ .kind = specs[k].kind, .root = specs[k].root,
+					     .capacity = specs[k].capacity, .lockfd = -1 };
+	d.ntiers = nspecs;
 	if (d.promote == PROMOTE_SECOND_HIT && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
 		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);

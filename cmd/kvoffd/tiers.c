@@ -22,21 +22,6 @@ const char *tier_name(const struct offd *d, unsigned t)
 	return tool_tier_kind_name(d->tiers[t].kind);
 }
 
-/* One --tier, in the grammar kvget's --tier shares (tool_tier_parse). */
-void tiers_parse(struct offd *d, const char *arg)
-{
-	struct tool_tier spec[TOOL_TIERS_MAX];
-	unsigned n = d->ntiers;
-	struct ftier *t = &d->tiers[n];
-
-	tool_tier_parse(arg, spec, &n);
-	t->kind = spec[d->ntiers].kind;
-	t->root = spec[d->ntiers].root;
-	t->capacity = spec[d->ntiers].capacity;
-	t->lockfd = -1;
-	d->ntiers = n;
-}
-
 /* ---- start-up ---- */
 
 static int count_block(const struct kv_walk_entry *e, void *arg)
