@@ -134,10 +134,14 @@ void tool_tier_parse(const char *arg, struct tool_tier *tiers, unsigned *n)
 
 void tool_tiers_check(const struct tool_tier *tiers, unsigned n)
 {
-	for (unsigned k = 0; k + 1 < n; k++)
-		if (!tiers[k].capacity)
+	for (unsigned k = 0; k < n; k++) {
+		if (kv_root_is_s3(tiers[k].root) && tiers[k].capacity)
+			tool_usage_fail("--tier %s:%s: a bucket is not bounded by a SIZE",
+					tool_tier_kind_name(tiers[k].kind), tiers[k].root);
+		if (k + 1 < n && !tiers[k].capacity)
 			tool_usage_fail("--tier %s:%s needs a SIZE: only the last tier may be "
 					"unbounded", tool_tier_kind_name(tiers[k].kind), tiers[k].root);
+	}
 }
 
 enum tool_promote tool_parse_promote(const char *text)
@@ -165,9 +169,6 @@ void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, 
 	for (unsigned k = 0; k < n; k++) {
 		const char *root = tiers[k].root;
 
-		if (kv_root_is_s3(root) && tiers[k].capacity)
-			tool_usage_fail("--tier %s:%s: a bucket is not bounded by a SIZE",
-					tool_tier_kind_name(tiers[k].kind), root);
 		if (kv_root_is_s3(root))
 			err = kv_tier_s3_open(root, opts, &s->chain[k]);
 		else if (tiers[k].capacity)

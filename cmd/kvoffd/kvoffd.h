@@ -136,17 +136,12 @@ struct ftier {
 	enum tool_tier_kind kind;
 	char *root;
 	uint64_t capacity;	/* bytes; 0: unbounded, not indexed */
-	struct kv_io *io;	/* the loop's handle (HAS, sizes) */
+	struct kv_tier *tier;	/* the loop's handle (HAS, sizes) */
 	int lockfd;		/* bounded: the claim on the root */
 	struct kv_file_index *idx;	/* bounded tiers only: their blocks in
 					   LRU order, DEMOTE jobs marked moving */
 	uint64_t walk_blocks, walk_bytes;	/* found at start */
 	struct tier_stats st;
-	/* Model dirs known to hold their config.json here (the writers',
-	 * under the writer lock), so that a block written to this tier
-	 * carries it over from another the first time only. */
-	char **configs;
-	unsigned nconfigs;
 };
 
 
@@ -171,7 +166,7 @@ struct writer {
 	int efd;		/* eventfd: completions ready */
 	unsigned nthreads;
 	pthread_t *threads;
-	struct kv_io **ios;	/* nthreads x ntiers handles */
+	struct kv_tier **handles;	/* nthreads x ntiers */
 };
 
 struct offd {
@@ -237,12 +232,13 @@ struct offd {
 };
 
 /* tiers.c */
-/* Parse --tier KIND:PATH[:SIZE] into d->tiers; exits 2 on a bad one. */
 /* Open every tier, claim and index the bounded ones; says why and
  * returns -errno when one cannot be. */
 int tiers_open(struct offd *d);
 void tiers_close(struct offd *d);
 const char *tier_name(const struct offd *d, unsigned t);
+/* A new handle on tier t, its kv_io flags d->io_flags | flags. */
+int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv_tier **out);
 /* The first tier holding path (bounded ones by their index, others by a
  * stat on the loop) and its size there (size may be NULL); -ENOENT in
  * none. */

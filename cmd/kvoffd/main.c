@@ -448,9 +448,13 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 	if (d.events_endpoint) {
-		/* Model names from the last tier's config.json files: the
-		 * shared volume's, which the model servers write. */
-		d.rootfd = tool_root_open(d.tiers[d.ntiers - 1].root);
+		/* Model names from the last cache root's config.json files:
+		 * the shared volume's, which the model servers write (a
+		 * bucket keeps none). */
+		d.rootfd = -1;
+		for (unsigned k = d.ntiers; k-- > 0 && d.rootfd < 0;)
+			if (!kv_root_is_s3(d.tiers[k].root))
+				d.rootfd = tool_root_open(d.tiers[k].root);
 		d.publisher = tool_events_open(d.events_endpoint, events_pod(pod, sizeof(pod)));
 	}
 	err = listen_on(d.socket_path, &d.lfd);

@@ -1,6 +1,8 @@
 /*
- * kvoffd's file tiers below its RAM pool, in order: local ones, bounded
- * (--tier local:/nvme/kv:6T), then shared storage, usually unbounded.
+ * kvoffd's tiers below its RAM pool, in order: local ones, bounded
+ * (--tier local:/nvme/kv:6T), then shared storage, usually unbounded: a
+ * cache root or a bucket (--tier shared:s3://BUCKET/PREFIX).  Each is a
+ * libkv tier (kv/tier.h), one handle for the loop and one per worker.
  * A bounded tier is the daemon's own: it claims the root with a lock
  * file, indexes its blocks at start (least recently used first) and keeps an
  * exact LRU of them; past its capacity the oldest move down, one DEMOTE
@@ -24,11 +26,11 @@ const char *tier_name(const struct offd *d, unsigned t)
 
 /* ---- start-up ---- */
 
-static int count_block(const struct kv_walk_entry *e, void *arg)
+static int count_block(const struct kv_tier_entry *e, void *arg)
 {
 	struct ftier *t = arg;
 
-	if (e->kind == KV_WALK_BLOCK) {
+	if (!e->err) {
 		t->walk_blocks++;
 		t->walk_bytes += e->size_bytes;
 	}
@@ -36,7 +38,7 @@ static int count_block(const struct kv_walk_entry *e, void *arg)
 }
 
 /* Walk tier t: index a bounded one's blocks oldest first, count an
- * unbounded one's. */
+ * unbounded one's (a bucket's by listing it). */
 static int reindex(struct ftier *t)
 {
 	struct kv_walk_opts opts = { .rank = -1 };
@@ -44,7 +46,7 @@ static int reindex(struct ftier *t)
 	int err;
 
 	if (!t->capacity)
-		return kv_walk(t->root, &opts, count_block, t);
+		return kv_tier_list(t->tier, NULL, count_block, t);
 	err = kv_file_index_new(&t->idx);
 	if (!err)
 		err = kv_file_index_scan(t->idx, t->root, &opts);
@@ -54,6 +56,15 @@ static int reindex(struct ftier *t)
 	t->walk_blocks = u.blocks;
 	t->walk_bytes = u.bytes;
 	return 0;
+}
+
+int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv_tier **out)
+{
+	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags | flags };
+	const char *root = d->tiers[t].root;
+
+	return kv_root_is_s3(root) ? kv_tier_s3_open(root, &opts, out) :
+				     kv_tier_file_open(root, &opts, out);
 }
 
 /* A bounded tier's LRU is the daemon's alone: a second daemon on the
@@ -87,10 +98,14 @@ static int same_dir_twice(struct offd *d)
 	struct stat st[FILE_TIERS_MAX];
 
 	for (unsigned k = 0; k < d->ntiers; k++) {
-		if (stat(d->tiers[k].root, &st[k]) < 0)
-			continue;	/* kv_io_open says why */
+		int bucket = kv_root_is_s3(d->tiers[k].root);
+
+		if (!bucket && stat(d->tiers[k].root, &st[k]) < 0)
+			continue;	/* opening it says why */
 		for (unsigned j = 0; j < k; j++)
-			if (st[j].st_dev == st[k].st_dev && st[j].st_ino == st[k].st_ino) {
+			if (bucket ? !strcmp(d->tiers[j].root, d->tiers[k].root) :
+			    !kv_root_is_s3(d->tiers[j].root) && st[j].st_dev == st[k].st_dev &&
+			    st[j].st_ino == st[k].st_ino) {
 				tool_err("tiers %u and %u are the same directory ('%s', '%s')",
 					 j, k, d->tiers[j].root, d->tiers[k].root);
 				return 1;
@@ -101,7 +116,6 @@ static int same_dir_twice(struct offd *d)
 
 int tiers_open(struct offd *d)
 {
-	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags };
 	int err;
 
 	if (same_dir_twice(d))
@@ -110,9 +124,9 @@ int tiers_open(struct offd *d)
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		struct ftier *t = &d->tiers[k];
 
-		err = kv_io_open(t->root, &opts, &t->io);
+		err = tier_open_handle(d, k, 0, &t->tier);
 		if (err) {
-			tool_err("cannot open '%s': %s", t->root, kv_strerror(err));
+			tool_root_err("open", t->root, err);
 			return err;
 		}
 		if (t->capacity && (err = claim(d, t))) {
@@ -138,15 +152,10 @@ void tiers_close(struct offd *d)
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		struct ftier *t = &d->tiers[k];
 
-		kv_io_close(t->io);
-		t->io = NULL;
+		kv_tier_close(t->tier);
+		t->tier = NULL;
 		kv_file_index_free(t->idx);
 		t->idx = NULL;
-		for (unsigned i = 0; i < t->nconfigs; i++)
-			free(t->configs[i]);
-		free(t->configs);
-		t->configs = NULL;
-		t->nconfigs = 0;
 		if (t->lockfd >= 0)
 			close(t->lockfd);
 		t->lockfd = -1;
@@ -172,7 +181,7 @@ int tiers_locate(struct offd *d, const char *path, uint64_t *size)
 			*size = kv_file_index_size(d->tiers[k].idx, i);
 			return (int)k;
 		}
-		err = kv_io_size(d->tiers[k].io, path, size);
+		err = kv_tier_size(d->tiers[k].tier, path, size);
 		if (!err)
 			return (int)k;
 		if (err != -ENOENT)

@@ -1,6 +1,6 @@
 /*
- * Write-behind and read-through workers.  Each thread owns a kv_io
- * handle; the event loop queues jobs (writes into a bounded ring, loads
+ * Write-behind and read-through workers.  Each thread owns a handle on
+ * each tier; the event loop queues jobs (writes into a bounded ring, loads
  * into a ring with room for one per slot so they are never refused) and
  * collects finished ones through an eventfd.  Loads go first: a client
  * waits on each of them.
@@ -16,81 +16,23 @@
 struct worker_arg {
 	struct offd *d;
 	unsigned idx;		/* its entry in the writer's active[] */
-	struct kv_io **io;	/* one per file tier */
+	struct kv_tier **io;	/* one per file tier */
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
 };
 
-#define CONFIGS_MAX	1024	/* model dirs remembered per tier */
-
-static int config_known(struct ftier *t, const char *model_dir)
-{
-	for (unsigned i = 0; i < t->nconfigs; i++)
-		if (!strcmp(t->configs[i], model_dir))
-			return 1;
-	return 0;
-}
-
 /* A block's model dir carries its config.json on every tier, as vLLM
- * and kvls expect: copy it to tier t from the first tier that has it,
- * once per model dir.  Nothing to do for llmd-v0 dirs, which have none. */
-static void carry_config(struct offd *d, unsigned t, const char *path)
+ * and kvls expect: copy it to tier t from the first tier that has it
+ * (each handle remembers the model dirs it has seen hold one). */
+static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const char *path)
 {
-	struct ftier *ft = &d->tiers[t];
-	struct kv_block_ref ref;
-	struct kv_config *cfg = NULL;
-	char *text = NULL, dir[KV_NAME_MAX + 1];
-	size_t len;
-	int known, fd, found = 0;
-
-	if (kv_layout_block_parse(path, &ref) < 0 || ref.layout != KV_LAYOUT_V1)
-		return;
-	pthread_mutex_lock(&d->wr.lock);
-	known = config_known(ft, ref.model_dir);
-	pthread_mutex_unlock(&d->wr.lock);
-	if (known)
-		return;
-	fd = open(ft->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (kv_config_read(fd, ref.model_dir, &text, &len) == 0) {
-		found = 1;
-	} else {
-		for (unsigned u = 0; !found && u < d->ntiers; u++) {
-			int ufd = u == t ? -1 : open(d->tiers[u].root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-			if (ufd < 0)
-				continue;
-			if (kv_config_read(ufd, ref.model_dir, &text, &len) == 0 &&
-			    kv_config_parse(text, len, &cfg) == 0 &&
-			    kv_config_ensure_model_dir(fd, cfg, dir, sizeof(dir)) == 0 &&
-			    !strcmp(dir, ref.model_dir))
-				found = 1;
-			kv_config_free(cfg);
-			cfg = NULL;
-			free(text);
-			text = NULL;
-			close(ufd);
-		}
-	}
-	free(text);
-	close(fd);
-	if (!found)
-		return;
-	pthread_mutex_lock(&d->wr.lock);
-	if (!config_known(ft, ref.model_dir) && ft->nconfigs < CONFIGS_MAX) {
-		char **c = realloc(ft->configs, (ft->nconfigs + 1) * sizeof(*c));
-
-		if (c && (c[ft->nconfigs] = strdup(ref.model_dir)))
-			ft->nconfigs++;
-		if (c)
-			ft->configs = c;
-	}
-	pthread_mutex_unlock(&d->wr.lock);
+	for (unsigned u = 0; u < d->ntiers; u++)
+		if (u != t && kv_tier_copy_config(io[t], io[u], path) == 0)
+			return;
 }
 
 /* Read through the tiers in j->probe, in order, into the slot. */
-static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned char *mem,
+static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigned char *mem,
 		     uint64_t cap)
 {
 	uint64_t size;
@@ -100,11 +42,11 @@ static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned 
 	for (unsigned t = 0; t < d->ntiers && j->result == -ENOENT; t++) {
 		if (!(j->probe & (1u << t)))
 			continue;
-		j->result = kv_io_size(io[t], j->path, &size);
+		j->result = kv_tier_size(io[t], j->path, &size);
 		if (!j->result && size > cap)
 			j->result = -EFBIG;
 		if (!j->result)
-			j->result = kv_io_get(io[t], j->path, mem, (size_t)cap, &got);
+			j->result = kv_tier_get(io[t], j->path, mem, (size_t)cap, &got);
 		if (j->result == -ENOENT)
 			j->missed |= 1u << t;
 		j->tier = t;
@@ -114,11 +56,11 @@ static void run_load(struct offd *d, struct kv_io **io, struct job *j, unsigned 
 }
 
 /* Read the block being moved into the worker's buffer, grown to fit. */
-static int demote_read(struct worker_arg *a, struct kv_io *io, const char *path, size_t *got)
+static int demote_read(struct worker_arg *a, struct kv_tier *io, const char *path, size_t *got)
 {
 	uint64_t size;
 	size_t need;
-	int err = kv_io_size(io, path, &size);
+	int err = kv_tier_size(io, path, &size);
 
 	if (!err && (need = (size_t)size + KV_IO_ALIGN) > a->cap) {
 		kv_io_buf_free(a->buf);
@@ -128,7 +70,7 @@ static int demote_read(struct worker_arg *a, struct kv_io *io, const char *path,
 			return -ENOMEM;
 		a->cap = need;
 	}
-	return err ? err : kv_io_get(io, path, a->buf, a->cap, got);
+	return err ? err : kv_tier_get(io, path, a->buf, a->cap, got);
 }
 
 /* Move a block out of tier j->tier: into the first lower tier that has
@@ -136,8 +78,8 @@ static int demote_read(struct worker_arg *a, struct kv_io *io, const char *path,
  * takes a copy, then remove it here, whether or not one did. */
 static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 {
-	struct kv_io **io = a->io;
-	int err = kv_io_has(io[j->tier], j->path), read = 0;
+	struct kv_tier **io = a->io;
+	int err = kv_tier_has(io[j->tier], j->path), read = 0;
 	size_t got = 0;
 
 	if (err == -ENOENT) {
@@ -145,18 +87,18 @@ static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 		return;
 	}
 	for (unsigned t = j->tier + 1; !err && t < d->ntiers; t++) {
-		if (!kv_io_has(io[t], j->path)) {
+		if (!kv_tier_has(io[t], j->path)) {
 			j->existed = 1;
 		} else {
 			if (!read && (err = demote_read(a, io[j->tier], j->path, &got)))
 				break;
 			read = 1;
 			j->len = got;
-			if (kv_io_put(io[t], j->path, a->buf, got)) {
+			if (kv_tier_put(io[t], j->path, a->buf, got)) {
 				j->refused |= 1u << t;
 				continue;
 			}
-			carry_config(d, t, j->path);
+			carry_config(d, io, t, j->path);
 		}
 		j->dest = t;
 		break;
@@ -164,7 +106,7 @@ static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 	/* Unreadable (damaged, or gone bad) blocks leave too: counted as
 	 * errors, never read through again. */
 	j->result = err == -ENOENT ? 0 : err;
-	err = kv_io_del(io[j->tier], j->path);
+	err = kv_tier_del(io[j->tier], j->path);
 	if (err == -ENOENT && j->dest == TIER_NONE && !j->refused)
 		j->result = -ENOENT;
 	else if (err && err != -ENOENT && !j->result)
@@ -180,9 +122,9 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 		/* A client that wrote into a committed slot must not get
 		 * its bytes onto disk under a fresh checksum. */
 		j->result = kv_xxh3(mem, (size_t)j->len) != j->sum ? -KV_ECHECKSUM :
-			    kv_io_put(a->io[j->tier], j->path, mem, (size_t)j->len);
+			    kv_tier_put(a->io[j->tier], j->path, mem, (size_t)j->len);
 		if (j->result == 0)
-			carry_config(d, j->tier, j->path);
+			carry_config(d, a->io, j->tier, j->path);
 	} else if (j->kind == JOB_LOAD) {
 		run_load(d, a->io, j, mem, kv_slots_capacity(d->store, j->slot));
 	} else {
@@ -259,8 +201,6 @@ static void *worker(void *p)
 int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 {
 	struct writer *w = &d->wr;
-	/* REPLACE: a key put again replaces its RAM block, and so its file. */
-	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags | KV_IO_REPLACE };
 	int err;
 
 	memset(w, 0, sizeof(*w));
@@ -274,19 +214,21 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	w->threads = calloc(nthreads, sizeof(pthread_t));
 	w->active = calloc(nthreads, sizeof(*w->active));
 	w->ticket = calloc(nthreads, sizeof(*w->ticket));
-	w->ios = calloc((size_t)nthreads * d->ntiers, sizeof(struct kv_io *));
+	w->handles = calloc((size_t)nthreads * d->ntiers, sizeof(struct kv_tier *));
 	if (!w->writes || !w->loads || !w->done || !w->threads || !w->active ||
-	    !w->ticket || !w->ios)
+	    !w->ticket || !w->handles)
 		return -ENOMEM;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
 		return -errno;
 	for (unsigned i = 0; i < nthreads; i++) {
-		struct kv_io **io = w->ios + (size_t)i * d->ntiers;
+		struct kv_tier **io = w->handles + (size_t)i * d->ntiers;
 		struct worker_arg *a;
 
+		/* REPLACE: a key put again replaces its RAM block, and so its
+		 * file. */
 		for (unsigned t = 0; t < d->ntiers; t++) {
-			err = kv_io_open(d->tiers[t].root, &opts, &io[t]);
+			err = tier_open_handle(d, t, KV_IO_REPLACE, &io[t]);
 			if (err)
 				return err;
 		}
@@ -365,7 +307,7 @@ void writer_stop(struct offd *d)
 	pthread_mutex_unlock(&w->lock);
 	for (unsigned i = 0; i < w->nthreads; i++)
 		pthread_join(w->threads[i], NULL);
-	for (size_t i = 0; i < (size_t)w->nthreads * d->ntiers; i++)
-		kv_io_close(w->ios[i]);
+	for (size_t i = 0; w->handles && i < (size_t)w->nthreads * d->ntiers; i++)
+		kv_tier_close(w->handles[i]);
 	w->nthreads = 0;
 }

@@ -22,34 +22,38 @@ static int bad_key(const char *key)
 	return !key || !*key;
 }
 
-/*
- * A block just copied into dst from src's chain: its model dir carries
- * its config.json there as on the tier it came from, as vLLM's readers
- * and kvls --check expect of every cache root (kvoffd's tiers do the
- * same).  llmd-v0 dirs and buckets keep none.  Best effort: the block
- * is stored either way.
- */
-static void carry_config(struct kv_tier *dst, struct kv_tier *src, const char *key)
+int kv_tier_copy_config(struct kv_tier *dst, struct kv_tier *src, const char *key)
 {
 	struct kv_block_ref ref;
 	char *text = NULL;
 	size_t len;
+	int r;
 
-	if (!dst->ops->config_put || !dst->ops->config_get ||
+	if (!dst || !src || bad_key(key))
+		return -EINVAL;
+	if (!dst->ops->config_put || !dst->ops->config_get || !src->ops->config_get ||
 	    kv_layout_block_parse(key, &ref) < 0 || ref.layout != KV_LAYOUT_V1)
-		return;
-	if (dst->ops->config_get(dst, ref.model_dir, &text, &len) == 0) {
-		free(text);
-		return;
-	}
-	for (; src; src = src->lower) {
-		if (src == dst || !src->ops->config_get ||
-		    src->ops->config_get(src, ref.model_dir, &text, &len) < 0)
-			continue;
-		dst->ops->config_put(dst, ref.model_dir, text, len);
-		free(text);
-		return;
-	}
+		return -EOPNOTSUPP;
+	if (dst->ops->config_get(dst, ref.model_dir, NULL, NULL) == 0)
+		return 0;
+	r = src->ops->config_get(src, ref.model_dir, &text, &len);
+	if (r == 0)
+		r = dst->ops->config_put(dst, ref.model_dir, text, len);
+	free(text);
+	return r;
+}
+
+/*
+ * A block just copied into dst from src's chain: its model dir carries
+ * its config.json there as on the tier it came from, as vLLM's readers
+ * and kvls --check expect of every cache root.  Best effort: the block
+ * is stored either way.
+ */
+static void carry_config(struct kv_tier *dst, struct kv_tier *src, const char *key)
+{
+	for (; src; src = src->lower)
+		if (src != dst && kv_tier_copy_config(dst, src, key) == 0)
+			return;
 }
 
 /* A copy of the same size is already in the chain below: a key names

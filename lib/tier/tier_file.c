@@ -17,12 +17,19 @@
 #include <kv/walk.h>
 #include "tier_impl.h"
 
+#define CONFIGS_KNOWN	16	/* model dirs remembered to hold config.json */
+
 struct ftier {
 	struct kv_tier base;
 	pthread_mutex_t lock;
 	struct kv_io *io;
 	int rootfd;
 	char *root;		/* for kv_walk */
+	/* Model dirs seen holding their config.json, so that a block copied
+	 * in asks the filesystem once per model dir, not once per block;
+	 * replaced round-robin. */
+	char *configs[CONFIGS_KNOWN];
+	unsigned next_config;
 };
 
 static struct ftier *F(struct kv_tier *t)
@@ -256,6 +263,8 @@ static void file_close(struct kv_tier *t)
 {
 	struct ftier *f = F(t);
 
+	for (unsigned i = 0; i < CONFIGS_KNOWN; i++)
+		free(f->configs[i]);
 	kv_io_close(f->io);
 	close(f->rootfd);
 	free(f->root);
@@ -263,10 +272,45 @@ static void file_close(struct kv_tier *t)
 	free(f);
 }
 
+static int config_known(struct ftier *f, const char *model_dir)
+{
+	int known = 0;
+
+	pthread_mutex_lock(&f->lock);
+	for (unsigned i = 0; i < CONFIGS_KNOWN && !known; i++)
+		known = f->configs[i] && !strcmp(f->configs[i], model_dir);
+	pthread_mutex_unlock(&f->lock);
+	return known;
+}
+
+static void config_remember(struct ftier *f, const char *model_dir)
+{
+	char *copy;
+
+	if (config_known(f, model_dir) || !(copy = strdup(model_dir)))
+		return;
+	pthread_mutex_lock(&f->lock);
+	free(f->configs[f->next_config]);
+	f->configs[f->next_config] = copy;
+	f->next_config = (f->next_config + 1) % CONFIGS_KNOWN;
+	pthread_mutex_unlock(&f->lock);
+}
+
 static int file_config_get(struct kv_tier *t, const char *model_dir, char **text,
 			   size_t *len)
 {
-	return kv_config_read(F(t)->rootfd, model_dir, text, len);
+	struct ftier *f = F(t);
+	char *mine = NULL;
+	size_t n;
+	int r;
+
+	if (!text && config_known(f, model_dir))
+		return 0;
+	r = kv_config_read(f->rootfd, model_dir, text ? text : &mine, len ? len : &n);
+	free(mine);
+	if (r == 0)
+		config_remember(f, model_dir);
+	return r;
 }
 
 /* The dir the config names must be model_dir: a block never lands under
@@ -284,6 +328,8 @@ static int file_config_put(struct kv_tier *t, const char *model_dir, const char 
 	if (r == 0 && strcmp(dir, model_dir))
 		r = -KV_EFINGERPRINT;
 	kv_config_free(cfg);
+	if (r == 0)
+		config_remember(F(t), model_dir);
 	return r;
 }
 

@@ -28,7 +28,8 @@ struct kv_tier_ops {
 			    kv_tier_done_fn done, void *arg);
 	int (*verify)(struct kv_tier *t, const char *key);
 	/* A model dir's config.json, where a tier keeps one (a cache root):
-	 * its bytes (-ENOENT none), and made to hold given bytes. */
+	 * its bytes (-ENOENT none; text NULL: only whether there is one),
+	 * and made to hold given bytes. */
 	int (*config_get)(struct kv_tier *t, const char *model_dir, char **text,
 			  size_t *len);
 	int (*config_put)(struct kv_tier *t, const char *model_dir, const char *text,

@@ -23,6 +23,7 @@ setup() {
 }
 
 teardown() {
+	kill_daemon
 	s3_proxy_stop
 	common_teardown
 }
@@ -74,6 +75,49 @@ vllm_key() {
 	[ "${#lines[@]}" -eq 3 ]
 	run kvget --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet:1G" \
 		--config "$CFG" abcde00001
+	assert_failure 2
+	assert_output --partial "a bucket is not bounded by a SIZE"
+}
+
+@test "s3: kvoffd keeps a bounded local tier in front of a bucket: the oldest move down, every block reads back, and again after a restart" {
+	local h hs="abcde00001 abcde00002 abcde00003 abcde00004 abcde00005 abcde00006"
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	mkdir "$BATS_TEST_TMPDIR/local"
+	start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet" \
+		--cpu-bytes 1M --slot-bytes 512K --write-threads 2 \
+		--events "$BATS_TEST_TMPDIR/events" --metrics-file "$BATS_TEST_TMPDIR/metrics"
+	for h in $hs; do
+		head -c 300000 /dev/urandom > "$BATS_TEST_TMPDIR/$h"
+		kvput --daemon "$SOCK" --model-dir "$MD" "$h" "$BATS_TEST_TMPDIR/$h"
+	done
+	# SIGTERM writes RAM's blocks behind; the local tier keeps two.
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	run find "$BATS_TEST_TMPDIR/local" -name '*.bin'
+	[ "${#lines[@]}" -le 2 ]
+	# The rest went into the bucket at the keys vLLM's obj tier reads.
+	run keys
+	[ "${#lines[@]}" -ge 4 ]
+	for h in $hs; do
+		[ -e "$(find "$BATS_TEST_TMPDIR/local" -name "$h.bin")" ] && continue
+		grep -qxF "$(vllm_key fleet "$h")" <<<"$output" || fail "$h in neither tier"
+		kvget --root "s3://$B/fleet" --model-dir "$MD" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
+	done
+	grep -q '"event":"BlockStored".*"tier":"fs"' "$BATS_TEST_TMPDIR/events"
+	grep -q '^kv_offload_tier_demotions_total{tier="0",kind="local"} [1-9]' "$BATS_TEST_TMPDIR/metrics"
+	# A restart lists the bucket and reads every block through it.
+	start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet" \
+		--cpu-bytes 1M --slot-bytes 512K
+	for h in $hs; do
+		kvget --daemon "$SOCK" --model-dir "$MD" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
+	done
+	kvoffd --stats "$SOCK" > stats.json
+	jq -e '.tiers[1].hits >= 1 and .tiers[1].kind == "shared"' stats.json
+	stop_daemon
+	grep -q "tier 1, shared, s3://$B/fleet: [4-6] blocks" "$BATS_TEST_TMPDIR/kvoffd.log"
+	# A bucket has no SIZE, for kvoffd as for kvget.
+	run kvoffd --socket "$SOCK" --cpu-bytes 1M --tier "local:$BATS_TEST_TMPDIR/local:700K" \
+		--tier "shared:s3://$B/fleet:1G"
 	assert_failure 2
 	assert_output --partial "a bucket is not bounded by a SIZE"
 }

@@ -149,6 +149,14 @@ int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
  * keeps none (mem, gpu, daemon). */
 int kv_tier_verify(struct kv_tier *t, const char *key);
 
+/* Give the model dir of block key in dst the config.json src keeps for
+ * it, if dst has none (cache roots keep one per model dir; buckets and
+ * llmd-v0 dirs none): 0 when dst holds one now, -ENOENT when src has
+ * none, -EOPNOTSUPP where either tier keeps none.  The chain does this
+ * for every block it copies; a caller moving blocks between unchained
+ * tiers calls it. */
+int kv_tier_copy_config(struct kv_tier *dst, struct kv_tier *src, const char *key);
+
 /* This tier's counters (not its chain's). */
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 
