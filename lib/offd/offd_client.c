@@ -830,6 +830,19 @@ static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned
 	return head->len;
 }
 
+#define PIECE_BYTES	(1u << 20)	/* best of 128K..2M at 16 KiB and 2 MiB
+					   (bench/offd-batch.sh) */
+
+/* Keys per pipeline piece for blocks of avg bytes: at least one, and
+ * three pieces hold slots at once well inside a client's share. */
+static size_t piece_keys(const struct kv_offd *c, uint64_t avg)
+{
+	size_t most = chunk_keys(c) / 4 ? chunk_keys(c) / 4 : 1;
+	size_t keys = avg >= PIECE_BYTES ? 1 : PIECE_BYTES / (avg ? avg : 1);
+
+	return keys < most ? keys : most;
+}
+
 /*
  * put_many and get_many as a pipeline of pieces: the ALLOC (LOOKUP) of
  * piece k + 2 and the COMMIT (RELEASE) of piece k go out as piece k + 1
@@ -844,7 +857,8 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 {
 	unsigned fop = put ? KV_OFFD_ALLOC : KV_OFFD_LOOKUP;
 	unsigned sop = put ? KV_OFFD_COMMIT : KV_OFFD_RELEASE;
-	size_t n = k->n, piece = n / 4, next = 0, fat[2], sent_s = 0;
+	size_t n = k->n, piece, next = 0, fat[2], sent_s = 0, seen = 0;
+	uint64_t total = 0, seen_bytes = 0;
 	struct kv_offd_frame fh[2] = { { .type = KV_OFFD_BATCH, .rank = k->rank,
 					 .group = k->group } }, sh;
 	struct kv_offd_result *res = results(n), *sres = results(KV_OFFD_BATCH_MAX);
@@ -852,10 +866,14 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 	unsigned fsent = 0, fdone = 0;
 	int err = res && sres && idx ? payload_ready(c) : -ENOMEM;
 
-	/* Three pieces hold slots at once: well inside a client's share. */
-	piece = piece < 16 ? 16 : piece;
-	if (piece > chunk_keys(c) / 4)
-		piece = chunk_keys(c) / 4 ? chunk_keys(c) / 4 : 1;
+	/* Pieces of about PIECE_BYTES: small enough that the bytes this side
+	 * copies are still in cache when the daemon checksums them (and the
+	 * other way round for gets), and that the two sides overlap.  A
+	 * put knows its sizes; a get guesses from its buffers (no block
+	 * is over the largest class) until the first replies tell. */
+	for (size_t i = 0; i < n; i++)
+		total += put || sizes[i] < c->slot_bytes ? sizes[i] : c->slot_bytes;
+	piece = piece_keys(c, n ? total / n : 0);
 	snprintf(fh[0].model_dir, sizeof(fh[0].model_dir), "%s", k->model_dir);
 	fh[1] = fh[0];
 	/* Two first ops out before the first copy. */
@@ -883,6 +901,8 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 				continue;
 			}
 			lens[i] = (size_t)r->len;
+			seen++;
+			seen_bytes += r->len;
 			if (r->len <= sizes[i])
 				memcpy(dst[i], c->pool + r->offset, (size_t)r->len);
 			else
@@ -898,6 +918,9 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 			sent_s = send_slots(c, &sh, sop, res, at, m, idx, &err);
 		if (!err && next < n) {
 			struct kv_offd_frame *f = &fh[fsent % 2];
+
+			if (seen)
+				piece = piece_keys(c, seen_bytes / seen);
 
 			fill_keys(c, f, fop, k, put ? sizes : NULL, next, piece);
 			fat[fsent % 2] = next;

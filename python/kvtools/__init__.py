@@ -83,26 +83,42 @@ def _keys(model_dir, hashes, rank, group):
     return k
 
 
+def _address(mv):
+    """(address, length, keep) of a writable contiguous memoryview, or None.
+
+    c_char.from_buffer holds the buffer export without making an array
+    type per length: put_many and get_many call this once per block."""
+    n = mv.nbytes
+    if mv.readonly or not mv.contiguous or not n:
+        return None
+    keep = ctypes.c_char.from_buffer(mv)
+    return ctypes.addressof(keep), n, (mv, keep)
+
+
 def _src(data):
-    """(pointer, length) of any buffer, without copying it."""
+    """(address, length, keep) of any buffer, without copying it."""
     if isinstance(data, bytes):
-        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p), len(data), data
-    mv = memoryview(data).cast("B")
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data), data
+    mv = memoryview(data)
+    fast = _address(mv)
+    if fast:
+        return fast
     if not mv.contiguous:
         raise ValueError("block buffer must be contiguous")
-    if mv.readonly:
-        mv = memoryview(bytes(mv))      # ctypes cannot take a read-only pointer
-        return _src(mv.obj)
-    arr = (ctypes.c_char * len(mv)).from_buffer(mv)
-    return ctypes.cast(arr, ctypes.c_void_p), len(mv), (mv, arr)
+    # Read-only: ctypes cannot take its pointer; or empty.
+    return _src(bytes(mv))
 
 
 def _dst(out):
-    mv = memoryview(out).cast("B")
+    mv = memoryview(out)
+    fast = _address(mv)
+    if fast:
+        return fast
     if mv.readonly or not mv.contiguous:
         raise ValueError("out must be a writable contiguous buffer")
-    arr = (ctypes.c_char * len(mv)).from_buffer(mv)
-    return ctypes.cast(arr, ctypes.c_void_p), len(mv), (mv, arr)
+    # Empty: a valid pointer for no bytes.
+    keep = ctypes.create_string_buffer(1)
+    return ctypes.addressof(keep), 0, (mv, keep)
 
 
 def _view(client, ptr, n, writable):
@@ -256,7 +272,7 @@ class Client(_Closes):
             raise ValueError("put_many: %d hashes, %d blocks" % (len(hashes), len(blocks)))
         k = _keys(model_dir, hashes, rank, group)
         srcs = [_src(b) for b in blocks]
-        bufs = (ctypes.c_void_p * max(k.n, 1))(*[s[0].value for s in srcs])
+        bufs = (ctypes.c_void_p * max(k.n, 1))(*[s[0] for s in srcs])
         lens = (ctypes.c_size_t * max(k.n, 1))(*[s[1] for s in srcs])
         status = (ctypes.c_int * max(k.n, 1))()
         _check(lib.kv_offd_put_many(self._h, ctypes.byref(k), bufs, lens, status),
@@ -279,14 +295,14 @@ class Client(_Closes):
         if len(outs) != k.n:
             raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
         dsts = [_dst(o) for o in outs]
-        bufs = (ctypes.c_void_p * n)(*[d[0].value for d in dsts])
+        bufs = (ctypes.c_void_p * n)(*[d[0] for d in dsts])
         caps = (ctypes.c_size_t * n)(*[d[1] for d in dsts])
         lens = (ctypes.c_size_t * n)()
         status = (ctypes.c_int * n)()
         _check(lib.kv_offd_get_many(self._h, ctypes.byref(k), bufs, caps, lens, status),
                "get_many")
         _raise_first(status, k.n, hashes, "get_many", absent_ok=True)
-        return [None if status[i] else dsts[i][2][0][:lens[i]] for i in range(k.n)]
+        return [None if status[i] else dsts[i][2][0].cast("B")[:lens[i]] for i in range(k.n)]
 
     def lookup_many(self, model_dir, hashes, rank=0, group=0):
         """Pinned blocks, None where absent; release with release_many."""
