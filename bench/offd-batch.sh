@@ -10,6 +10,10 @@
 #             same moves by one thread; redis-benchmark -P 64 SET then GET
 #             of values that size.  GB/s, a put and a get each counting
 #             one block's bytes.
+#   clients   the C put+get of 16K and 2M with CLIENTS clients at once
+#             (distinct keys, each its share of the pool): GB/s of all of
+#             them together over the span from the first start to the
+#             last end, and per client.
 #   pool      a 16K,512K,2M,8M size-class pool filled past capacity with
 #             each size: payload bytes over pool bytes; and one 8M class
 #             holding 16 KiB blocks, for comparison.
@@ -19,14 +23,17 @@
 # machine.  SMOKE=1 shrinks every size to check the script itself.
 #
 # Usage: [BUILD=build] [KEYS=1000] [HAS_ITERS=2000] [BLOCKS_16K=1024]
-#        [BLOCKS_2M=32] [ITERS=10] [REPEAT=3] [SMOKE=1] bench/offd-batch.sh
+#        [BLOCKS_2M=32] [ITERS=10] [REPEAT=3] [CLIENTS="1 2 4 8"] [SMOKE=1]
+#        bench/offd-batch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 if [ -n "${SMOKE:-}" ]; then
 	KEYS=${KEYS:-100} HAS_ITERS=${HAS_ITERS:-10} BLOCKS_16K=${BLOCKS_16K:-16}
 	BLOCKS_2M=${BLOCKS_2M:-2} ITERS=${ITERS:-1} REPEAT=${REPEAT:-1} POOL_MIX=64M
+	CLIENTS=${CLIENTS:-1 2}
 fi
+CLIENTS=${CLIENTS:-1 2 4 8}
 KEYS=${KEYS:-1000}
 HAS_ITERS=${HAS_ITERS:-2000}
 BLOCKS_16K=${BLOCKS_16K:-1024}
@@ -105,6 +112,31 @@ done
 STATS=$("$KVOFFD" --stats "$TMP/sock")
 stop_daemon
 
+# together N SIZE: N clients' put+get of SIZE at once on a fresh daemon
+# with N shares; prints total GB/s over the span of all the timed rounds.
+together() {
+	local n=$1 size=$2 blocks bytes j
+	if [ "$size" = 16K ]; then blocks=$BLOCKS_16K bytes=$K16; else blocks=$BLOCKS_2M bytes=$M2; fi
+	start_daemon --cpu-bytes $(( 2 * n * share + M2 )) --size-classes 16K,2M
+	for j in $(seq "$n"); do
+		"$TMP/offd_client" batch "$TMP/sock" "$MODEL" $((10 + j)) "$blocks" "$ITERS" "$bytes" \
+			>"$TMP/together.$j" &
+	done
+	wait $(jobs -p | grep -vx "$DPID")
+	stop_daemon
+	cat "$TMP"/together.* | jq -s '(map(.bytes) | add) / ((map(.t1) | max) - (map(.t0) | min))
+		| . * 1000 | round / 1000'
+	rm -f "$TMP"/together.*
+}
+declare -A together_runs
+for r in $(seq "$REPEAT"); do
+	for n in $CLIENTS; do
+		for size in 16K 2M; do
+			together_runs[${n}_$size]+="$(together "$n" "$size") "
+		done
+	done
+done
+
 PORT=$(( 20000 + RANDOM % 20000 ))
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
 	--dir "$TMP" >"$TMP/redis.log" 2>&1 &
@@ -163,4 +195,10 @@ print('pool 16K,512K,2M,8M mixed: %.1f%% payload (%d of %d bytes); one 8M class 
          100 * one['block_bytes'] / one['pool_bytes_used']))
 print('presence kvoffd/redis %.1fx (target >= 5x)   Python/C on 2 MiB %.2f (target >= 0.8)   C/memcpy: 16K %.2f, 2M %.2f'
       % ($B_has_c / $B_has_redis, $B_py_2M / $B_c_2M, $B_c_16K / $B_memcpy_16K, $B_c_2M / $B_memcpy_2M))"
+for n in $CLIENTS; do
+	t16=$(printf '%s\n' ${together_runs[${n}_16K]} | best)
+	t2m=$(printf '%s\n' ${together_runs[${n}_2M]} | best)
+	printf 'clients %-2s put+get together  16K %6.2f GB/s (%5.2f each)  2M %6.2f GB/s (%5.2f each)\n' \
+		"$n" "$t16" "$(jq -n "$t16 / $n")" "$t2m" "$(jq -n "$t2m / $n")"
+done
 echo "daemon: $(jq -c '{puts, gets, hugepages, wb_drops, protocol_errors}' <<<"$STATS")"

@@ -20,7 +20,9 @@
  *   offd_client memcpy BLOCKS ITERS BYTES
  *       the same bytes copied by one thread with memcpy
  *   offd_client batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
- *       bench with put_many and get_many of all BLOCKS at once
+ *       bench with put_many and get_many of all BLOCKS at once; also
+ *       prints when the timed rounds began and ended (t0, t1: the
+ *       monotonic clock's ns, for clients run side by side)
  *   offd_client has SOCK MODEL_DIR CLIENT KEYS ITERS
  *       put KEYS 4 KiB blocks, then has_many of all KEYS ITERS times;
  *       prints checks and ns
@@ -452,8 +454,9 @@ static int cmd_batch(char **a)
 	if (!err && memcmp(src, dst, (size_t)blocks * bytes))
 		err = fail("verify", -KV_ECHECKSUM);
 	if (!err)
-		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
-		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
+		printf("{\"bytes\":%llu,\"ns\":%lld,\"t0\":%lld,\"t1\":%lld}\n",
+		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0),
+		       (long long)t0, (long long)t1);
 out:
 	many_free(&m);
 	free(src);
