@@ -11,6 +11,9 @@ load test_helper
 REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 
 setup() {
+	# The plain run checks every script; under the sanitizers a script
+	# would only re-run, slower, tools their own suites cover.
+	[ -z "${KV_SANITIZED:-}" ] || skip "bench scripts are checked by the plain run (make check)"
 	common_setup
 	# The scripts take BUILD relative to the repository root.
 	BENCH_BUILD=$(realpath --relative-to="$REPO" "$KV_BIN/..")

@@ -175,14 +175,16 @@ rendered() {
 		zsh_c=$top/completions/zsh/_$p
 		[ -f "$bash_c" ] || fail "$p has no bash completion"
 		[ -f "$zsh_c" ] || fail "$p has no zsh completion"
-		for o in $(help_options "$p"); do
+		# Once per program: each --help is a start (slow under ASan).
+		opts=$(help_options "$p")
+		for o in $opts; do
 			grep -qF -- "$o" "$bash_c" || fail "$p: $o missing from $bash_c"
 			grep -qF -- "$o" "$zsh_c" || fail "$p: $o missing from $zsh_c"
 			# mdoc spells --opt as "Fl \-opt" or "Fl -opt".
 			grep -qE -- "Fl \\\\?-${o#--}( |$)" "$page" || fail "$p: $o missing from $page"
 		done
 		for o in $(grep -oE 'Fl \\?-[a-z][a-z0-9-]+' "$page" | sed 's/Fl \\\?-/--/' | sort -u); do
-			help_options "$p" | grep -qxF -- "$o" || fail "$p: $page documents $o but --help does not"
+			grep -qxF -- "$o" <<<"$opts" || fail "$p: $page documents $o but --help does not"
 		done
 	done
 }
