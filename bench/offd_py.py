@@ -3,7 +3,7 @@
 bench/offd_client.c's has and batch modes do, printing the same JSON.
 
     offd_py.py has SOCK MODEL_DIR CLIENT KEYS ITERS
-    offd_py.py batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
+    offd_py.py batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES [list|rows]
 """
 import json
 import os
@@ -34,12 +34,16 @@ def has(sock, model_dir, client, keys, iters):
     print(json.dumps({"checks": len(hs) * int(iters), "ns": ns}))
 
 
-def batch(sock, model_dir, client, blocks, iters, nbytes):
+def batch(sock, model_dir, client, blocks, iters, nbytes, shape="list"):
+    """shape "list": a list of one array per block; "rows": one 2-D array,
+    a block per row, as a connector's staging buffer holds them."""
     blocks, iters, nbytes = int(blocks), int(iters), int(nbytes)
     hs = hashes(client, blocks)
     rng = np.random.default_rng(client)
-    src = [rng.integers(0, 256, nbytes, dtype=np.uint8) for _ in range(blocks)]
-    dst = [np.zeros(nbytes, dtype=np.uint8) for _ in range(blocks)]
+    src = rng.integers(0, 256, (blocks, nbytes), dtype=np.uint8)
+    dst = np.zeros((blocks, nbytes), dtype=np.uint8)
+    if shape == "list":
+        src, dst = list(src.copy()), list(dst.copy())
     with kvtools.connect(sock) as c:
         # Round 0 is a warm-up, as in the C client.
         for it in range(iters + 1):
@@ -57,7 +61,7 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "has" and len(args) == 5:
         has(args[0], args[1], int(args[2]), *args[3:])
-    elif cmd == "batch" and len(args) == 6:
+    elif cmd == "batch" and len(args) in (6, 7):
         batch(args[0], args[1], int(args[2]), *args[3:])
     else:
         sys.exit(__doc__)

@@ -109,6 +109,30 @@ def _src(data):
     return _src(bytes(mv))
 
 
+def _rows(blocks, n, writable):
+    """(addresses, lengths, keep) of the n rows of a 2-D C-contiguous
+    buffer (a numpy array of blocks, a staging tensor's host copy), or
+    None: one buffer export for all the blocks, not one per block."""
+    if isinstance(blocks, (list, tuple)):
+        return None
+    try:
+        mv = memoryview(blocks)
+    except TypeError:
+        return None
+    if mv.ndim != 2 or not mv.c_contiguous or mv.shape[0] != n or not mv.nbytes:
+        return None
+    if mv.readonly:
+        if writable:
+            raise ValueError("outs must be writable")
+        return None
+    row = mv.strides[0]
+    keep = ctypes.c_char.from_buffer(mv)
+    base = ctypes.addressof(keep)
+    addrs = (ctypes.c_void_p * n)(*range(base, base + n * row, row))
+    lens = (ctypes.c_size_t * n)(*([row] * n))
+    return addrs, lens, (mv, keep)
+
+
 def _dst(out):
     mv = memoryview(out)
     fast = _address(mv)
@@ -268,12 +292,19 @@ class Client(_Closes):
         return res
 
     def put_many(self, model_dir, hashes, blocks, rank=0, group=0):
+        """Store blocks[i] under hashes[i]: a list of buffers, or one
+        2-D C-contiguous buffer (a numpy array) holding a block per row,
+        which costs one buffer export instead of one per block."""
         if len(blocks) != len(hashes):
             raise ValueError("put_many: %d hashes, %d blocks" % (len(hashes), len(blocks)))
         k = _keys(model_dir, hashes, rank, group)
-        srcs = [_src(b) for b in blocks]
-        bufs = (ctypes.c_void_p * max(k.n, 1))(*[s[0] for s in srcs])
-        lens = (ctypes.c_size_t * max(k.n, 1))(*[s[1] for s in srcs])
+        rows = _rows(blocks, k.n, False)
+        if rows:
+            bufs, lens, srcs = rows
+        else:
+            srcs = [_src(b) for b in blocks]
+            bufs = (ctypes.c_void_p * max(k.n, 1))(*[s[0] for s in srcs])
+            lens = (ctypes.c_size_t * max(k.n, 1))(*[s[1] for s in srcs])
         status = (ctypes.c_int * max(k.n, 1))()
         _check(lib.kv_offd_put_many(self._h, ctypes.byref(k), bufs, lens, status),
                "put_many")
@@ -281,7 +312,8 @@ class Client(_Closes):
 
     def get_many(self, model_dir, hashes, rank=0, group=0, outs=None):
         """A list of bytes (or, with outs, memoryviews into them), None for
-        an absent block."""
+        an absent block.  outs is a list of writable buffers or, as for
+        put_many, one 2-D array of them, a block per row."""
         k = _keys(model_dir, hashes, rank, group)
         n = max(k.n, 1)
         if outs is None:
@@ -294,14 +326,22 @@ class Client(_Closes):
             return got
         if len(outs) != k.n:
             raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
-        dsts = [_dst(o) for o in outs]
-        bufs = (ctypes.c_void_p * n)(*[d[0] for d in dsts])
-        caps = (ctypes.c_size_t * n)(*[d[1] for d in dsts])
+        rows = _rows(outs, k.n, True)
+        if rows:
+            bufs, caps, keep = rows
+        else:
+            dsts = [_dst(o) for o in outs]
+            bufs = (ctypes.c_void_p * n)(*[d[0] for d in dsts])
+            caps = (ctypes.c_size_t * n)(*[d[1] for d in dsts])
         lens = (ctypes.c_size_t * n)()
         status = (ctypes.c_int * n)()
         _check(lib.kv_offd_get_many(self._h, ctypes.byref(k), bufs, caps, lens, status),
                "get_many")
         _raise_first(status, k.n, hashes, "get_many", absent_ok=True)
+        if rows:
+            flat, row = keep[0].cast("B"), keep[0].strides[0]
+            return [None if st else flat[at:at + ln]
+                    for st, ln, at in zip(status[:k.n], lens[:k.n], range(0, k.n * row, row))]
         return [None if status[i] else dsts[i][2][0].cast("B")[:lens[i]] for i in range(k.n)]
 
     def lookup_many(self, model_dir, hashes, rank=0, group=0):

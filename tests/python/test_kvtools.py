@@ -52,6 +52,30 @@ def test_hashes_of_mixed_lengths(client):
     assert client.get_many(MODEL_DIR, hs) == [b"a", b"b", b"c"]
 
 
+def test_a_2d_array_is_a_block_per_row_both_ways(client):
+    hs = hashes(300, 2)
+    rows = np.random.default_rng(7).integers(0, 256, (300, 4096), dtype=np.uint8)
+    client.put_many(MODEL_DIR, hs, rows)
+    assert client.get_many(MODEL_DIR, hs[:2]) == [rows[0].tobytes(), rows[1].tobytes()]
+    out = np.zeros((301, 4096), dtype=np.uint8)[1:]    # rows of a bigger array
+    got = client.get_many(MODEL_DIR, hs[:150] + ["ffff000000000001"] + hs[151:], outs=out)
+    assert got[150] is None
+    assert all(bytes(got[i]) == rows[i].tobytes() for i in range(300) if i != 150)
+    assert np.array_equal(out[:150], rows[:150]) and not out[150].any()
+    # A block shorter than its row: the view is the block's length.
+    client.put_many(MODEL_DIR, ["abab0001"], [b"short"])
+    assert bytes(client.get_many(MODEL_DIR, ["abab0001"], outs=out[:1])[0]) == b"short"
+    # Not C-contiguous (every other column): rows that are not one
+    # buffer each are refused, as any such block is.
+    with pytest.raises(ValueError):
+        client.put_many(MODEL_DIR, hs[:3], rows[:3, ::2])
+    ro = rows[:2].copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError):
+        client.get_many(MODEL_DIR, hs[:2], outs=ro)
+    client.put_many(MODEL_DIR, hs[:2], ro)      # read-only rows are fine to put
+
+
 def test_put_many_get_many_of_every_size_class(client):
     sizes = [16384, 524288, 2 << 20, 8 << 20, 1000, 300000]
     hs = hashes(len(sizes), 1)
