@@ -122,6 +122,48 @@ vllm_key() {
 	assert_output --partial "a bucket is not bounded by a SIZE"
 }
 
+@test "s3: kvoffd over a failing bucket: every put succeeds, refused moves down are counted drops; once it is back they land" {
+	local h
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	CTL=$BATS_TEST_TMPDIR/faults
+	mkdir "$BATS_TEST_TMPDIR/local"
+	s3_proxy_start --control "$CTL"
+	AWS_ENDPOINT_URL=$S3_PROXY_URL AWS_MAX_ATTEMPTS=1 \
+		start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet" \
+		--cpu-bytes 1M --slot-bytes 512K --write-threads 1
+	printf 'every 1\nerror500 0\n' > "$CTL"
+	for h in abcde00001 abcde00002 abcde00003 abcde00004 abcde00005 abcde00006; do
+		head -c 300000 /dev/urandom > "$h"
+		kvput --daemon "$SOCK" --model-dir "$MD" "$h" "$h"
+	done
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	jq -e '.error500 > 0' "$S3_PROXY_STATS"
+	grep -q "dropped '.*' from '$BATS_TEST_TMPDIR/local': no lower tier took it" \
+		"$BATS_TEST_TMPDIR/kvoffd.log"
+	run keys
+	[ -z "$output" ]
+	# The bucket back: what leaves the local tier lands there.
+	: > "$CTL"
+	AWS_ENDPOINT_URL=$S3_PROXY_URL AWS_MAX_ATTEMPTS=1 \
+		start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:700K" --tier "shared:s3://$B/fleet" \
+		--cpu-bytes 1M --slot-bytes 512K --write-threads 1
+	for h in abcde00007 abcde00008 abcde00009 abcde00010; do
+		head -c 300000 /dev/urandom > "$h"
+		kvput --daemon "$SOCK" --model-dir "$MD" "$h" "$h"
+	done
+	kvoffd --stats "$SOCK" > stats.json
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	jq -e '.tiers[0].drops == 0 and .tiers[1].errors == 0' stats.json
+	run keys
+	[ "${#lines[@]}" -ge 2 ]
+	for k in "${lines[@]}"; do
+		h=$(basename "$k" .bin)
+		kvget --root "s3://$B/fleet" --model-dir "$MD" "$h" | cmp - "$h"
+	done
+}
+
 @test "s3: without a prefix the key starts with '/', as vLLM writes it" {
 	head -c 100 /dev/urandom > "$BATS_TEST_TMPDIR/a"
 	kvput --root "s3://$B" --config "$CFG" 3fa9c04e51d2b7a8 "$BATS_TEST_TMPDIR/a"
