@@ -115,6 +115,12 @@ vllm_key() {
 	jq -e '.tiers[1].hits >= 1 and .tiers[1].kind == "shared"' stats.json
 	stop_daemon
 	grep -q "tier 1, shared, s3://$B/fleet: [4-6] blocks" "$BATS_TEST_TMPDIR/kvoffd.log"
+	# --root takes a bucket as the one tier below RAM.
+	start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M --slot-bytes 512K
+	h=$(basename "$(keys | head -1)" .bin)
+	kvget --daemon "$SOCK" --model-dir "$MD" "$h" | cmp - "$BATS_TEST_TMPDIR/$h"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
 	# A bucket has no SIZE, for kvoffd as for kvget.
 	run kvoffd --socket "$SOCK" --cpu-bytes 1M --tier "local:$BATS_TEST_TMPDIR/local:700K" \
 		--tier "shared:s3://$B/fleet:1G"
