@@ -143,10 +143,9 @@ void tool_root_err(const char *verb, const char *root, int err);
  * missing one is most often a volume not mounted. */
 int tool_root_open(const char *root);
 
-/* kvoffd's claim on a file tier it bounds and keeps the LRU of: this
- * file under the tier's root, flock()ed while kvoffd runs, holding
- * "pid PID socket PATH". */
-#define TOOL_OFFD_LOCK	".kvoffd.lock"
+/* kvoffd's claim on a file tier it bounds and keeps the LRU of: libkv's
+ * bounded tier claim (kv/tier.h), holding "pid PID socket PATH". */
+#define TOOL_OFFD_LOCK	KV_TIER_LOCK
 
 /* 1 when a live kvoffd manages root (its words in who), 0 when none
  * does (no claim, or a stale one), -errno. */

@@ -8,8 +8,12 @@
  * writer.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <sys/file.h>
 #include <kv/errors.h>
 #include <kv/file_index.h>
 #include "tier_impl.h"
@@ -21,6 +25,7 @@ struct bounded {
 	struct kv_file_index *idx;
 	uint64_t capacity_bytes;
 	int replace;		/* KV_IO_REPLACE: a put rewrites a present block */
+	int lockfd;		/* the claim on the root (KV_TIER_LOCK) */
 };
 
 static struct bounded *B(struct kv_tier *t)
@@ -209,6 +214,7 @@ static void bounded_close(struct kv_tier *t)
 
 	kv_tier_close(b->files);
 	kv_file_index_free(b->idx);
+	close(b->lockfd);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
 }
@@ -244,6 +250,28 @@ static const struct kv_tier_ops bounded_ops = {
 	.config_put = bounded_config_put,
 };
 
+/* The index is the truth only while no other process writes the root:
+ * claim it as kvoffd does its bounded tiers. */
+static int claim(const char *root, int *lockfd)
+{
+	char text[64];
+	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r, n;
+
+	if (dfd < 0)
+		return -errno;
+	r = kv_lock_beneath(dfd, KV_TIER_LOCK, LOCK_EX, 0, lockfd);
+	close(dfd);
+	if (r < 0)
+		return r == -EWOULDBLOCK ? -EBUSY : r;
+	n = snprintf(text, sizeof(text), "pid %d bounded tier\n", (int)getpid());
+	if (ftruncate(*lockfd, 0) < 0 || pwrite(*lockfd, text, (size_t)n, 0) != n) {
+		r = -errno;
+		close(*lockfd);
+		return r;
+	}
+	return 0;
+}
+
 int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 			      uint64_t capacity_bytes, struct kv_tier **out)
 {
@@ -263,7 +291,10 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 		free(b);
 		return r;
 	}
+	b->lockfd = -1;
 	r = kv_tier_file_open(root, opts, &b->files);
+	if (r == 0)
+		r = claim(root, &b->lockfd);
 	if (r == 0)
 		r = kv_file_index_new(&b->idx);
 	if (r == 0)
@@ -271,6 +302,8 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 	if (r < 0) {
 		kv_tier_close(b->files);
 		kv_file_index_free(b->idx);
+		if (b->lockfd >= 0)
+			close(b->lockfd);
 		pthread_mutex_destroy(&b->lock);
 		free(b);
 		return r;

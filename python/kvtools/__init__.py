@@ -473,6 +473,8 @@ class Tiers(_Closes):
     kvoffd --tier: a bounded tier keeps its blocks in LRU order by last
     use and sends the oldest down as it fills; a hit below the first tier
     is copied up by ``promote`` ("first-hit", "second-hit" or "never").
+    A bounded tier claims its root while open (.kvoffd.lock): a root that
+    kvoffd or another bounded tier keeps the LRU of raises KvError EBUSY.
 
         with kvtools.Tiers([("/nvme/kv", 200 << 30), "/mnt/kv"]) as t:
             t.put(model_dir, "5f1c9a44e0b2", data)

@@ -13,6 +13,7 @@ setup() {
 }
 
 teardown() {
+	kill_daemon
 	[ -z "${NOBODY_DIR:-}" ] || rm -rf "$NOBODY_DIR"
 	common_teardown
 }
@@ -333,6 +334,23 @@ put() {
 	cmp "$BATS_TEST_TMPDIR/out/abcdef0003.bin" "$BATS_TEST_TMPDIR/abcdef0003"
 	[ "$(grep -c '"hit":true' "$BATS_TEST_TMPDIR/rec")" -eq 2 ]
 	[ "$(grep -c '"hit":false' "$BATS_TEST_TMPDIR/rec")" -eq 1 ]
+}
+
+@test "--tier: a bounded tier another process keeps the LRU of is refused, naming it; unbounded it may be read" {
+	local LOCAL=$BATS_TEST_TMPDIR/local
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	mkdir "$LOCAL"
+	put abcdef0001 100000
+	start_kvoffd --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --cpu-bytes 1M --slot-bytes 256K
+	run kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --config "$CFG" abcdef0001
+	assert_failure 3
+	assert_output --partial "cannot open '$LOCAL': another process keeps its LRU: lock '.kvoffd.lock' held by pid $DPID (kvoffd"
+	# Read only, the daemon's local tier is just a cache root.
+	kvget --tier "local:$LOCAL" --config "$CFG" --exists abcdef0001 || [ "$?" -eq 1 ]
+	stop_daemon
+	# The claim dies with its holder.
+	kvget --tier "local:$LOCAL:1M" --tier "shared:$KV_ROOT" --config "$CFG" abcdef0001 |
+		cmp - "$BATS_TEST_TMPDIR/abcdef0001"
 }
 
 @test "--tier --promote: never copies nothing up, second-hit on the second read in one run" {

@@ -70,3 +70,15 @@ def test_refusals(dirs, tmp_path):
     t.close()
     with pytest.raises(ValueError, match="closed"):
         t.get(MD, "abcdef01")
+
+
+def test_a_claimed_root_is_refused(tmp_path):
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    with kvtools.Tiers([(str(local), 1 << 20), str(shared)]):
+        with pytest.raises(kvtools.KvError) as e:
+            kvtools.Tiers([(str(local), 1 << 20), str(shared)])
+        assert e.value.errno_name == "EBUSY"
+    # Closed, the claim is gone.
+    kvtools.Tiers([(str(local), 1 << 20), str(shared)]).close()

@@ -530,6 +530,17 @@ static int check_bounded_reopen(const char *base)
 	      "set last uses");
 	r = kv_tier_file_open_bounded(root, NULL, 4 * BLOCK, &t);
 	CHECK(r == 0, "reopen: %s", kv_strerror(r));
+	/* The root is claimed: a second bounded tier on it is refused,
+	 * naming the holder, while an unbounded one may still read it. */
+	{
+		struct kv_tier *again, *plain;
+
+		r = kv_tier_file_open_bounded(root, NULL, 4 * BLOCK, &again);
+		CHECK(r == -EBUSY && strstr(kv_error_detail(), "pid"), "second claim: %s (%s)",
+		      kv_strerror(r), kv_error_detail());
+		CHECK(kv_tier_file_open(root, NULL, &plain) == 0, "unbounded open");
+		kv_tier_close(plain);
+	}
 	CHECK(kv_tier_stat(t, &st) == 0 && st.blocks == 4 && st.used_bytes == 4 * BLOCK,
 	      "reindexed %llu blocks, %llu bytes", (unsigned long long)st.blocks,
 	      (unsigned long long)st.used_bytes);

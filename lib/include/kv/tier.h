@@ -207,10 +207,19 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
  * removed; when a spill fails the put fails with the lower tier's error
  * and nothing is lost.  A root found fuller than capacity_bytes is
  * trimmed by the next put.  The index answers has and size, so the tier
- * must be its root's only writer.  -EFBIG for a block over capacity_bytes;
+ * must be its root's only writer: it claims the root (KV_TIER_LOCK)
+ * and fails with -EBUSY while another process (kvoffd, another bounded
+ * tier) holds the claim.  -EFBIG for a block over capacity_bytes;
  * -EINVAL for a capacity of 0. */
 int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 			      uint64_t capacity_bytes, struct kv_tier **out);
+
+/* The claim of a bounded tier's only writer on its root (the bounded
+ * tier's while open, kvoffd's for the tiers it bounds): this file,
+ * flock()ed exclusively, holding "pid PID ...".  A second claimant gets
+ * -EBUSY, the holder in kv_error_detail(); kvevict refuses such a root
+ * unless forced. */
+#define KV_TIER_LOCK	".kvoffd.lock"
 
 /* A bucket root "s3://BUCKET[/PREFIX]", configured and signed as the AWS
  * CLI is (kv(7)): each block is one object at the key vLLM's obj tier
