@@ -148,15 +148,25 @@ until redis-cli -p "$PORT" ping >/dev/null 2>&1; do :; done
 # The keys redis-benchmark's -r KEYS draws (key:%012d), all present.
 seq 0 $((KEYS - 1)) | awk '{ printf "SET key:%012d x\n", $1 }' |
 	redis-cli -p "$PORT" --pipe >/dev/null
+# rbench ARGS...: redis-benchmark, tried again (at most 3 times) when it
+# gives up with "All clients disconnected", as it can on a loaded machine.
+rbench() {
+	local t
+	for t in 1 2 3; do
+		redis-benchmark "$@" && return 0
+		echo "redis-benchmark failed (try $t of 3)" >&2
+	done
+	return 1
+}
 # rps CSV: the requests per second of redis-benchmark --csv's last row.
 rps() { tail -1 "$1" | tr -d '"' | cut -d, -f2; }
 for r in $(seq "$REPEAT"); do
-	redis-benchmark -p "$PORT" -c 1 -P 64 -n $((KEYS * HAS_ITERS)) -r "$KEYS" --csv \
+	rbench -p "$PORT" -c 1 -P 64 -n $((KEYS * HAS_ITERS)) -r "$KEYS" --csv \
 		EXISTS key:__rand_int__ >"$TMP/exists.csv"
 	runs[has_redis]+="$(rps "$TMP/exists.csv") "
 	for size in 16K 2M; do
 		if [ $size = 16K ]; then n=$BLOCKS_16K b=$K16; else n=$BLOCKS_2M b=$M2; fi
-		redis-benchmark -p "$PORT" -c 1 -P 64 -n $((n * ITERS)) -r "$n" -d "$b" \
+		rbench -p "$PORT" -c 1 -P 64 -n $((n * ITERS)) -r "$n" -d "$b" \
 			-t set,get --csv >"$TMP/sg.csv"
 		runs[redis_$size]+="$("$PY" -c "
 import csv, sys
