@@ -247,6 +247,32 @@ int kv_offd_commit(struct kv_offd *c, uint32_t slot)
 	return by_slot(c, KV_OFFD_COMMIT, slot);
 }
 
+#define SUM_CHUNK	(64u << 10)	/* copied then hashed while in L2 */
+
+/* Copy n bytes and return the XXH3-64 of src (a put's: what the writer
+ * meant, whatever lands in the slot meanwhile) or of dst (a get's: what
+ * the reader got), a chunk at a time so each is hashed while still in
+ * cache. */
+static uint64_t copy_sum(void *dst, const void *src, size_t n, int of_dst)
+{
+	struct kv_xxh3_state *st;
+	uint64_t sum;
+
+	if (n <= SUM_CHUNK || kv_xxh3_new(&st) < 0) {
+		memcpy(dst, src, n);
+		return kv_xxh3(of_dst ? dst : src, n);
+	}
+	for (size_t at = 0; at < n; at += SUM_CHUNK) {
+		size_t len = n - at < SUM_CHUNK ? n - at : SUM_CHUNK;
+
+		memcpy((char *)dst + at, (const char *)src + at, len);
+		kv_xxh3_update(st, (const char *)(of_dst ? dst : src) + at, len);
+	}
+	sum = kv_xxh3_digest(st);
+	kv_xxh3_free(st);
+	return sum;
+}
+
 /* COMMIT with the block's xxh3, taken here while its bytes were in
  * cache: the daemon's loop does not read them. */
 static int commit_sum(struct kv_offd *c, uint32_t slot, uint64_t sum)
@@ -326,10 +352,9 @@ int kv_offd_put(struct kv_offd *c, const struct kv_block_ref *ref,
 	err = kv_offd_alloc(c, ref, len, &slot, &dst);
 	if (err)
 		return err;
-	memcpy(dst, buf, len);
 	/* The source's sum: bytes someone wrote into the slot meanwhile
 	 * are caught by the readers. */
-	return commit_sum(c, slot, kv_xxh3(buf, len));
+	return commit_sum(c, slot, copy_sum(dst, buf, len, 0));
 }
 
 /* Checked as copied out, where the copy is in cache. */
@@ -351,8 +376,8 @@ int kv_offd_get(struct kv_offd *c, const struct kv_block_ref *ref,
 			*len = n;
 			return err ? err : -EFBIG;
 		}
-		memcpy(buf, src, n);
-		err = kv_xxh3(buf, n) == sum ? kv_offd_release(c, slot) : release_altered(c, slot);
+		err = copy_sum(buf, src, n, 1) == sum ? kv_offd_release(c, slot) :
+		      release_altered(c, slot);
 	}
 	if (!err)
 		*len = n;
@@ -968,8 +993,7 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 			if (r->status)
 				continue;
 			if (put) {
-				memcpy(c->pool + r->offset, src[i], sizes[i]);
-				sums[i] = kv_xxh3(src[i], sizes[i]);
+				sums[i] = copy_sum(c->pool + r->offset, src[i], sizes[i], 0);
 				continue;
 			}
 			lens[i] = (size_t)r->len;
@@ -979,10 +1003,9 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 				status[i] = -EFBIG;
 				continue;
 			}
-			memcpy(dst[i], c->pool + r->offset, (size_t)r->len);
 			/* Checked in cache; a mismatch goes back altered and
 			 * is read again alone. */
-			if (kv_xxh3(dst[i], (size_t)r->len) != r->sum) {
+			if (copy_sum(dst[i], c->pool + r->offset, (size_t)r->len, 1) != r->sum) {
 				altered[i] = 1;
 				status[i] = -EAGAIN;
 			}
