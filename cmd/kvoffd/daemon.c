@@ -472,7 +472,10 @@ static int owned_alloc(struct offd *d, struct client *c, uint32_t i)
 	return i < d->nslots && d->slots[i].state == SLOT_ALLOC && d->slots[i].owner == c;
 }
 
-static int op_commit(struct offd *d, struct client *c, uint32_t i)
+/* Commit slot i: its sum is the client's (KV_OFFD_COMMIT_SUM: taken
+ * where the bytes were in its cache) or, without one, computed here. */
+static int op_commit(struct offd *d, struct client *c, uint32_t i, uint64_t flags,
+		     uint64_t sum)
 {
 	uint32_t old;
 	unsigned cls;
@@ -483,7 +486,8 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i)
 		return -EINVAL;
 	s = &d->slots[i];
 	len = kv_slots_len(d->store, i);
-	s->sum = kv_xxh3(d->pool + kv_slots_offset(d->store, i), len);
+	s->sum = flags & KV_OFFD_COMMIT_SUM ? sum :
+		 kv_xxh3(d->pool + kv_slots_offset(d->store, i), len);
 	old = kv_slots_find(d->store, kv_slots_key(d->store, i));
 	if (old != KV_SLOT_NONE) {
 		kv_slots_remove(d->store, old);
@@ -559,23 +563,10 @@ static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 	r->slot = i;
 	r->len = kv_slots_len(d->store, i);
 	r->offset = kv_slots_offset(d->store, i);
+	r->sum = d->slots[i].sum;
 	d->st.gets++;
 	d->st.get_bytes += r->len;
 	return 0;
-}
-
-/* The key's block if committed and intact, else KV_SLOT_NONE or the slot
- * a read-through is loading into. */
-static uint32_t find_ready(struct offd *d, const char *path)
-{
-	uint32_t i = kv_slots_find(d->store, path);
-
-	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY && !intact(d, i)) {
-		drop_altered(d, i);
-		try_release(d, i);
-		i = KV_SLOT_NONE;
-	}
-	return i;
 }
 
 /* A pin of c's that revoke_pins took back: forget it, -ESTALE. */
@@ -589,7 +580,9 @@ static int release_revoked(struct client *c, uint32_t i)
 	return -EINVAL;
 }
 
-static int op_release(struct offd *d, struct client *c, uint32_t i)
+/* Drop a pin of c's; altered: the reader found other bytes than the
+ * block's sum, and the block goes if it finds so too. */
+static int op_release(struct offd *d, struct client *c, uint32_t i, uint64_t altered)
 {
 	size_t k;
 
@@ -597,6 +590,8 @@ static int op_release(struct offd *d, struct client *c, uint32_t i)
 		;
 	if (k == c->npins)
 		return release_revoked(c, i);
+	if (altered && kv_slots_indexed(d->store, i) && !intact(d, i))
+		drop_altered(d, i);
 	d->slots[i].pins--;
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
@@ -621,7 +616,7 @@ static void reply_result(struct offd *d, struct client *c, uint16_t type, int er
 			 const struct kv_offd_result *res)
 {
 	struct kv_offd_frame r = { .type = type | KV_OFFD_REPLY, .slot = res->slot,
-				   .len = res->len, .arg = res->offset };
+				   .len = res->len, .arg = res->offset, .sum = res->sum };
 
 	if (err)
 		reply_status(d, c, type, err);
@@ -645,11 +640,12 @@ static void do_alloc(struct offd *d, struct client *c, const struct kv_offd_fram
 		reply_result(d, c, f->type, err, &r);
 }
 
-static void do_by_slot(struct offd *d, struct client *c, const struct kv_offd_frame *f,
-		       int (*op)(struct offd *, struct client *, uint32_t))
+static void do_by_slot(struct offd *d, struct client *c, const struct kv_offd_frame *f)
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY, .slot = f->slot };
-	int err = op(d, c, f->slot);
+	int err = f->type == KV_OFFD_COMMIT ? op_commit(d, c, f->slot, f->arg, f->sum) :
+		  f->type == KV_OFFD_RELEASE ? op_release(d, c, f->slot, f->arg) :
+		  op_abort(d, c, f->slot);
 
 	if (err)
 		reply_status(d, c, f->type, err);
@@ -674,7 +670,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	i = find_ready(d, path);
+	i = kv_slots_find(d->store, path);
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY) {
 		err = op_pin(d, c, i, rerun, &r);
 		reply_result(d, c, f->type, err, &r);
@@ -754,7 +750,7 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
-	uint32_t i = find_ready(d, path);
+	uint32_t i = kv_slots_find(d->store, path);
 	int err;
 
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
@@ -777,13 +773,13 @@ static int batch_entry(struct offd *d, struct client *c, unsigned op,
 	switch (op) {
 	case KV_OFFD_COMMIT:
 		r->slot = e->slot;
-		return op_commit(d, c, e->slot);
+		return op_commit(d, c, e->slot, e->flags, e->sum);
 	case KV_OFFD_ABORT:
 		r->slot = e->slot;
 		return op_abort(d, c, e->slot);
 	case KV_OFFD_RELEASE:
 		r->slot = e->slot;
-		return op_release(d, c, e->slot);
+		return op_release(d, c, e->slot, e->flags);
 	}
 	strcpy(ref->hash, e->hash);
 	err = kv_layout_block_path_ref(ref, path, PATH_BYTES);
@@ -877,16 +873,12 @@ static void dispatch(struct offd *d, struct client *c, const struct kv_offd_fram
 		do_alloc(d, c, f);
 		break;
 	case KV_OFFD_COMMIT:
-		do_by_slot(d, c, f, op_commit);
-		break;
 	case KV_OFFD_ABORT:
-		do_by_slot(d, c, f, op_abort);
+	case KV_OFFD_RELEASE:
+		do_by_slot(d, c, f);
 		break;
 	case KV_OFFD_LOOKUP:
 		do_lookup(d, c, f, rerun);
-		break;
-	case KV_OFFD_RELEASE:
-		do_by_slot(d, c, f, op_release);
 		break;
 	case KV_OFFD_HAS:
 		do_has(d, c, f);

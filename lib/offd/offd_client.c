@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <kv/errors.h>
+#include <kv/integrity.h>
 #include <kv/offd.h>
 
 struct kv_offd {
@@ -246,13 +247,50 @@ int kv_offd_commit(struct kv_offd *c, uint32_t slot)
 	return by_slot(c, KV_OFFD_COMMIT, slot);
 }
 
+#define SUM_CHUNK	(64u << 10)	/* copied then hashed while in L2 */
+
+/* Copy n bytes and return the XXH3-64 of src (a put's: what the writer
+ * meant, whatever lands in the slot meanwhile) or of dst (a get's: what
+ * the reader got), a chunk at a time so each is hashed while still in
+ * cache. */
+static uint64_t copy_sum(void *dst, const void *src, size_t n, int of_dst)
+{
+	struct kv_xxh3_state *st;
+	uint64_t sum;
+
+	if (n <= SUM_CHUNK || kv_xxh3_new(&st) < 0) {
+		memcpy(dst, src, n);
+		return kv_xxh3(of_dst ? dst : src, n);
+	}
+	for (size_t at = 0; at < n; at += SUM_CHUNK) {
+		size_t len = n - at < SUM_CHUNK ? n - at : SUM_CHUNK;
+
+		memcpy((char *)dst + at, (const char *)src + at, len);
+		kv_xxh3_update(st, (const char *)(of_dst ? dst : src) + at, len);
+	}
+	sum = kv_xxh3_digest(st);
+	kv_xxh3_free(st);
+	return sum;
+}
+
+/* COMMIT with the block's xxh3, taken here while its bytes were in
+ * cache: the daemon's loop does not read them. */
+static int commit_sum(struct kv_offd *c, uint32_t slot, uint64_t sum)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_COMMIT, .slot = slot,
+				     .arg = KV_OFFD_COMMIT_SUM, .sum = sum }, rep;
+
+	return request(c, &req, &rep);
+}
+
 int kv_offd_abort(struct kv_offd *c, uint32_t slot)
 {
 	return by_slot(c, KV_OFFD_ABORT, slot);
 }
 
-int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
-		   uint32_t *slot, const void **ptr, size_t *len)
+/* A LOOKUP as the daemon answers it, the block's sum with it. */
+static int lookup_raw(struct kv_offd *c, const struct kv_block_ref *ref, uint32_t *slot,
+		      const void **ptr, size_t *len, uint64_t *sum)
 {
 	struct kv_offd_frame req, rep;
 	int err;
@@ -266,7 +304,37 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 	*slot = rep.slot;
 	*ptr = slot_ptr(c, rep.arg, rep.len);
 	*len = (size_t)rep.len;
+	*sum = rep.sum;
 	return *ptr ? 0 : -KV_EPROTO;
+}
+
+/* Give back a pin whose bytes did not match their sum: the daemon checks
+ * them too and drops the block.  -KV_ECHECKSUM, or the release's error. */
+static int release_altered(struct kv_offd *c, uint32_t slot)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_RELEASE, .slot = slot,
+				     .arg = KV_OFFD_RELEASE_ALTERED }, rep;
+	int err = request(c, &req, &rep);
+
+	return err ? err : -KV_ECHECKSUM;
+}
+
+/* Tries per read: a block found altered is dropped by the daemon, so the
+ * second try reads it through from the file tier, or misses. */
+#define READ_TRIES	2
+
+int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
+		   uint32_t *slot, const void **ptr, size_t *len)
+{
+	uint64_t sum;
+	int err = -KV_ECHECKSUM;
+
+	for (int t = 0; t < READ_TRIES && err == -KV_ECHECKSUM; t++) {
+		err = lookup_raw(c, ref, slot, ptr, len, &sum);
+		if (!err && kv_xxh3(*ptr, *len) != sum)
+			err = release_altered(c, *slot);
+	}
+	return err;
 }
 
 int kv_offd_release(struct kv_offd *c, uint32_t slot)
@@ -284,28 +352,36 @@ int kv_offd_put(struct kv_offd *c, const struct kv_block_ref *ref,
 	err = kv_offd_alloc(c, ref, len, &slot, &dst);
 	if (err)
 		return err;
-	memcpy(dst, buf, len);
-	return kv_offd_commit(c, slot);
+	/* The source's sum: bytes someone wrote into the slot meanwhile
+	 * are caught by the readers. */
+	return commit_sum(c, slot, copy_sum(dst, buf, len, 0));
 }
 
+/* Checked as copied out, where the copy is in cache. */
 int kv_offd_get(struct kv_offd *c, const struct kv_block_ref *ref,
 		void *buf, size_t cap, size_t *len)
 {
 	const void *src;
+	uint64_t sum;
 	uint32_t slot;
 	size_t n;
-	int err;
+	int err = -KV_ECHECKSUM;
 
-	err = kv_offd_lookup(c, ref, &slot, &src, &n);
-	if (err)
-		return err;
-	if (n <= cap)
-		memcpy(buf, src, n);
-	err = kv_offd_release(c, slot);
-	if (err)
-		return err;
-	*len = n;
-	return n <= cap ? 0 : -EFBIG;
+	for (int t = 0; t < READ_TRIES && err == -KV_ECHECKSUM; t++) {
+		err = lookup_raw(c, ref, &slot, &src, &n, &sum);
+		if (err)
+			return err;
+		if (n > cap) {
+			err = kv_offd_release(c, slot);
+			*len = n;
+			return err ? err : -EFBIG;
+		}
+		err = copy_sum(buf, src, n, 1) == sum ? kv_offd_release(c, slot) :
+		      release_altered(c, slot);
+	}
+	if (!err)
+		*len = n;
+	return err;
 }
 
 int kv_offd_has(struct kv_offd *c, const struct kv_block_ref *ref, int *where)
@@ -664,6 +740,15 @@ int kv_offd_lookup_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		struct kv_block_ref ref;
 		const void *ptr;
 
+		/* A block whose bytes are not its sum's goes back, altered,
+		 * and is looked up alone (read through, or a miss). */
+		if (!res[i].status && kv_xxh3(c->pool + res[i].offset, res[i].len) != res[i].sum) {
+			err = release_altered(c, res[i].slot);
+			if (err != -KV_ECHECKSUM)
+				break;
+			err = 0;
+			res[i] = (struct kv_offd_result){ .status = -EAGAIN };
+		}
 		if (!batch_took(c, k, &res[i], i, &out[i], &status[i], &ref))
 			continue;
 		status[i] = kv_offd_lookup(c, &ref, &out[i].slot, &ptr, &out[i].len);
@@ -811,10 +896,12 @@ static int put_pass(struct kv_offd *c, const struct kv_offd_keys *k, size_t *idx
 }
 
 /* Send the slots of piece [at, at + n) whose first op succeeded, as a
- * BATCH of op; their key indices go to idx.  0 sent nothing. */
+ * BATCH of op: COMMITs with the sums taken here, RELEASEs marked
+ * altered where the bytes read did not match; their key indices go to
+ * idx.  0 sent nothing. */
 static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
-			 const struct kv_offd_result *res, size_t at, size_t n, size_t *idx,
-			 int *err)
+			 const struct kv_offd_result *res, const uint64_t *sums,
+			 const unsigned char *altered, size_t at, size_t n, size_t *idx, int *err)
 {
 	struct kv_offd_batch_entry e = { 0 };
 
@@ -824,6 +911,12 @@ static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned
 			idx[head->len++] = i;
 	for (size_t j = 0; j < head->len; j++) {
 		e.slot = res[idx[j]].slot;
+		if (op == KV_OFFD_COMMIT) {
+			e.flags = KV_OFFD_COMMIT_SUM;
+			e.sum = sums[idx[j]];
+		} else {
+			e.flags = altered[idx[j]] ? KV_OFFD_RELEASE_ALTERED : 0;
+		}
 		kv_offd_batch_encode(head, c->payload, j, &e);
 	}
 	*err = head->len ? batch_send(c, head) : 0;
@@ -863,8 +956,11 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 					 .group = k->group } }, sh;
 	struct kv_offd_result *res = results(n), *sres = results(KV_OFFD_BATCH_MAX);
 	size_t *idx = calloc(n ? n : 1, sizeof(*idx));
+	/* Sums of what a put copied in; reads of a get that did not match. */
+	uint64_t *sums = calloc(n ? n : 1, sizeof(*sums));
+	unsigned char *altered = calloc(n ? n : 1, 1);
 	unsigned fsent = 0, fdone = 0;
-	int err = res && sres && idx ? payload_ready(c) : -ENOMEM;
+	int err = res && sres && idx && sums && altered ? payload_ready(c) : -ENOMEM;
 
 	/* Pieces of about PIECE_BYTES: small enough that the bytes this side
 	 * copies are still in cache when the daemon checksums them (and the
@@ -897,16 +993,22 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 			if (r->status)
 				continue;
 			if (put) {
-				memcpy(c->pool + r->offset, src[i], sizes[i]);
+				sums[i] = copy_sum(c->pool + r->offset, src[i], sizes[i], 0);
 				continue;
 			}
 			lens[i] = (size_t)r->len;
 			seen++;
 			seen_bytes += r->len;
-			if (r->len <= sizes[i])
-				memcpy(dst[i], c->pool + r->offset, (size_t)r->len);
-			else
+			if (r->len > sizes[i]) {
 				status[i] = -EFBIG;
+				continue;
+			}
+			/* Checked in cache; a mismatch goes back altered and
+			 * is read again alone. */
+			if (copy_sum(dst[i], c->pool + r->offset, (size_t)r->len, 1) != r->sum) {
+				altered[i] = 1;
+				status[i] = -EAGAIN;
+			}
 		}
 		/* The last piece's second op, answered after this first op. */
 		if (!err && sent_s)
@@ -915,7 +1017,7 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 			if (!status[idx[j]])
 				status[idx[j]] = sres[j].status;
 		if (!err)
-			sent_s = send_slots(c, &sh, sop, res, at, m, idx, &err);
+			sent_s = send_slots(c, &sh, sop, res, sums, altered, at, m, idx, &err);
 		if (!err && next < n) {
 			struct kv_offd_frame *f = &fh[fsent % 2];
 
@@ -941,6 +1043,8 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 	free(res);
 	free(sres);
 	free(idx);
+	free(sums);
+	free(altered);
 	return err;
 }
 

@@ -7,6 +7,7 @@
  *  16 rank u32   20 group u32    24 len u64   32 arg u64
  *  40 model_len u16   42 hash_len u16   44 reserved u32 (zero)
  *  48 body: key frames  model_dir[256] hash[128], zero to the end;
+ *           COMMIT requests and LOOKUP replies: the block's xxh3 at 432;
  *           BATCH requests of keyed ops the same with no hash;
  *           stats frames u64 x KV_OFFD_STATS_COUNT, tier stats frames
  *           u64 x KV_OFFD_TIER_STATS_COUNT, zero to the end.
@@ -37,6 +38,7 @@
 #define OFF_HASH	(OFF_MODEL + MODEL_FIELD)
 #define HASH_FIELD	128
 #define KEY_END		(OFF_HASH + HASH_FIELD)
+#define OFF_SUM		KEY_END
 
 _Static_assert(KV_OFFD_MODEL_MAX < MODEL_FIELD + 1, "model field too small");
 _Static_assert(KV_OFFD_HASH_MAX <= HASH_FIELD, "hash field too small");
@@ -55,6 +57,7 @@ enum {
 	F_ARG = 1 << 4,
 	F_STATS = 1 << 5,
 	F_MODEL = 1 << 6,	/* model_dir, rank, group; no hash */
+	F_SUM = 1 << 7,
 };
 
 static const struct {
@@ -63,10 +66,10 @@ static const struct {
 } fields[KV_OFFD_TYPE_MAX] = {
 	[KV_OFFD_HELLO] = { 0, F_STATUS | F_SLOT | F_LEN | F_ARG },
 	[KV_OFFD_ALLOC] = { F_KEY | F_LEN, F_STATUS | F_SLOT | F_LEN | F_ARG },
-	[KV_OFFD_COMMIT] = { F_SLOT, F_STATUS | F_SLOT },
+	[KV_OFFD_COMMIT] = { F_SLOT | F_ARG | F_SUM, F_STATUS | F_SLOT },
 	[KV_OFFD_ABORT] = { F_SLOT, F_STATUS | F_SLOT },
-	[KV_OFFD_LOOKUP] = { F_KEY, F_STATUS | F_SLOT | F_LEN | F_ARG },
-	[KV_OFFD_RELEASE] = { F_SLOT, F_STATUS | F_SLOT },
+	[KV_OFFD_LOOKUP] = { F_KEY, F_STATUS | F_SLOT | F_LEN | F_ARG | F_SUM },
+	[KV_OFFD_RELEASE] = { F_SLOT | F_ARG, F_STATUS | F_SLOT },
 	[KV_OFFD_HAS] = { F_KEY, F_STATUS | F_ARG },
 	[KV_OFFD_STATS] = { F_ARG, F_STATUS | F_STATS },
 	[KV_OFFD_LIST] = { F_ARG, F_STATUS | F_SLOT | F_KEY | F_LEN | F_ARG },
@@ -243,6 +246,24 @@ static size_t batch_hash_len(const struct kv_offd_frame *f)
 	return (size_t)(f->arg >> 8 & 0xff);
 }
 
+/* A COMMIT's flags and sum: KV_OFFD_COMMIT_SUM or none (then no sum). */
+static int commit_ok(uint64_t flags, uint64_t sum)
+{
+	return flags == KV_OFFD_COMMIT_SUM || (!flags && !sum);
+}
+
+/* Whether a frame's arg and sum are ones its type takes. */
+static int arg_ok(const struct kv_offd_frame *f)
+{
+	switch (f->type) {
+	case KV_OFFD_COMMIT:
+		return commit_ok(f->arg, f->sum);
+	case KV_OFFD_RELEASE:
+		return f->arg <= KV_OFFD_RELEASE_ALTERED;
+	}
+	return 1;
+}
+
 static int batch_keyed(unsigned op)
 {
 	return op == KV_OFFD_HAS || op == KV_OFFD_LOOKUP || op == KV_OFFD_ALLOC;
@@ -257,6 +278,10 @@ static size_t batch_stride(const struct kv_offd_frame *f)
 		return batch_hash_len(f);
 	case KV_OFFD_ALLOC:
 		return 8 + batch_hash_len(f);
+	case KV_OFFD_COMMIT:
+		return 16;	/* slot, flags, xxh3 */
+	case KV_OFFD_RELEASE:
+		return 8;	/* slot, flags */
 	default:
 		return 4;
 	}
@@ -302,7 +327,20 @@ int kv_offd_batch_decode(const struct kv_offd_frame *f, const void *payload,
 	/* Field by field, not a memset: the daemon decodes thousands. */
 	e->len = 0;
 	e->slot = 0;
+	e->flags = 0;
+	e->sum = 0;
 	e->hash[0] = '\0';
+	if (batch_op(f) == KV_OFFD_COMMIT) {
+		e->slot = get32(p);
+		e->flags = get32(p + 4);
+		e->sum = get64(p + 8);
+		return commit_ok(e->flags, e->sum) ? 0 : -KV_EPROTO;
+	}
+	if (batch_op(f) == KV_OFFD_RELEASE) {
+		e->slot = get32(p);
+		e->flags = get32(p + 4);
+		return e->flags <= KV_OFFD_RELEASE_ALTERED ? 0 : -KV_EPROTO;
+	}
 	if (!batch_keyed(batch_op(f))) {
 		e->slot = get32(p);
 		return 0;
@@ -326,6 +364,21 @@ int kv_offd_batch_encode(const struct kv_offd_frame *f, void *payload,
 
 	if (f->type != KV_OFFD_BATCH || i >= f->len)
 		return -KV_EPROTO;
+	if (batch_op(f) == KV_OFFD_COMMIT) {
+		if (!commit_ok(e->flags, e->sum))
+			return -KV_EPROTO;
+		put32(p, e->slot);
+		put32(p + 4, e->flags);
+		put64(p + 8, e->sum);
+		return 0;
+	}
+	if (batch_op(f) == KV_OFFD_RELEASE) {
+		if (e->flags > KV_OFFD_RELEASE_ALTERED)
+			return -KV_EPROTO;
+		put32(p, e->slot);
+		put32(p + 4, e->flags);
+		return 0;
+	}
 	if (!batch_keyed(batch_op(f))) {
 		put32(p, e->slot);
 		return 0;
@@ -343,7 +396,8 @@ int kv_offd_batch_encode(const struct kv_offd_frame *f, void *payload,
 /* A failed entry carries its status alone. */
 static int result_ok(const struct kv_offd_result *r)
 {
-	return status_ok(r->status) && (!r->status || (!r->slot && !r->len && !r->offset));
+	return status_ok(r->status) &&
+	       (!r->status || (!r->slot && !r->len && !r->offset && !r->sum));
 }
 
 int kv_offd_result_decode(const void *payload, size_t i, struct kv_offd_result *r)
@@ -351,7 +405,7 @@ int kv_offd_result_decode(const void *payload, size_t i, struct kv_offd_result *
 	const unsigned char *p = (const unsigned char *)payload + i * KV_OFFD_RESULT_BYTES;
 	struct kv_offd_result v = {
 		.status = (int32_t)get32(p), .slot = get32(p + 4),
-		.len = get64(p + 8), .offset = get64(p + 16),
+		.len = get64(p + 8), .offset = get64(p + 16), .sum = get64(p + 24),
 	};
 
 	if (!result_ok(&v))
@@ -370,6 +424,7 @@ int kv_offd_result_encode(void *payload, size_t i, const struct kv_offd_result *
 	put32(p + 4, r->slot);
 	put64(p + 8, r->len);
 	put64(p + 16, r->offset);
+	put64(p + 24, r->sum);
 	return 0;
 }
 
@@ -384,7 +439,8 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 		return -KV_EPROTO;
 	if ((!(mask & F_STATUS) && f->status) || !status_ok(f->status) ||
 	    (!(mask & F_SLOT) && f->slot) || (!(mask & F_LEN) && f->len) ||
-	    (!(mask & F_ARG) && f->arg))
+	    (!(mask & F_ARG) && f->arg) || (!(mask & F_SUM) && f->sum) || !arg_ok(f) ||
+	    ((f->type & KV_OFFD_REPLY) && f->status && f->sum))
 		return -KV_EPROTO;
 	if (has_key(mask, f)) {
 		if (!model_ok(f->model_dir, ml) || !hash_ok(f->hash, hl))
@@ -411,6 +467,8 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 	put16(p + OFF_HASH_LEN, (uint16_t)hl);
 	memcpy(p + OFF_MODEL, f->model_dir, ml);
 	memcpy(p + OFF_HASH, f->hash, hl);
+	if (mask & F_SUM)
+		put64(p + OFF_SUM, f->sum);
 	if ((mask & F_STATS) && f->status == 0) {
 		size_t n;
 		const uint64_t *body = stats_body((struct kv_offd_frame *)f, &n);
@@ -424,6 +482,7 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 {
 	const unsigned char *p = buf;
+	unsigned char unsummed[KV_OFFD_FRAME_BYTES];
 	struct kv_offd_frame f;
 	unsigned mask;
 	size_t ml, hl;
@@ -439,6 +498,13 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 	mask = fields_of(f.type);
 	if (!mask)
 		return -KV_EPROTO;
+	/* The sum taken out, the rest must be what a frame without one is. */
+	if ((mask & F_SUM) && !((f.type & KV_OFFD_REPLY) && get32(p + OFF_STATUS))) {
+		f.sum = get64(p + OFF_SUM);
+		memcpy(unsummed, p, sizeof(unsummed));
+		memset(unsummed + OFF_SUM, 0, 8);
+		p = unsummed;
+	}
 	f.status = (int32_t)get32(p + OFF_STATUS);
 	f.slot = get32(p + OFF_SLOT);
 	f.rank = get32(p + OFF_RANK);
@@ -449,7 +515,7 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 	hl = get16(p + OFF_HASH_LEN);
 	if (!status_ok(f.status) || (!(mask & F_STATUS) && f.status) ||
 	    (!(mask & F_SLOT) && f.slot) || (!(mask & F_LEN) && f.len) ||
-	    (!(mask & F_ARG) && f.arg))
+	    (!(mask & F_ARG) && f.arg) || !arg_ok(&f))
 		return -KV_EPROTO;
 	if (has_key(mask, &f)) {
 		if (ml > MODEL_FIELD || hl > HASH_FIELD ||

@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (f.type != g.type || f.status != g.status || f.slot != g.slot ||
 	    f.rank != g.rank || f.group != g.group || f.len != g.len ||
-	    f.arg != g.arg || strcmp(f.model_dir, g.model_dir) ||
+	    f.arg != g.arg || f.sum != g.sum || strcmp(f.model_dir, g.model_dir) ||
 	    strcmp(f.hash, g.hash) || memcmp(&f.stats, &g.stats, sizeof(f.stats)))
 		abort();
 	/* A valid frame re-encodes to the very bytes it came from. */

@@ -12,10 +12,12 @@ from conftest import MODEL_DIR
 
 FRAME = 512
 MAGIC = 0x444f564b
-VERSION = 3
+VERSION = 4
 REPLY = 0x80
 HELLO, ALLOC, COMMIT, ABORT, LOOKUP, RELEASE, HAS, STATS, LIST, BATCH = range(1, 11)
 HEAD = struct.Struct("<IHHiIIIQQHHI")
+SUM = 432           # COMMIT requests, LOOKUP replies: the block's xxh3
+COMMIT_SUM = 1      # COMMIT arg: the sum is the client's
 
 
 def frame(type, status=0, slot=0, count=0, arg=0, model=b"", version=VERSION):
@@ -33,7 +35,8 @@ def key_frame(type, hash, **kw):
 
 def parse(f):
     magic, version, type, status, slot, rank, group, n, arg, ml, hl, _ = HEAD.unpack_from(f)
-    return dict(type=type, status=status, slot=slot, len=n, arg=arg)
+    return dict(version=version, type=type, status=status, slot=slot, len=n, arg=arg,
+                sum=struct.unpack_from("<Q", f, SUM)[0])
 
 
 class Peer:
@@ -70,9 +73,10 @@ def stats(daemon):
         return c.stats()
 
 
-def test_hello_says_version_3_and_the_largest_class(daemon):
+def test_hello_says_version_4_and_the_largest_class(daemon):
     p = Peer(daemon.sock)
     assert p.hello["type"] == HELLO | REPLY and p.hello["status"] == 0
+    assert p.hello["version"] == 4
     assert p.hello["arg"] == 8 << 20
 
 
@@ -103,8 +107,8 @@ def test_a_batch_frame_and_its_results(daemon):
     p.s.sendall(frame(BATCH, model=MODEL_DIR.encode(), count=2, arg=HAS | 8 << 8) + hashes)
     r = parse(p.recv(FRAME))
     assert (r["type"], r["status"], r["len"], r["arg"]) == (BATCH | REPLY, 0, 2, HAS | 8 << 8)
-    res = [struct.unpack_from("<iIQQ", p.recv(24)) for _ in range(2)]
-    assert res == [(0, 0, kvtools.IN_RAM, 0), (-2, 0, 0, 0)]
+    res = [struct.unpack_from("<iIQQQ", p.recv(32)) for _ in range(2)]
+    assert res == [(0, 0, kvtools.IN_RAM, 0, 0), (-2, 0, 0, 0, 0)]
 
 
 @pytest.mark.parametrize("count", [kvtools.BATCH_MAX + 1, 1 << 40, 0])
@@ -127,8 +131,47 @@ def test_a_batch_entry_that_is_not_hex_closes_before_any_runs(daemon):
 
 def test_slot_ops_in_a_batch_carry_no_key(daemon):
     p = Peer(daemon.sock)
-    p.s.sendall(frame(BATCH, model=MODEL_DIR.encode(), count=1, arg=COMMIT) + b"\0" * 4)
+    p.s.sendall(frame(BATCH, model=MODEL_DIR.encode(), count=1, arg=COMMIT) + b"\0" * 16)
     assert p.closed()
+
+
+def test_a_commit_whose_sum_lies_is_caught_by_the_reader_and_dropped(daemon):
+    """A peer that commits bytes under another sum: libkv's reader finds
+    the mismatch, the daemon checks and drops the block, the read is a
+    miss, never those bytes."""
+    import mmap
+    p = Peer(daemon.sock)
+    f = bytearray(key_frame(ALLOC, b"abcdef0a"))
+    struct.pack_into("<Q", f, 24, 5)
+    p.s.sendall(bytes(f))
+    r = parse(p.recv(FRAME))
+    assert r["status"] == 0
+    pool = mmap.mmap(p.pool_fd, 0)
+    pool[r["arg"]:r["arg"] + 5] = b"lying"
+    c = bytearray(frame(COMMIT, slot=r["slot"], arg=COMMIT_SUM))
+    struct.pack_into("<Q", c, SUM, 12345)
+    p.s.sendall(bytes(c))
+    assert parse(p.recv(FRAME))["status"] == 0
+    with kvtools.connect(daemon.sock) as k:
+        assert k.has(MODEL_DIR, "abcdef0a") == kvtools.IN_RAM
+        assert k.get(MODEL_DIR, "abcdef0a") is None
+        assert k.has(MODEL_DIR, "abcdef0a") == 0
+    assert stats(daemon)["altered"] == 1
+    pool.close()
+
+
+def test_a_lookup_reply_carries_the_sum(daemon):
+    with kvtools.connect(daemon.sock) as c:
+        c.put(MODEL_DIR, "abcdef0b", b"one")
+        c.put(MODEL_DIR, "abcdef0c", b"two")
+    p = Peer(daemon.sock)
+    sums = []
+    for h in (b"abcdef0b", b"abcdef0c", b"abcdef0b"):
+        p.s.sendall(key_frame(LOOKUP, h))
+        r = parse(p.recv(FRAME))
+        assert r["status"] == 0 and r["len"] == 3
+        sums.append(r["sum"])
+    assert sums[0] == sums[2] != sums[1] and all(sums)
 
 
 def test_a_version_2_peer_is_closed_and_counted(daemon):

@@ -38,7 +38,7 @@ static int frame_eq(const struct kv_offd_frame *a, const struct kv_offd_frame *b
 {
 	return a->type == b->type && a->status == b->status && a->slot == b->slot &&
 	       a->rank == b->rank && a->group == b->group && a->len == b->len &&
-	       a->arg == b->arg && !strcmp(a->model_dir, b->model_dir) &&
+	       a->arg == b->arg && a->sum == b->sum && !strcmp(a->model_dir, b->model_dir) &&
 	       !strcmp(a->hash, b->hash) &&
 	       !memcmp(&a->stats, &b->stats, sizeof(a->stats));
 }
@@ -292,6 +292,7 @@ static void test_client_mapping(void)
 	mfd = memfd_create("test", 0);
 	CHECK(mfd >= 0 && ftruncate(mfd, 4 * 8192) == 0);
 	CHECK(pwrite(mfd, "hello", 5, 8192) == 5);
+	rep.sum = kv_xxh3("hello", 5);
 	pid = fork();
 	if (pid == 0) {
 		sfd = accept(lfd, NULL, NULL);
@@ -362,7 +363,7 @@ static void test_batches(void)
 	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
 	g = (struct kv_offd_frame){ .type = KV_OFFD_BATCH, .len = 3, .arg = KV_OFFD_RELEASE };
 	round_trip(&g);
-	CHECK(kv_offd_batch_bytes(&g) == 12);
+	CHECK(kv_offd_batch_bytes(&g) == 3 * 8);	/* slot, flags */
 	strcpy(g.model_dir, MODEL);
 	CHECK(kv_offd_frame_encode(&g, buf, sizeof(buf)) == -KV_EPROTO);
 	/* Counts: 1 to KV_OFFD_BATCH_MAX; ops: the batchable ones. */
@@ -403,12 +404,76 @@ static void test_batches(void)
 	memset(res, 0, sizeof(res));
 	res[0] = 1;	/* status 1: neither 0 nor -errno */
 	CHECK(kv_offd_result_decode(res, 0, &rr) == -KV_EPROTO);
+	/* A LOOKUP result carries the block's sum; a failed one none. */
+	r = (struct kv_offd_result){ .slot = 2, .len = 5, .offset = 8192,
+				     .sum = 0x0123456789abcdefull };
+	CHECK(kv_offd_result_encode(res, 0, &r) == 0);
+	CHECK(kv_offd_result_decode(res, 0, &rr) == 0 && rr.sum == r.sum);
+	r = (struct kv_offd_result){ .status = -ENOENT, .sum = 1 };
+	CHECK(kv_offd_result_encode(res, 1, &r) == -KV_EPROTO);
+}
+
+/* Protocol 4's checksums: a COMMIT takes the client's sum only with
+ * KV_OFFD_COMMIT_SUM, a RELEASE may say the bytes were altered, a LOOKUP
+ * reply carries the sum; batch entries the same. */
+static void test_sums(void)
+{
+	struct kv_offd_frame f = { .type = KV_OFFD_COMMIT, .slot = 3, .arg = KV_OFFD_COMMIT_SUM,
+				   .sum = ~0ull }, g;
+	struct kv_offd_batch_entry e = { .slot = 7, .flags = KV_OFFD_COMMIT_SUM, .sum = 42 }, out;
+	unsigned char payload[2 * 16];
+
+	round_trip(&f);
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == 0 && decode(&g) == 0 &&
+	      g.sum == ~0ull && g.arg == KV_OFFD_COMMIT_SUM);
+	f.arg = 0;	/* a sum without the flag */
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f.sum = 0;
+	round_trip(&f);
+	f.arg = 2;
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_RELEASE, .slot = 3,
+				    .arg = KV_OFFD_RELEASE_ALTERED };
+	round_trip(&f);
+	f.arg = 2;
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	/* Only COMMIT requests and LOOKUP replies have a sum. */
+	f = (struct kv_offd_frame){ .type = KV_OFFD_ABORT, .slot = 3, .sum = 1 };
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY, .slot = 1, .len = 5,
+				    .arg = 8192, .sum = 99 };
+	round_trip(&f);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_ABORT, .slot = 3 };
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == 0);
+	buf[432] = 1;	/* a sum where ABORT has none */
+	CHECK(decode(&g) == -KV_EPROTO);
+	f = (struct kv_offd_frame){ .type = KV_OFFD_LOOKUP | KV_OFFD_REPLY, .status = -ENOENT,
+				    .sum = 1 };
+	CHECK(kv_offd_frame_encode(&f, buf, sizeof(buf)) == -KV_EPROTO);
+
+	f = (struct kv_offd_frame){ .type = KV_OFFD_BATCH, .len = 2, .arg = KV_OFFD_COMMIT };
+	CHECK(kv_offd_batch_bytes(&f) == 2 * 16);
+	CHECK(kv_offd_batch_encode(&f, payload, 0, &e) == 0);
+	CHECK(kv_offd_batch_decode(&f, payload, 0, &out) == 0 && out.slot == 7 &&
+	      out.flags == KV_OFFD_COMMIT_SUM && out.sum == 42);
+	e.flags = 0;
+	CHECK(kv_offd_batch_encode(&f, payload, 1, &e) == -KV_EPROTO);
+	payload[4] = 3;		/* unknown flags */
+	CHECK(kv_offd_batch_decode(&f, payload, 0, &out) == -KV_EPROTO);
+	f.arg = KV_OFFD_RELEASE;
+	e = (struct kv_offd_batch_entry){ .slot = 5, .flags = KV_OFFD_RELEASE_ALTERED };
+	CHECK(kv_offd_batch_encode(&f, payload, 1, &e) == 0);
+	CHECK(kv_offd_batch_decode(&f, payload, 1, &out) == 0 && out.slot == 5 &&
+	      out.flags == KV_OFFD_RELEASE_ALTERED);
+	e.flags = 2;
+	CHECK(kv_offd_batch_encode(&f, payload, 0, &e) == -KV_EPROTO);
 }
 
 int main(void)
 {
 	test_round_trips();
 	test_batches();
+	test_sums();
 	test_encode_rejects();
 	test_decode_rejects();
 	test_mutations();

@@ -26,12 +26,12 @@ extern "C" {
 #endif
 
 #define KV_OFFD_MAGIC		0x444f564bu	/* "KVOD" little-endian */
-#define KV_OFFD_VERSION		3
+#define KV_OFFD_VERSION		4
 #define KV_OFFD_FRAME_BYTES	512
 #define KV_OFFD_MODEL_MAX	KV_NAME_MAX	/* model dir name, bytes */
 #define KV_OFFD_HASH_MAX	KV_HASH_MAX_LEN
 #define KV_OFFD_BATCH_MAX	4096		/* entries in one BATCH frame */
-#define KV_OFFD_RESULT_BYTES	24		/* one BATCH reply entry */
+#define KV_OFFD_RESULT_BYTES	32		/* one BATCH reply entry */
 
 #define KV_OFFD_REPLY		0x80u		/* type bit: daemon -> client */
 
@@ -55,6 +55,20 @@ enum kv_offd_type {
 
 /* ALLOC and LOOKUP replies: arg is the slot's offset in the pool (size
  * classes make slots of several sizes). */
+
+/*
+ * Checksums (protocol 4): a block's xxh3 is computed where its bytes are
+ * in cache, by the client that copied them, not on the daemon's loop.
+ * COMMIT arg KV_OFFD_COMMIT_SUM: sum is the client's xxh3 of the bytes it
+ * wrote, taken as the block's; arg 0: the daemon computes it (a slot
+ * filled by DMA, say).  A LOOKUP reply carries the block's sum for the
+ * reader to check what it read against; a reader that finds other
+ * bytes releases the pin with arg KV_OFFD_RELEASE_ALTERED, and the
+ * daemon, finding them altered too, drops the block (counted in
+ * "altered").  Write-behind checks the sum before a block reaches disk.
+ */
+#define KV_OFFD_COMMIT_SUM	1
+#define KV_OFFD_RELEASE_ALTERED	1
 
 /* KV_OFFD_HAS reply arg: where the block is. */
 #define KV_OFFD_IN_RAM	1
@@ -152,6 +166,7 @@ struct kv_offd_frame {
 	uint64_t arg;
 	char model_dir[KV_OFFD_MODEL_MAX + 1];
 	char hash[KV_OFFD_HASH_MAX + 1];
+	uint64_t sum;		/* COMMIT requests, LOOKUP replies: xxh3 */
 	struct kv_offd_stats stats;	/* STATS replies only */
 	struct kv_offd_tier_stats tier_stats;	/* TIER_STATS replies only */
 };
@@ -168,24 +183,29 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 /*
  * BATCH payloads.  The request's entries, by op (the frame's arg & 0xff):
  * HAS, LOOKUP: hash_len bytes of lowercase hex; ALLOC: u64 len, then the
- * hash; COMMIT, ABORT, RELEASE: u32 slot (no key in the frame).  The
- * reply (status 0) carries len results of KV_OFFD_RESULT_BYTES each:
- * i32 status, u32 slot, u64 len, u64 offset.
+ * hash; COMMIT: u32 slot, u32 flags (as a COMMIT's arg), u64 sum;
+ * RELEASE: u32 slot, u32 flags (as a RELEASE's arg); ABORT: u32 slot (no
+ * key in the frame).  The reply (status 0) carries
+ * len results of KV_OFFD_RESULT_BYTES each: i32 status, u32 slot, u64
+ * len, u64 offset, u64 sum.
  */
 struct kv_offd_batch_entry {
 	uint64_t len;				/* ALLOC */
 	uint32_t slot;				/* COMMIT, ABORT, RELEASE */
+	uint32_t flags;				/* COMMIT, RELEASE: as their arg */
+	uint64_t sum;				/* COMMIT */
 	char hash[KV_OFFD_HASH_MAX + 1];	/* HAS, LOOKUP, ALLOC */
 };
 
 /* One entry's outcome: status 0 or -errno; HAS: len is where the block
- * is; LOOKUP: slot, len and offset of the pinned block; ALLOC: slot,
- * len and offset to fill; COMMIT, ABORT, RELEASE: slot. */
+ * is; LOOKUP: slot, len, offset and xxh3 of the pinned block; ALLOC:
+ * slot, len and offset to fill; COMMIT, ABORT, RELEASE: slot. */
 struct kv_offd_result {
 	int32_t status;
 	uint32_t slot;
 	uint64_t len;
 	uint64_t offset;
+	uint64_t sum;
 };
 
 /* The payload bytes that follow a decoded frame (0 for all but BATCH). */
