@@ -55,7 +55,14 @@ unmount_all() {
 	for m in "$work"/lat.*; do
 		[ -d "$m" ] && { mountpoint -q "$m" && umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
 	done
-	umount "$mnt" 2>/dev/null || true
+	# A latfs daemon may still hold files of the tmpfs as it exits: wait
+	# a little, then detach it lazily, so the rm below always works.
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		mountpoint -q "$mnt" || return 0
+		umount "$mnt" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	umount -l "$mnt" 2>/dev/null || true
 }
 trap 'unmount_all; rm -rf "$work"' EXIT
 
