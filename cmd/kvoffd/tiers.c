@@ -10,11 +10,9 @@
  * the event loop thread.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include "../tool.h"
 #include "kvoffd.h"
@@ -71,24 +69,10 @@ int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv
  * root, or kvevict (without --force), would contradict it. */
 static int claim(struct offd *d, struct ftier *t)
 {
-	char text[640];
-	int fd = openat(AT_FDCWD, t->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), lfd, n;
+	char holder[600];
 
-	if (fd < 0)
-		return -errno;
-	/* 0600 and this user's: a reader of the root cannot hold it. */
-	n = kv_lock_beneath(fd, TOOL_OFFD_LOCK, LOCK_EX, 0, &lfd);
-	close(fd);
-	if (n < 0)
-		return n == -EWOULDBLOCK ? -EBUSY : n;
-	n = snprintf(text, sizeof(text), "pid %d socket %s\n", (int)getpid(), d->socket_path);
-	if (ftruncate(lfd, 0) < 0 || pwrite(lfd, text, (size_t)n, 0) != n) {
-		n = -errno;
-		close(lfd);
-		return n;
-	}
-	t->lockfd = lfd;
-	return 0;
+	snprintf(holder, sizeof(holder), "socket %s", d->socket_path);
+	return kv_tier_claim(t->root, holder, &t->lockfd);
 }
 
 /* Two tiers on one directory would lose blocks: a move down would find

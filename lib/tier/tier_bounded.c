@@ -250,20 +250,21 @@ static const struct kv_tier_ops bounded_ops = {
 	.config_put = bounded_config_put,
 };
 
-/* The index is the truth only while no other process writes the root:
- * claim it as kvoffd does its bounded tiers. */
-static int claim(const char *root, int *lockfd)
+int kv_tier_claim(const char *root, const char *holder, int *lockfd)
 {
-	char text[64];
+	char text[640];
 	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r, n;
 
 	if (dfd < 0)
 		return -errno;
+	/* 0600 and this user's: a reader of the root cannot hold it. */
 	r = kv_lock_beneath(dfd, KV_TIER_LOCK, LOCK_EX, 0, lockfd);
 	close(dfd);
 	if (r < 0)
 		return r == -EWOULDBLOCK ? -EBUSY : r;
-	n = snprintf(text, sizeof(text), "pid %d bounded tier\n", (int)getpid());
+	n = snprintf(text, sizeof(text), "pid %d %s\n", (int)getpid(), holder);
+	if (n >= (int)sizeof(text))
+		n = (int)sizeof(text) - 1;
 	if (ftruncate(*lockfd, 0) < 0 || pwrite(*lockfd, text, (size_t)n, 0) != n) {
 		r = -errno;
 		close(*lockfd);
@@ -293,8 +294,10 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 	}
 	b->lockfd = -1;
 	r = kv_tier_file_open(root, opts, &b->files);
+	/* The index is the truth only while no other process writes the
+	 * root. */
 	if (r == 0)
-		r = claim(root, &b->lockfd);
+		r = kv_tier_claim(root, "bounded tier", &b->lockfd);
 	if (r == 0)
 		r = kv_file_index_new(&b->idx);
 	if (r == 0)

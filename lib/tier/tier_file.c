@@ -272,27 +272,39 @@ static void file_close(struct kv_tier *t)
 	free(f);
 }
 
+/* Under f->lock. */
+static int config_known_locked(const struct ftier *f, const char *model_dir)
+{
+	for (unsigned i = 0; i < CONFIGS_KNOWN; i++)
+		if (f->configs[i] && !strcmp(f->configs[i], model_dir))
+			return 1;
+	return 0;
+}
+
 static int config_known(struct ftier *f, const char *model_dir)
 {
-	int known = 0;
+	int known;
 
 	pthread_mutex_lock(&f->lock);
-	for (unsigned i = 0; i < CONFIGS_KNOWN && !known; i++)
-		known = f->configs[i] && !strcmp(f->configs[i], model_dir);
+	known = config_known_locked(f, model_dir);
 	pthread_mutex_unlock(&f->lock);
 	return known;
 }
 
 static void config_remember(struct ftier *f, const char *model_dir)
 {
-	char *copy;
+	char *copy = strdup(model_dir);
 
-	if (config_known(f, model_dir) || !(copy = strdup(model_dir)))
+	if (!copy)
 		return;
 	pthread_mutex_lock(&f->lock);
-	free(f->configs[f->next_config]);
-	f->configs[f->next_config] = copy;
-	f->next_config = (f->next_config + 1) % CONFIGS_KNOWN;
+	if (config_known_locked(f, model_dir)) {
+		free(copy);
+	} else {
+		free(f->configs[f->next_config]);
+		f->configs[f->next_config] = copy;
+		f->next_config = (f->next_config + 1) % CONFIGS_KNOWN;
+	}
 	pthread_mutex_unlock(&f->lock);
 }
 

@@ -221,6 +221,11 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
  * unless forced. */
 #define KV_TIER_LOCK	".kvoffd.lock"
 
+/* Take that claim on root for this process, the lock file saying "pid
+ * PID holder": 0 and *lockfd (closing it gives the claim up), -EBUSY
+ * with the holder in kv_error_detail(), or -errno. */
+int kv_tier_claim(const char *root, const char *holder, int *lockfd);
+
 /* A bucket root "s3://BUCKET[/PREFIX]", configured and signed as the AWS
  * CLI is (kv(7)): each block is one object at the key vLLM's obj tier
  * writes, "PREFIX//<block path>", and is found there or at the
