@@ -71,37 +71,27 @@ fail:
 	}
 }
 
-/* Each size class gets an equal share of the pool's bytes: a workload's
- * mix of block sizes is not known at start, and per-class LRU keeps each
- * share full of the most recent blocks of its sizes. */
+/* One pool for every size class: pages of the largest size, handed to
+ * the classes as their blocks come (kv/slots.h). */
 int offd_pool_init(struct offd *d)
 {
-	struct kv_slots_class cls[SIZE_CLASSES_MAX];
-	uint64_t share = d->pool_bytes / d->nclasses;
-	int huge = 1, err;
+	int err;
 
 	if (!d->nclasses || d->nclasses > SIZE_CLASSES_MAX)
 		return -EINVAL;
-	for (unsigned k = 0; k < d->nclasses; k++) {
-		uint64_t count = share / d->classes[k].slot_bytes;
-
-		if (!count || count > UINT32_MAX)
-			return -EINVAL;
-		cls[k].slot_bytes = d->classes[k].slot_bytes;
-		cls[k].count = (uint32_t)count;
-		huge = huge && cls[k].slot_bytes % HUGE_PAGE_BYTES == 0;
-	}
-	err = kv_slots_new(cls, d->nclasses, &d->store);
+	err = kv_slots_new(d->classes, d->nclasses, d->pool_bytes, &d->store);
 	if (err)
 		return err;
-	d->slot_bytes = cls[d->nclasses - 1].slot_bytes;
+	d->slot_bytes = d->classes[d->nclasses - 1];
 	d->nslots = kv_slots_count(d->store);
 	d->pool_bytes = kv_slots_pool_bytes(d->store);
+	d->npages = (uint32_t)(d->pool_bytes / d->slot_bytes);
 	/* hugetlbfs reserves at mmap time, so a machine without free huge
-	 * pages fails here and gets ordinary shared memory instead; every
-	 * slot starts on a huge page only if every class is a multiple. */
+	 * pages fails here and gets ordinary shared memory instead; pages
+	 * (and so every slot of the largest class) start on a huge page
+	 * when the largest class is a multiple. */
 	err = -EINVAL;
-	if (huge)
+	if (d->slot_bytes % HUGE_PAGE_BYTES == 0)
 		err = map_pool(d, MFD_HUGETLB);
 	d->hugepages = !err;
 	if (err)
@@ -117,7 +107,7 @@ static void free_slot(struct offd *d, uint32_t i)
 {
 	if (d->slots[i].state == SLOT_ALLOC && d->slots[i].owner) {
 		d->slots[i].owner->nallocs--;
-		d->slots[i].owner->peer->nallocs--;
+		d->slots[i].owner->peer->alloc_bytes -= kv_slots_capacity(d->store, i);
 	}
 	memset(&d->slots[i], 0, sizeof(d->slots[i]));
 	kv_slots_release(d->store, i);
@@ -170,7 +160,8 @@ static int queue_write(struct offd *d, uint32_t i, unsigned t, int promote)
 {
 	struct slot *s = &d->slots[i];
 	struct job j = { .kind = JOB_WRITE, .slot = i, .tier = t, .promote = promote,
-			 .len = kv_slots_len(d->store, i), .sum = s->sum };
+			 .len = kv_slots_len(d->store, i), .sum = s->sum,
+			 .offset = kv_slots_offset(d->store, i) };
 
 	if (d->wb_inflight >= d->wr.wcap || tier_moving(d, t, kv_slots_key(d->store, i)))
 		return -EAGAIN;
@@ -199,77 +190,194 @@ static int storage_behind(struct offd *d)
 	return d->wb_inflight >= d->wr.wcap || d->wb_stalled;
 }
 
+/* What making room found: the budget of write-behinds it may queue,
+ * whether storage is behind, whether a pin stood in the way. */
+struct room {
+	unsigned spills, budget;
+	int behind, pinned;
+};
+
+enum { GO, WAIT };
+
 /*
- * A slot for a new block of len bytes, holding path: a free one, else
- * the least recently used unpinned block of its class already in the
- * file tier.  Dirty blocks met on the way are queued for write-behind
- * (-EAGAIN: the caller parks until one lands).  A full queue on storage
+ * Whether block i may leave RAM now.  A dirty block is queued for
+ * write-behind (WAIT: it goes once written).  A full queue on storage
  * that makes progress is backpressure: the put waits for the writes
  * ahead of it, so a burst on healthy storage loses nothing.  Only once
- * storage stalls (no write landed for a whole tick, stall_check) is the
- * oldest dirty block dropped instead, so a stalled file tier costs
- * blocks, never a put stalled for good.
+ * storage stalls (no write landed for a whole tick, stall_check), or
+ * when its write failed, does a dirty block go unwritten: a counted drop
+ * when no tier has it.
+ */
+static int may_go(struct offd *d, uint32_t i, struct room *r)
+{
+	struct slot *s = &d->slots[i];
+
+	r->pinned |= s->pins > 0;
+	if (s->state != SLOT_READY || s->pins || s->wb_pending)
+		return WAIT;
+	if (!needs_write(s))
+		return GO;
+	/* Storage that refused it would refuse it again: a put must not
+	 * wait on that. */
+	if (!s->wb_failed && r->spills < r->budget && !queue_write(d, i, s->wb_floor, 0)) {
+		r->spills++;
+		return WAIT;
+	}
+	return r->behind || s->wb_failed ? GO : WAIT;
+}
+
+/* Dirty, and a write-behind may take it now. */
+static int writable(const struct offd *d, uint32_t i)
+{
+	const struct slot *s = &d->slots[i];
+
+	return s->state == SLOT_READY && needs_write(s) && !s->wb_failed && !s->pins &&
+	       !s->wb_pending;
+}
+
+static void let_go(struct offd *d, uint32_t i)
+{
+	if (needs_write(&d->slots[i]) && !d->slots[i].held)
+		d->st.wb_drops++;
+	evict(d, i);
+}
+
+/* Room in class cls: its least recently used block that may go. */
+static int evict_in_class(struct offd *d, unsigned cls, struct room *r)
+{
+	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE;
+	     i = kv_slots_newer(d->store, i))
+		if (may_go(d, i, r) == GO) {
+			let_go(d, i);
+			return 0;
+		}
+	return -EAGAIN;
+}
+
+/* The pages of class cls's least recently used blocks, oldest first, at
+ * most PAGE_TRIES: those another class takes from it. */
+static unsigned oldest_pages(struct offd *d, unsigned cls, uint32_t *pages)
+{
+	unsigned n = 0, k;
+
+	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE && n < PAGE_TRIES;
+	     i = kv_slots_newer(d->store, i)) {
+		uint32_t p = kv_slots_page_of(d->store, i);
+
+		for (k = 0; k < n && pages[k] != p; k++)
+			;
+		if (k == n)
+			pages[n++] = p;
+	}
+	return n;
+}
+
+/* Room from class cls for another class: a whole page, every block on
+ * it let go. */
+static int empty_page(struct offd *d, unsigned cls, struct room *r)
+{
+	uint32_t pages[PAGE_TRIES];
+	unsigned n = oldest_pages(d, cls, pages);
+
+	for (unsigned k = 0; k < n; k++) {
+		uint32_t first, ids = kv_slots_page_ids(d->store, pages[k], &first);
+		int all = 1;
+
+		for (uint32_t j = first; j < first + ids; j++)
+			if (kv_slots_used(d->store, j) && may_go(d, j, r) != GO)
+				all = 0;
+		if (!all)
+			continue;
+		for (uint32_t j = first; j < first + ids; j++)
+			if (kv_slots_used(d->store, j))
+				let_go(d, j);
+		return 0;
+	}
+	return -EAGAIN;
+}
+
+/* The classes holding blocks, the one whose least recently used block
+ * was used longest ago first: where room is made, in that order. */
+static unsigned class_order(struct offd *d, unsigned *order)
+{
+	unsigned n = 0;
+
+	for (unsigned k = 0; k < d->nclasses; k++) {
+		uint32_t oldest = kv_slots_oldest(d->store, k);
+		unsigned at = n;
+
+		if (oldest == KV_SLOT_NONE)
+			continue;
+		while (at && kv_slots_last_use(d->store, kv_slots_oldest(d->store, order[at - 1])) >
+			     kv_slots_last_use(d->store, oldest)) {
+			order[at] = order[at - 1];
+			at--;
+		}
+		order[at] = k;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * A slot for a new block of len bytes, holding path: a free one, else
+ * room made where the pool's least recently used blocks are.  Classes
+ * share one byte budget (kv/slots.h), so the room may be a block of the
+ * block's own class or a whole page of another class, whichever class's
+ * oldest block was used longer ago; then the others, in that order.
+ * -EAGAIN: the caller parks until a write-behind or a load lands.
  */
 static int get_slot(struct offd *d, uint64_t len, const char *path, uint32_t *out)
 {
-	unsigned spills = 0, budget = 2 * d->wr.nthreads;
-	int behind = d->wb_stalled, pinned = 0;
+	struct room r = { .budget = 2 * d->wr.nthreads, .behind = d->wb_stalled };
+	unsigned order[SIZE_CLASSES_MAX], n;
 	int err = kv_slots_alloc(d->store, len, path, out);
 	unsigned cls;
 
 	if (err != -ENOSPC)
 		return err;
 	cls = (unsigned)kv_slots_class(d->store, len);
-	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE;
-	     i = kv_slots_newer(d->store, i)) {
-		struct slot *s = &d->slots[i];
-
-		pinned |= s->pins > 0;
-		if (s->pins || s->wb_pending)
-			continue;
-		if (needs_write(s)) {
-			/* Storage that refused it would refuse it again: a
-			 * put must not wait on that. */
-			if (!s->wb_failed && spills < budget &&
-			    !queue_write(d, i, s->wb_floor, 0)) {
-				spills++;
-				continue;
-			}
-			if (!behind && !s->wb_failed)
-				continue;
-			/* Lost only if no tier had it. */
-			if (!s->held)
-				d->st.wb_drops++;
-		}
-		evict(d, i);
-		return kv_slots_alloc(d->store, len, path, out);
-	}
+	n = class_order(d, order);
+	for (unsigned k = 0; k < n; k++)
+		if (!(order[k] == cls ? evict_in_class(d, cls, &r) : empty_page(d, order[k], &r)))
+			return kv_slots_alloc(d->store, len, path, out);
 	if (d->wb_inflight || d->loads_inflight)
 		return -EAGAIN;
 	/* Refused for pins: the next tick revokes those held too long. */
-	d->pin_starved |= pinned;
+	d->pin_starved |= r.pinned;
 	return -ENOSPC;
 }
 
 /*
- * Keep the LRU tail of class cls clean: queue write-behind for the
- * dirty, unpinned blocks nearest eviction so get_slot finds clean
- * victims instead of parking or dropping.
+ * Keep clean what get_slot lets go next, so that it finds clean victims
+ * instead of parking or dropping: queue write-behind for the dirty,
+ * unpinned blocks nearest eviction.  For a block of class cls, that is
+ * the LRU tail of cls, or the oldest pages of the class whose blocks
+ * were used longest ago.
  */
 static void spill_ahead(struct offd *d, unsigned cls)
 {
-	uint32_t window = d->nslots / 8 ? d->nslots / 8 : 1, seen = 0;
+	uint32_t window = d->nslots / 8 ? d->nslots / 8 : 1, seen = 0, pages[PAGE_TRIES];
+	unsigned order[SIZE_CLASSES_MAX], n = class_order(d, order);
 
 	if (window > d->wr.wcap)
 		window = (uint32_t)d->wr.wcap;
-	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE && seen < window;
-	     i = kv_slots_newer(d->store, i), seen++) {
-		struct slot *s = &d->slots[i];
+	if (n && order[0] != cls) {
+		n = oldest_pages(d, order[0], pages);
+		for (unsigned k = 0; k < n; k++) {
+			uint32_t first, ids = kv_slots_page_ids(d->store, pages[k], &first);
 
-		if (needs_write(s) && !s->wb_failed && !s->pins && !s->wb_pending &&
-		    queue_write(d, i, s->wb_floor, 0))
-			return;
+			for (uint32_t j = first; j < first + ids && seen < window; j++, seen++)
+				if (kv_slots_used(d->store, j) && writable(d, j) &&
+				    queue_write(d, j, d->slots[j].wb_floor, 0))
+					return;
+		}
+		return;
 	}
+	for (uint32_t i = kv_slots_oldest(d->store, cls); i != KV_SLOT_NONE && seen < window;
+	     i = kv_slots_newer(d->store, i), seen++)
+		if (writable(d, i) && queue_write(d, i, d->slots[i].wb_floor, 0))
+			return;
 }
 
 /* ---- clients ---- */
@@ -426,11 +534,14 @@ static int key_path(const struct kv_offd_frame *f, struct kv_block_ref *ref,
 	return kv_layout_block_path_ref(ref, path, PATH_BYTES);
 }
 
-static uint32_t alloc_share(const struct offd *d)
+/* What a peer may hold of the pool at once, in slot bytes, allocated
+ * or pinned: a share, so that no peer can take the pool from the others
+ * by opening more connections.  A block of any size fits. */
+static uint64_t peer_share(const struct offd *d)
 {
-	uint32_t share = d->nslots / ALLOC_SHARE_DIVISOR;
+	uint64_t share = d->pool_bytes / ALLOC_SHARE_DIVISOR;
 
-	return share ? share : 1;
+	return share > d->slot_bytes ? share : d->slot_bytes;
 }
 
 /*
@@ -445,20 +556,21 @@ static int op_alloc(struct offd *d, struct client *c, const struct kv_block_ref 
 	uint32_t i;
 	int err;
 
-	if (c->peer->nallocs >= alloc_share(d)) {
-		d->st.alloc_refused++;
-		return -EDQUOT;
-	}
 	err = kv_slots_class(d->store, len);
 	if (err < 0)
 		return err;
+	if (c->peer->alloc_bytes + kv_slots_class_bytes(d->store, (unsigned)err) >
+	    peer_share(d)) {
+		d->st.alloc_refused++;
+		return -EDQUOT;
+	}
 	err = get_slot(d, len, path, &i);
 	if (err)
 		return err;
 	d->slots[i].state = SLOT_ALLOC;
 	d->slots[i].owner = c;
 	c->nallocs++;
-	c->peer->nallocs++;
+	c->peer->alloc_bytes += kv_slots_capacity(d->store, i);
 	d->slots[i].ref = *ref;
 	d->slots[i].start_ns = kv_monotonic_ns();
 	r->slot = i;
@@ -496,7 +608,7 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i, uint64_t flag
 	s->state = SLOT_READY;
 	s->owner = NULL;
 	c->nallocs--;
-	c->peer->nallocs--;
+	c->peer->alloc_bytes -= kv_slots_capacity(d->store, i);
 	kv_slots_insert(d->store, i);
 	kv_slots_touch(d->store, i);
 	d->st.puts++;
@@ -512,7 +624,7 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i, uint64_t flag
 		d->catchup = 1;
 	}
 	cls = kv_slots_class_of(d->store, i);
-	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kv_slots_nfree(d->store, cls))
+	if (!(d->write_flags & KV_TIER_WRITE_THROUGH) && !kv_slots_room(d->store, cls))
 		spill_ahead(d, cls);
 	return 0;
 }
@@ -525,23 +637,13 @@ static int op_abort(struct offd *d, struct client *c, uint32_t i)
 	return 0;
 }
 
-/* Pins a peer (a process, whatever its connections) may hold at once:
- * as with ALLOCs, at most half the slots, so that no peer can take the
- * pool from the others by opening more connections. */
-static size_t pin_share(const struct offd *d)
-{
-	size_t share = d->nslots / ALLOC_SHARE_DIVISOR;
-
-	return share ? share : 1;
-}
-
 /* Pin a committed block for c and count the get. */
 static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 		  struct kv_offd_result *r)
 {
 	if (c->npins >= MAX_PINS_PER_CLIENT)
 		return -EMFILE;
-	if (c->peer->npins >= pin_share(d))
+	if (c->peer->pin_bytes + kv_slots_capacity(d->store, i) > peer_share(d))
 		return -EMFILE;
 	if (c->npins == c->cap_pins) {
 		size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
@@ -555,7 +657,7 @@ static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 	c->pins[c->npins].slot = i;
 	c->pins[c->npins].start_ns = kv_monotonic_ns();
 	c->npins++;
-	c->peer->npins++;
+	c->peer->pin_bytes += kv_slots_capacity(d->store, i);
 	d->slots[i].pins++;
 	kv_slots_touch(d->store, i);
 	if (!rerun)
@@ -596,7 +698,7 @@ static int op_release(struct offd *d, struct client *c, uint32_t i, uint64_t alt
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
-	c->peer->npins--;
+	c->peer->pin_bytes -= kv_slots_capacity(d->store, i);
 	try_release(d, i);
 	return 0;
 }
@@ -693,7 +795,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * for a read-through may cost an unwritten block when storage
 		 * is behind: never for a key no file tier holds. */
 		load_bytes = d->slot_bytes;
-		if (!kv_slots_nfree(d->store, 0) && storage_behind(d))
+		if (!kv_slots_room(d->store, 0) && storage_behind(d))
 			err = tiers_locate(d, path, NULL);
 	} else {
 		/* The file's size picks the class it is read into: one stat
@@ -706,7 +808,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	err = get_slot(d, load_bytes, path, &i);
+	err = d->loads_inflight < d->wr.lcap ? get_slot(d, load_bytes, path, &i) : -EAGAIN;
 	if (err == -EAGAIN) {
 		park(d, c, f);
 		return;
@@ -720,6 +822,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	s->ref = ref;
 	kv_slots_insert(d->store, i);
 	j.slot = i;
+	j.offset = kv_slots_offset(d->store, i);
+	j.cap = kv_slots_capacity(d->store, i);
 	memcpy(j.path, path, PATH_BYTES);
 	d->loads_inflight++;
 	writer_push(d, &j);
@@ -845,7 +949,9 @@ static void do_list(struct offd *d, struct client *c, const struct kv_offd_frame
 {
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
 
-	for (uint64_t i = f->arg; i < d->nslots; i++) {
+	for (uint32_t i = f->arg < d->nslots ? kv_slots_next_used(d->store, (uint32_t)f->arg) :
+		     KV_SLOT_NONE;
+	     i != KV_SLOT_NONE; i = kv_slots_next_used(d->store, i + 1)) {
 		const struct slot *s = &d->slots[i];
 
 		if (s->state != SLOT_READY || !kv_slots_indexed(d->store, (uint32_t)i))
@@ -952,11 +1058,12 @@ static void unlink_waiter(struct client **head, struct client **tail, struct cli
 static void client_close(struct offd *d, struct client *c)
 {
 	for (size_t k = 0; k < c->npins; k++) {
+		c->peer->pin_bytes -= kv_slots_capacity(d->store, c->pins[k].slot);
 		d->slots[c->pins[k].slot].pins--;
 		try_release(d, c->pins[k].slot);
 	}
-	c->peer->npins -= c->npins;
-	for (uint32_t i = 0; i < d->nslots; i++)
+	for (uint32_t i = kv_slots_next_used(d->store, 0); c->nallocs && i != KV_SLOT_NONE;
+	     i = kv_slots_next_used(d->store, i + 1))
 		if (owned_alloc(d, c, i))
 			free_slot(d, i);
 	if (c->wait == WAIT_LOAD)
@@ -1241,17 +1348,24 @@ static void accept_clients(struct offd *d)
  */
 static void catch_up(struct offd *d)
 {
-	for (uint32_t n = 0; n < d->nslots; n++) {
-		uint32_t i = d->catchup_at;
-		struct slot *s = &d->slots[i];
+	uint32_t start = d->catchup_at;
 
-		/* A replaced block (out of the index) must not overwrite its
-		 * successor's file. */
-		if (s->wb_refused && s->state == SLOT_READY && kv_slots_indexed(d->store, i) &&
-		    !(s->held & (1u << (d->ntiers - 1))) && !s->wb_pending &&
-		    queue_write(d, i, d->ntiers - 1, 0))
-			return;
-		d->catchup_at = (i + 1) % d->nslots;
+	for (int wrapped = 0; wrapped < 2; wrapped++) {
+		for (uint32_t i = kv_slots_next_used(d->store, wrapped ? 0 : start);
+		     i != KV_SLOT_NONE && (!wrapped || i < start);
+		     i = kv_slots_next_used(d->store, i + 1)) {
+			struct slot *s = &d->slots[i];
+
+			/* A replaced block (out of the index) must not
+			 * overwrite its successor's file. */
+			if (s->wb_refused && s->state == SLOT_READY &&
+			    kv_slots_indexed(d->store, i) &&
+			    !(s->held & (1u << (d->ntiers - 1))) && !s->wb_pending &&
+			    queue_write(d, i, d->ntiers - 1, 0)) {
+				d->catchup_at = i;
+				return;
+			}
+		}
 	}
 	d->catchup = 0;
 }
@@ -1431,7 +1545,8 @@ static void reclaim_allocs(struct offd *d)
 	int64_t cut = kv_monotonic_ns() - ALLOC_TIMEOUT_S * 1000000000LL;
 	int freed = 0;
 
-	for (uint32_t i = 0; i < d->nslots; i++) {
+	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
+	     i = kv_slots_next_used(d->store, i + 1)) {
 		if (d->slots[i].state != SLOT_ALLOC || d->slots[i].start_ns > cut)
 			continue;
 		free_slot(d, i);
@@ -1487,7 +1602,7 @@ static void revoke_pins(struct offd *d)
 			}
 			remember_revoked(c, i);
 			c->pins[k] = c->pins[--c->npins];
-			c->peer->npins--;
+			c->peer->pin_bytes -= kv_slots_capacity(d->store, i);
 			d->slots[i].pins--;
 			try_release(d, i);
 			n++;
@@ -1508,7 +1623,8 @@ static void revoke_pins(struct offd *d)
 /* Queue every block not yet in the file tier, as far as the queue takes. */
 static void drain_step(struct offd *d)
 {
-	for (uint32_t i = 0; i < d->nslots; i++) {
+	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
+	     i = kv_slots_next_used(d->store, i + 1)) {
 		struct slot *s = &d->slots[i];
 
 		if (s->state != SLOT_READY || s->held || s->wb_pending || s->drain_tried)

@@ -13,6 +13,10 @@
 
 #define PATH_BYTES	512		/* a block's relative path */
 #define SIZE_CLASSES_MAX	16	/* --size-classes */
+#define SMALLEST_CLASS		(16u << 10)	/* the classes derived from
+						   --slot-bytes stop here */
+#define PAGE_TRIES		4	/* pages get_slot tries to empty in a class */
+#define LOADS_MIN		1024	/* read-throughs in flight, at least */
 #define FILE_TIERS_MAX	TOOL_TIERS_MAX	/* --tier */
 #define TIER_NONE	0xffu
 
@@ -59,8 +63,8 @@ enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD };
 struct peer {
 	pid_t pid;
 	unsigned refs;		/* its connections */
-	size_t npins;		/* pins over all of them */
-	uint32_t nallocs;	/* slots in SLOT_ALLOC over all of them */
+	uint64_t pin_bytes;	/* slots pinned over all of them (once a pin) */
+	uint64_t alloc_bytes;	/* slots in SLOT_ALLOC over all of them */
 };
 
 struct client {
@@ -98,6 +102,8 @@ enum job_kind { JOB_WRITE, JOB_LOAD, JOB_DEMOTE };
 struct job {
 	enum job_kind kind;
 	uint32_t slot;		/* WRITE, LOAD */
+	uint64_t offset, cap;	/* WRITE, LOAD: the slot's place in the pool,
+				   fixed by the loop (which owns the store) */
 	unsigned tier;		/* WRITE: the destination; LOAD: the tier that
 				   served it (out); DEMOTE: the source */
 	unsigned probe;		/* LOAD: the tiers to try, in order */
@@ -155,7 +161,7 @@ struct writer {
 	int stop;
 	struct job *writes;	/* ring of capacity wcap */
 	size_t wcap, whead, wcount;
-	struct job *loads;	/* ring of capacity lcap (one per slot) */
+	struct job *loads;	/* ring of capacity lcap */
 	size_t lcap, lhead, lcount;
 	struct job *done;	/* ring of capacity wcap + lcap */
 	size_t dhead, dcount;
@@ -186,9 +192,10 @@ struct offd {
 	int memfd;
 	unsigned char *pool;
 	uint64_t pool_bytes, slot_bytes;	/* slot_bytes: the largest class */
-	uint32_t nslots;
+	uint32_t nslots;		/* slot ids (kv_slots_count) */
+	uint32_t npages;		/* slots of the largest class the pool holds */
 	int hugepages;
-	const struct kv_slots_class *classes;	/* --size-classes, counts 0 */
+	const uint64_t *classes;	/* slot sizes, increasing */
 	unsigned nclasses;
 	struct kv_slots *store;	/* index, LRU, free list, geometry */
 	struct slot *slots;		/* by slot id, beside the store's */

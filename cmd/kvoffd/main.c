@@ -18,7 +18,7 @@
 #define WRITE_QUEUE_MAX		64
 
 /* --size-classes: increasing sizes, each a multiple of KV_IO_ALIGN. */
-static unsigned parse_classes(const char *arg, struct kv_slots_class *out)
+static unsigned parse_classes(const char *arg, uint64_t *out)
 {
 	char *copy = strdup(arg), *save = NULL, *tok;
 	unsigned n = 0;
@@ -33,14 +33,31 @@ static unsigned parse_classes(const char *arg, struct kv_slots_class *out)
 		if (bytes < KV_IO_ALIGN || bytes % KV_IO_ALIGN)
 			tool_usage_fail("--size-classes: '%s' is not a multiple of %d", tok,
 					KV_IO_ALIGN);
-		if (n && bytes <= out[n - 1].slot_bytes)
+		if (n && bytes <= out[n - 1])
 			tool_usage_fail("--size-classes must increase: '%s'", tok);
-		out[n].slot_bytes = bytes;
-		out[n++].count = 0;
+		out[n++] = bytes;
 	}
 	free(copy);
 	if (!n)
 		tool_usage_fail("--size-classes needs at least one size");
+	return n;
+}
+
+/* Without --size-classes: --slot-bytes and its halves down to
+ * SMALLEST_CLASS, each a multiple of KV_IO_ALIGN.  A block takes at most
+ * twice its size; all the classes share the pool (kv/slots.h). */
+static unsigned derive_classes(uint64_t slot_bytes, uint64_t *out)
+{
+	uint64_t down[SIZE_CLASSES_MAX];
+	unsigned n = 0;
+
+	for (uint64_t b = slot_bytes; n < SIZE_CLASSES_MAX; b /= 2) {
+		down[n++] = b;
+		if (b / 2 < SMALLEST_CLASS || (b / 2) % KV_IO_ALIGN)
+			break;
+	}
+	for (unsigned k = 0; k < n; k++)
+		out[k] = down[n - 1 - k];
 	return n;
 }
 
@@ -70,11 +87,12 @@ static void usage(void)
 	       "                            first-hit (default), second-hit or never\n"
 	       "  -s, --socket PATH         Unix socket to listen on (default $KV_DAEMON)\n"
 	       "  -c, --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
-	       "      --slot-bytes SIZE     largest block, one pool slot (default 2M)\n"
-	       "      --size-classes LIST   slot sizes, comma-separated and increasing\n"
-	       "                            (e.g. 16K,512K,2M,8M), each with an equal share\n"
-	       "                            of the pool; a block takes the smallest that\n"
-	       "                            holds it, the largest is the largest block\n"
+	       "      --slot-bytes SIZE     largest block (default 2M); a block takes the\n"
+	       "                            smallest slot that holds it, of SIZE or of its\n"
+	       "                            halves down to 16K, all sizes from one pool\n"
+	       "      --size-classes LIST   the slot sizes instead, comma-separated and\n"
+	       "                            increasing (e.g. 16K,512K,2M,8M); the largest\n"
+	       "                            is the largest block\n"
 	       "      --strict              refuse a pool larger than the memory available\n"
 	       "                            (without it: a warning)\n"
 	       "      --pin-timeout DURATION\n"
@@ -276,7 +294,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct offd d;
-	static struct kv_slots_class classes[SIZE_CLASSES_MAX];
+	static uint64_t classes[SIZE_CLASSES_MAX];
 	struct tool_tier specs[TOOL_TIERS_MAX];
 	unsigned nspecs = 0;
 	int slot_opt = 0, strict = 0;
@@ -284,7 +302,7 @@ int main(int argc, char **argv)
 	uint64_t cpu_bytes = 0, threads = DEFAULT_WRITE_THREADS;
 	int ready_fd = -1, opt, err;
 	sigset_t mask;
-	char pod[256], size[16], pool[16];
+	char pod[256], size[16], pool[16], smallest[16];
 
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
@@ -401,15 +419,13 @@ int main(int argc, char **argv)
 	if (!d.nclasses) {
 		if (d.slot_bytes < KV_IO_ALIGN || d.slot_bytes % KV_IO_ALIGN)
 			tool_usage_fail("--slot-bytes must be a multiple of %d", KV_IO_ALIGN);
-		if (cpu_bytes < d.slot_bytes)
-			tool_usage_fail("--cpu-bytes must hold at least one --slot-bytes slot");
-		classes[0].slot_bytes = d.slot_bytes;
-		d.nclasses = 1;
+		d.nclasses = derive_classes(d.slot_bytes, classes);
 	}
-	for (unsigned k = 0; k < d.nclasses; k++)
-		if (cpu_bytes / d.nclasses < classes[k].slot_bytes)
-			tool_usage_fail("--cpu-bytes must hold a slot of each size class "
-					"in its share (%u classes)", d.nclasses);
+	if (cpu_bytes < classes[d.nclasses - 1]) {
+		kv_size_format(classes[d.nclasses - 1], size, sizeof(size));
+		tool_usage_fail("--cpu-bytes must hold at least one slot of the largest size (%s)",
+				size);
+	}
 	d.classes = classes;
 	if (threads == 0)
 		tool_usage_fail("--write-threads must be at least 1");
@@ -438,7 +454,7 @@ int main(int argc, char **argv)
 	if (!d.hugepages && check_memory(d.pool_bytes, strict) < 0)
 		return EXIT_USAGE;
 	err = writer_start(&d, (unsigned)threads,
-			   d.nslots / 2 < WRITE_QUEUE_MAX ? (d.nslots + 1) / 2 : WRITE_QUEUE_MAX);
+			   d.npages / 2 < WRITE_QUEUE_MAX ? (d.npages + 1) / 2 : WRITE_QUEUE_MAX);
 	if (err) {
 		tool_err("cannot start writers: %s", kv_strerror(err));
 		return EXIT_RUNTIME;
@@ -468,8 +484,9 @@ int main(int argc, char **argv)
 	 * its own dir. */
 	kv_size_format(d.slot_bytes, size, sizeof(size));
 	kv_size_format(cpu_bytes, pool, sizeof(pool));
-	tool_err("serving %s: a %s pool of %u slots in %u size classes up to %s%s",
-		 d.socket_path, pool, d.nslots, d.nclasses, size,
+	kv_size_format(d.classes[0], smallest, sizeof(smallest));
+	tool_err("serving %s: a %s pool of %u slots of %s, in %u size classes from %s%s",
+		 d.socket_path, pool, d.npages, size, d.nclasses, smallest,
 		 d.hugepages ? " (huge pages)" : "");
 	for (unsigned k = 0; k < d.ntiers; k++) {
 		char cap[32] = "unbounded";

@@ -118,7 +118,8 @@ void report_ram_cleared(struct offd *d)
 {
 	if (!d->publisher)
 		return;
-	for (uint32_t i = 0; i < d->nslots; i++)
+	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
+	     i = kv_slots_next_used(d->store, i + 1))
 		if (kv_slots_indexed(d->store, i))
 			kv_events_publish_block(d->publisher, KV_EVENT_ALL_CLEARED,
 						KV_EVENTS_CPU, d->rootfd, &d->slots[i].ref);
@@ -141,7 +142,8 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 	uint64_t blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
 	struct kv_slots_usage u;
 
-	for (uint32_t i = 0; i < d->nslots; i++) {
+	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
+	     i = kv_slots_next_used(d->store, i + 1)) {
 		const struct slot *s = &d->slots[i];
 
 		pins += s->pins;
@@ -156,7 +158,7 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 		clients++;
 	st->pool_bytes = d->pool_bytes;
 	st->slot_bytes = d->slot_bytes;
-	st->slots = d->nslots;
+	st->slots = d->npages;
 	st->slots_used = u.slots_used;
 	st->pool_bytes_used = u.pool_bytes_used;
 	st->blocks = blocks;

@@ -115,7 +115,7 @@ static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 
 static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 {
-	unsigned char *mem = d->pool + kv_slots_offset(d->store, j->slot);
+	unsigned char *mem = d->pool + j->offset;
 	int64_t t0 = kv_monotonic_ns();
 
 	if (j->kind == JOB_WRITE) {
@@ -126,7 +126,7 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 		if (j->result == 0)
 			carry_config(d, a->io, j->tier, j->path);
 	} else if (j->kind == JOB_LOAD) {
-		run_load(d, a->io, j, mem, kv_slots_capacity(d->store, j->slot));
+		run_load(d, a->io, j, mem, j->cap);
 	} else {
 		run_demote(d, a, j);
 	}
@@ -207,7 +207,10 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
 	w->wcap = wcap;
-	w->lcap = d->nslots;
+	/* Each load holds a slot; past the cap a miss parks (do_lookup). */
+	w->lcap = d->npages > LOADS_MIN ? d->npages : LOADS_MIN;
+	if (w->lcap > d->nslots)
+		w->lcap = d->nslots;
 	w->writes = calloc(w->wcap, sizeof(struct job));
 	w->loads = calloc(w->lcap, sizeof(struct job));
 	w->done = calloc(w->wcap + w->lcap, sizeof(struct job));

@@ -851,14 +851,24 @@ static int finish_many(struct kv_offd *c, unsigned op, const struct kv_offd_bloc
 	return err;
 }
 
-/* put_many and get_many hold their keys' slots between two round trips:
- * a chunk at a time, well inside the daemon's per-client share of
- * uncommitted slots (half the pool). */
-static size_t chunk_keys(const struct kv_offd *c)
+/* put_many holds its keys' slots between two round trips: a chunk at a
+ * time, of at most a quarter of the pool's bytes, well inside the
+ * daemon's per-client share of uncommitted slots (half the pool's
+ * bytes; a block's slot is at most twice its size with the default
+ * classes).  Entries past a share that does not hold them wait for the
+ * next pass (put_pass). */
+static size_t chunk_keys(const struct kv_offd *c, const size_t *lens, const size_t *idx,
+			 size_t n)
 {
-	size_t m = c->slots / 4 ? c->slots / 4 : 1;
+	uint64_t budget = c->pool_bytes / 4, sum = 0;
+	size_t m = 0;
 
-	return m < KV_OFFD_BATCH_MAX ? m : KV_OFFD_BATCH_MAX;
+	for (; m < n && m < KV_OFFD_BATCH_MAX; m++) {
+		if (m && sum + lens[idx[m]] > budget)
+			break;
+		sum += lens[idx[m]];
+	}
+	return m;
 }
 
 /* Keys idx[0..n) of k: alloc, copy, commit.  Entries a full class
@@ -927,13 +937,16 @@ static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned
 					   (bench/offd-batch.sh) */
 
 /* Keys per pipeline piece for blocks of avg bytes: at least one, and
- * three pieces hold slots at once well inside a client's share. */
+ * three pieces hold slots at once well inside a client's share (a piece
+ * at most a sixteenth of the pool). */
 static size_t piece_keys(const struct kv_offd *c, uint64_t avg)
 {
-	size_t most = chunk_keys(c) / 4 ? chunk_keys(c) / 4 : 1;
+	uint64_t most = c->pool_bytes / 16 / (avg ? avg : 1);
 	size_t keys = avg >= PIECE_BYTES ? 1 : PIECE_BYTES / (avg ? avg : 1);
 
-	return keys < most ? keys : most;
+	if (keys > KV_OFFD_BATCH_MAX)
+		keys = KV_OFFD_BATCH_MAX;
+	return !most ? 1 : keys < most ? keys : (size_t)most;
 }
 
 /*
@@ -1065,11 +1078,11 @@ static size_t left_over(const int *status, size_t n, int put, size_t *idx)
 int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		     const void *const *bufs, const size_t *lens, int *status)
 {
-	size_t m = chunk_keys(c), n = 0, left;
-	struct kv_offd_block *b = calloc(m, sizeof(*b));
-	size_t *idx = calloc(k->n ? k->n : 1, sizeof(*idx)), *ls = calloc(m, sizeof(*ls));
-	const char **hs = calloc(m, sizeof(*hs));
-	int *st = calloc(m, sizeof(*st));
+	size_t m = k->n < KV_OFFD_BATCH_MAX ? k->n : KV_OFFD_BATCH_MAX, n = 0, left;
+	struct kv_offd_block *b = calloc(m ? m : 1, sizeof(*b));
+	size_t *idx = calloc(k->n ? k->n : 1, sizeof(*idx)), *ls = calloc(m ? m : 1, sizeof(*ls));
+	const char **hs = calloc(m ? m : 1, sizeof(*hs));
+	int *st = calloc(m ? m : 1, sizeof(*st));
 	int err = b && idx && ls && hs && st ? 0 : -ENOMEM;
 
 	if (!err)
@@ -1080,8 +1093,8 @@ int kv_offd_put_many(struct kv_offd *c, const struct kv_offd_keys *k,
 		n = left_over(status, k->n, 1, idx);
 	/* What would wait, a chunk at a time, in passes while a pass stores
 	 * something. */
-	for (size_t at = 0; !err && at < n; at += m) {
-		size_t cn = n - at < m ? n - at : m;
+	for (size_t at = 0, chunk; !err && at < n; at += chunk) {
+		size_t cn = chunk = chunk_keys(c, lens, idx + at, n - at);
 
 		while (!err && cn) {
 			err = put_pass(c, k, idx + at, cn, bufs, lens, status, b, hs, ls, st, &left);

@@ -1,8 +1,9 @@
 /*
  * The slot store: per-slot records in one array indexed by slot id,
- * chained hash buckets over the indexed ones, and per class a free list
- * (LIFO, so a freed slot is reused first) and an LRU order (kv/lru.h),
- * both through one array of links.
+ * chained hash buckets over the indexed ones, per class a free list and
+ * an LRU order (both kv/lru.h, through one array of links: a slot is in
+ * one of them or in neither), and per page the class it is cut for and
+ * how many of its slots are in use.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,106 +12,111 @@
 #include <kv/lru.h>
 #include <kv/slots.h>
 
-#define NONE	KV_SLOT_NONE
+#define NONE		KV_SLOT_NONE
+#define NO_CLASS	UINT16_MAX
 
 struct slot {
 	char *key;		/* from alloc to release */
 	uint64_t hash;
 	uint64_t len;
+	uint64_t last_use;	/* the store's clock at the last touch */
 	uint32_t hnext;		/* index chain */
 	unsigned char used, indexed, in_lru;
 };
 
 struct class {
 	uint64_t slot_bytes;
-	uint64_t base;		/* offset of its first slot */
-	uint32_t first, count;	/* its slot ids */
-	uint32_t free_head, nfree;	/* linked by lru[].newer */
+	uint32_t per_page;	/* slots a page of this class holds */
+	struct kv_lru free;	/* the newest is handed out first */
 	struct kv_lru lru;
+};
+
+struct page {
+	uint16_t cls;		/* NO_CLASS: free */
+	uint32_t used;		/* its slots in use */
 };
 
 struct kv_slots {
 	struct class *cls;
 	unsigned ncls;
+	struct page *page;
+	uint32_t npages, ids_per_page;
+	uint32_t *free_pages, nfree_pages;	/* a stack */
+	uint32_t nempty;	/* pages of a class with no slot in use */
+	uint64_t page_bytes;
 	struct slot *e;
 	struct kv_lru_link *lru;	/* per slot: its LRU or free-list link */
 	uint32_t count;
 	uint32_t *bucket;
 	uint32_t mask;		/* buckets - 1 */
+	uint64_t clock;
 	struct kv_slots_usage use;
 };
 
 static struct class *class_of(const struct kv_slots *s, uint32_t id)
 {
-	unsigned c = 0;
-
-	while (id >= s->cls[c].first + s->cls[c].count)
-		c++;
-	return &s->cls[c];
+	return &s->cls[s->page[id / s->ids_per_page].cls];
 }
 
-static void free_push(struct kv_slots *s, struct class *c, uint32_t id)
-{
-	s->lru[id].newer = c->free_head;
-	c->free_head = id;
-	c->nfree++;
-}
-
-int kv_slots_new(const struct kv_slots_class *classes, unsigned nclasses,
-		  struct kv_slots **out)
+int kv_slots_new(const uint64_t *class_bytes, unsigned nclasses,
+		 uint64_t pool_bytes, struct kv_slots **out)
 {
 	struct kv_slots *s;
-	uint64_t base = 0, count = 0, nb = 16;
+	uint64_t page_bytes, npages, count, nb = 16;
 
-	if (!nclasses)
+	if (!nclasses || nclasses >= NO_CLASS)
 		return -EINVAL;
-	for (unsigned c = 0; c < nclasses; c++) {
-		const struct kv_slots_class *k = &classes[c];
-
-		if (!k->slot_bytes || !k->count ||
-		    (c && k->slot_bytes <= classes[c - 1].slot_bytes))
+	for (unsigned c = 0; c < nclasses; c++)
+		if (!class_bytes[c] || (c && class_bytes[c] <= class_bytes[c - 1]))
 			return -EINVAL;
-		if (k->slot_bytes > (UINT64_MAX - base) / k->count)
-			return -EOVERFLOW;
-		base += k->slot_bytes * k->count;
-		count += k->count;
-		if (count >= NONE / 2)
-			return -EINVAL;
-	}
-	while (nb < 2 * count)
+	page_bytes = class_bytes[nclasses - 1];
+	npages = pool_bytes / page_bytes;
+	if (!npages)
+		return -EINVAL;
+	/* Ids for a page cut into the smallest slots. */
+	count = page_bytes / class_bytes[0];
+	if (count >= NONE / 2 || npages >= NONE / 2 / count)
+		return -EOVERFLOW;
+	count *= npages;
+	/* Chains of two when every id is in use, of one or less when a
+	 * class larger than the smallest fills the pool. */
+	while (nb < count / 2)
 		nb *= 2;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cls = calloc(nclasses, sizeof(*s->cls));
+	s->page = calloc(npages, sizeof(*s->page));
+	s->free_pages = calloc(npages, sizeof(*s->free_pages));
 	s->e = calloc(count, sizeof(*s->e));
 	s->lru = calloc(count, sizeof(*s->lru));
 	s->bucket = malloc(nb * sizeof(*s->bucket));
-	if (!s->cls || !s->e || !s->lru || !s->bucket) {
+	if (!s->cls || !s->page || !s->free_pages || !s->e || !s->lru || !s->bucket) {
 		kv_slots_free(s);
 		return -ENOMEM;
 	}
 	s->ncls = nclasses;
+	s->page_bytes = page_bytes;
+	s->npages = (uint32_t)npages;
+	s->ids_per_page = (uint32_t)(page_bytes / class_bytes[0]);
 	s->count = (uint32_t)count;
 	s->mask = (uint32_t)nb - 1;
 	for (uint32_t i = 0; i < nb; i++)
 		s->bucket[i] = NONE;
-	base = 0;
-	count = 0;
 	for (unsigned c = 0; c < nclasses; c++) {
 		struct class *k = &s->cls[c];
 
-		k->slot_bytes = classes[c].slot_bytes;
-		k->count = classes[c].count;
-		k->first = (uint32_t)count;
-		k->base = base;
-		k->free_head = NONE;
+		k->slot_bytes = class_bytes[c];
+		k->per_page = (uint32_t)(page_bytes / class_bytes[c]);
+		kv_lru_init(&k->free);
 		kv_lru_init(&k->lru);
-		for (uint32_t i = k->count; i-- > 0;)
-			free_push(s, k, k->first + i);
-		base += k->slot_bytes * k->count;
-		count += k->count;
 	}
+	/* Popped from the top: page 0 first. */
+	for (uint32_t p = 0; p < s->npages; p++) {
+		s->page[p].cls = NO_CLASS;
+		s->free_pages[p] = s->npages - 1 - p;
+	}
+	s->nfree_pages = s->npages;
 	*out = s;
 	return 0;
 }
@@ -122,6 +128,8 @@ void kv_slots_free(struct kv_slots *s)
 	for (uint32_t i = 0; s->e && i < s->count; i++)
 		free(s->e[i].key);
 	free(s->cls);
+	free(s->page);
+	free(s->free_pages);
 	free(s->e);
 	free(s->lru);
 	free(s->bucket);
@@ -135,16 +143,24 @@ uint32_t kv_slots_count(const struct kv_slots *s)
 
 uint64_t kv_slots_pool_bytes(const struct kv_slots *s)
 {
-	const struct class *k = &s->cls[s->ncls - 1];
+	return s->page_bytes * s->npages;
+}
 
-	return k->base + k->slot_bytes * k->count;
+unsigned kv_slots_nclasses(const struct kv_slots *s)
+{
+	return s->ncls;
+}
+
+uint64_t kv_slots_class_bytes(const struct kv_slots *s, unsigned cls)
+{
+	return s->cls[cls].slot_bytes;
 }
 
 uint64_t kv_slots_offset(const struct kv_slots *s, uint32_t id)
 {
-	const struct class *k = class_of(s, id);
+	uint32_t p = id / s->ids_per_page;
 
-	return k->base + (uint64_t)(id - k->first) * k->slot_bytes;
+	return p * s->page_bytes + (id % s->ids_per_page) * class_of(s, id)->slot_bytes;
 }
 
 uint64_t kv_slots_capacity(const struct kv_slots *s, uint32_t id)
@@ -154,7 +170,7 @@ uint64_t kv_slots_capacity(const struct kv_slots *s, uint32_t id)
 
 unsigned kv_slots_class_of(const struct kv_slots *s, uint32_t id)
 {
-	return (unsigned)(class_of(s, id) - s->cls);
+	return s->page[id / s->ids_per_page].cls;
 }
 
 int kv_slots_class(const struct kv_slots *s, uint64_t len)
@@ -165,9 +181,41 @@ int kv_slots_class(const struct kv_slots *s, uint64_t len)
 	return -EFBIG;
 }
 
-uint32_t kv_slots_nfree(const struct kv_slots *s, unsigned cls)
+int kv_slots_room(const struct kv_slots *s, unsigned cls)
 {
-	return s->cls[cls].nfree;
+	return s->cls[cls].free.newest != NONE || s->nfree_pages || s->nempty;
+}
+
+/* A page for class c: a free one, else an empty page of another class,
+ * its slots taken off that class's free list.  Its slots go on c's free
+ * list, the lowest id to be handed out first. */
+static int page_for(struct kv_slots *s, unsigned c)
+{
+	struct class *k = &s->cls[c];
+	uint32_t p, first;
+
+	if (s->nfree_pages) {
+		p = s->free_pages[--s->nfree_pages];
+	} else if (s->nempty) {
+		for (p = 0; p < s->npages; p++)
+			if (s->page[p].cls != NO_CLASS && s->page[p].cls != c &&
+			    !s->page[p].used)
+				break;
+		if (p == s->npages)
+			return -ENOSPC;
+		first = p * s->ids_per_page;
+		for (uint32_t i = 0; i < s->cls[s->page[p].cls].per_page; i++)
+			kv_lru_remove(&s->cls[s->page[p].cls].free, s->lru, first + i);
+		s->nempty--;
+	} else {
+		return -ENOSPC;
+	}
+	s->page[p] = (struct page){ .cls = (uint16_t)c };
+	s->nempty++;
+	first = p * s->ids_per_page;
+	for (uint32_t i = k->per_page; i-- > 0;)
+		kv_lru_push(&k->free, s->lru, first + i);
+	return 0;
 }
 
 int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
@@ -175,6 +223,7 @@ int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
 {
 	int c = kv_slots_class(s, len);
 	struct class *k;
+	struct page *pg;
 	struct slot *e;
 	char *dup;
 	uint32_t i;
@@ -182,16 +231,17 @@ int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
 	if (c < 0)
 		return c;
 	k = &s->cls[c];
-	if (!k->nfree)
+	if (k->free.newest == NONE && page_for(s, (unsigned)c))
 		return -ENOSPC;
 	dup = strdup(key);
 	if (!dup)
 		return -ENOMEM;
-	i = k->free_head;
+	i = k->free.newest;
+	kv_lru_remove(&k->free, s->lru, i);
+	pg = &s->page[i / s->ids_per_page];
+	if (!pg->used++)
+		s->nempty--;
 	e = &s->e[i];
-	k->free_head = s->lru[i].newer;
-	k->nfree--;
-	s->lru[i] = (struct kv_lru_link){ NONE, NONE };
 	*e = (struct slot){
 		.key = dup,
 		.hash = XXH3_64bits(key, strlen(key)),
@@ -217,7 +267,9 @@ void kv_slots_release(struct kv_slots *s, uint32_t id)
 	s->use.len_bytes -= e->len;
 	free(e->key);
 	*e = (struct slot){ .hnext = NONE };
-	free_push(s, k, id);
+	kv_lru_push(&k->free, s->lru, id);
+	if (!--s->page[id / s->ids_per_page].used)
+		s->nempty++;
 }
 
 const char *kv_slots_key(const struct kv_slots *s, uint32_t id)
@@ -293,6 +345,7 @@ void kv_slots_touch(struct kv_slots *s, uint32_t id)
 		kv_lru_remove(&k->lru, s->lru, id);
 	kv_lru_push(&k->lru, s->lru, id);
 	e->in_lru = 1;
+	e->last_use = ++s->clock;
 }
 
 uint32_t kv_slots_oldest(const struct kv_slots *s, unsigned cls)
@@ -303,6 +356,41 @@ uint32_t kv_slots_oldest(const struct kv_slots *s, unsigned cls)
 uint32_t kv_slots_newer(const struct kv_slots *s, uint32_t id)
 {
 	return s->lru[id].newer;
+}
+
+uint64_t kv_slots_last_use(const struct kv_slots *s, uint32_t id)
+{
+	return s->e[id].last_use;
+}
+
+uint32_t kv_slots_page_of(const struct kv_slots *s, uint32_t id)
+{
+	return id / s->ids_per_page;
+}
+
+uint32_t kv_slots_page_ids(const struct kv_slots *s, uint32_t page, uint32_t *first)
+{
+	*first = page * s->ids_per_page;
+	return s->page[page].cls == NO_CLASS ? 0 : s->cls[s->page[page].cls].per_page;
+}
+
+int kv_slots_used(const struct kv_slots *s, uint32_t id)
+{
+	return s->e[id].used;
+}
+
+uint32_t kv_slots_next_used(const struct kv_slots *s, uint32_t from)
+{
+	for (uint32_t p = from / s->ids_per_page; p < s->npages; p++) {
+		uint32_t first, n = kv_slots_page_ids(s, p, &first);
+
+		if (!s->page[p].used)
+			continue;
+		for (uint32_t i = from > first ? from : first; i < first + n; i++)
+			if (s->e[i].used)
+				return i;
+	}
+	return NONE;
 }
 
 void kv_slots_usage(const struct kv_slots *s, struct kv_slots_usage *u)

@@ -245,15 +245,16 @@ static int get_mem(struct slots *s, const struct kvi_tier_slots_opts *o,
 
 int kvi_tier_slots_open(const struct kvi_tier_slots_opts *o, struct kv_tier **out)
 {
-	struct kv_slots_class one;
+	uint64_t one;
 	struct slots *s;
 	int r;
 
 	if (!o->slot_bytes || !o->slots ||
 	    o->slot_bytes > SIZE_MAX - SLOT_ALIGN || (o->device_memory && !o->dma))
 		return -EINVAL;
-	one.slot_bytes = (o->slot_bytes + SLOT_ALIGN - 1) & ~(size_t)(SLOT_ALIGN - 1);
-	one.count = o->slots;
+	one = (o->slot_bytes + SLOT_ALIGN - 1) & ~(size_t)(SLOT_ALIGN - 1);
+	if (o->slots > UINT64_MAX / one)
+		return -EOVERFLOW;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -265,9 +266,9 @@ int kvi_tier_slots_open(const struct kvi_tier_slots_opts *o, struct kv_tier **ou
 	}
 	s->kind = o->kind;
 	s->dma = o->dma;
-	r = kv_slots_new(&one, 1, &s->store);
+	r = kv_slots_new(&one, 1, one * o->slots, &s->store);
 	if (r == 0)
-		r = get_mem(s, o, one.slot_bytes, kv_slots_pool_bytes(s->store));
+		r = get_mem(s, o, one, kv_slots_pool_bytes(s->store));
 	if (r < 0) {
 		slots_close(&s->base);
 		return r;

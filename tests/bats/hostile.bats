@@ -89,7 +89,9 @@ plant_bucket() {
 	# bash forgets HOG_PID once the coprocess is reaped: keep it
 	hog_pid=$HOG_PID
 	read -r word n err <&"${HOG[0]}"
-	[ "$word" = hog ] && [ "$n" -eq 4 ] || fail "hog took $n slots of 8 ($err)"
+	# Half the pool's bytes: its 4 KiB blocks take slots of 16K, the
+	# smallest class, so 64 of them.
+	[ "$word" = hog ] && [ "$n" -eq 64 ] || fail "hog took $n slots of 16K in 2M ($err)"
 	[[ "$err" == *quota* ]] || fail "hog stopped on: $err"
 	# The other half still serves everyone else.
 	for i in 1 2 3; do

@@ -256,7 +256,7 @@ assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
 }
 
 @test "kvoffd: pins held past --pin-timeout while puts starve are taken back" {
-	start_daemon --cpu-bytes 4M --pin-timeout 1s
+	start_daemon --cpu-bytes 4M --size-classes 2M --pin-timeout 1s
 	put_block a abcdef0001 100000
 	put_block b abcdef0002 100000
 	# Two peers pin one slot each (a peer may pin half the pool): every

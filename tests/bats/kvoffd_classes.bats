@@ -44,22 +44,69 @@ stat_of() {
 	run kvoffd --socket "$SOCK" --cpu-bytes 64M --size-classes 16K --slot-bytes 2M
 	assert_failure 2
 	assert_output --partial "exclude each other"
-	# Each class's share must hold one of its slots.
-	run kvoffd --socket "$SOCK" --cpu-bytes 8M --size-classes 16K,8M
+	# The pool must hold one slot of the largest size.
+	run kvoffd --socket "$SOCK" --cpu-bytes 4M --size-classes 16K,8M
 	assert_failure 2
-	assert_output --partial "size class"
+	assert_output --partial "one slot of the largest size (8.0M)"
+	run kvoffd --socket "$SOCK" --cpu-bytes 4M --slot-bytes 8M
+	assert_failure 2
+	assert_output --partial "one slot of the largest size (8.0M)"
 	run kvoffd --socket "$SOCK" --cpu-bytes 64M --size-classes "$(seq -s, 4 4 68 | sed 's/\([0-9]*\)/\1K/g')"
 	assert_failure 2
 	assert_output --partial "at most 16"
 }
 
-@test "kvoffd --size-classes: each class gets an equal share of the pool" {
+@test "kvoffd --size-classes: every class draws on the one pool" {
 	start_daemon --cpu-bytes 64M --size-classes 16K,512K,2M,8M
-	# 16 MiB each: 1024 + 32 + 8 + 2 slots, the largest 8 MiB.
-	[ "$(stat_of slots)" -eq 1066 ]
+	# slots: how many blocks of the largest size the pool holds.
+	[ "$(stat_of slots)" -eq 8 ]
 	[ "$(stat_of pool_bytes)" -eq $((64 << 20)) ]
 	[ "$(stat_of slot_bytes)" -eq $((8 << 20)) ]
-	grep -q "a 64M pool of 1066 slots in 4 size classes up to 8.0M" "$BATS_TEST_TMPDIR/kvoffd.log"
+	grep -q "a 64M pool of 8 slots of 8.0M, in 4 size classes from 16K" "$BATS_TEST_TMPDIR/kvoffd.log"
+	# One size alone fills all of it, whichever size.
+	run client fill "$SOCK" "$MODEL" 16384 4096
+	assert_success
+	[ "$(jq .block_bytes <<<"$output")" -eq $((64 << 20)) ] || fail "$output"
+	[ "$(stat_of evictions)" -eq 0 ]
+	run client fill "$SOCK" "$MODEL" 2097152 32
+	assert_success
+	[ "$(jq .block_bytes <<<"$output")" -eq $((64 << 20)) ] || fail "$output"
+	# The 16 KiB blocks were older: all of them made way, page by page.
+	[ "$(stat_of evictions)" -eq 4096 ]
+	[ "$(stat_of blocks)" -eq 32 ]
+}
+
+@test "kvoffd: size classes by default, halving --slot-bytes down to 16K" {
+	start_daemon --cpu-bytes 64M --slot-bytes 8M
+	grep -q "a 64M pool of 8 slots of 8.0M, in 10 size classes from 16K" "$BATS_TEST_TMPDIR/kvoffd.log"
+	run client fill "$SOCK" "$MODEL" 16384 1
+	[ "$(jq .pool_bytes_used <<<"$output")" -eq 16384 ] || fail "$output"
+	# A size between two classes takes the larger: at most twice itself.
+	run client fill "$SOCK" "$MODEL" 20480 1
+	[ "$(jq .pool_bytes_used <<<"$output")" -eq $((16384 + 32768)) ] || fail "$output"
+	stop_daemon
+	# A slot size under twice 16K, or whose half is no multiple of 4096,
+	# is one class.
+	start_daemon --cpu-bytes 64M --slot-bytes 28K
+	grep -q "in 1 size classes from 28K" "$BATS_TEST_TMPDIR/kvoffd.log"
+}
+
+@test "kvoffd: room for a block of one size comes from the least recently used blocks of any size" {
+	start_daemon --cpu-bytes 64M --slot-bytes 8M
+	# Half the pool in 16 KiB blocks, then half in 8 MiB: full.
+	client fill "$SOCK" "$MODEL" 16384 2048 >/dev/null
+	run client fill "$SOCK" "$MODEL" 8388608 4
+	[ "$(jq .pool_bytes_used <<<"$output")" -eq $((64 << 20)) ] || fail "$output"
+	[ "$(stat_of evictions)" -eq 0 ]
+	# Four more 8 MiB blocks (the same keys' next four): the oldest
+	# blocks are the small ones, so their pages go, 512 blocks a page.
+	run client fill "$SOCK" "$MODEL" 8388608 8
+	[ "$(stat_of evictions)" -eq 2048 ]
+	[ "$(stat_of blocks)" -eq 8 ]
+	# And the other way: a small block takes the page of the oldest large one.
+	run client fill "$SOCK" "$MODEL" 4096 1
+	[ "$(stat_of evictions)" -eq 2049 ]
+	[ "$(stat_of blocks)" -eq 8 ]
 }
 
 @test "kvoffd --size-classes: a block takes the smallest class that holds it" {
@@ -83,22 +130,23 @@ stat_of() {
 	assert_output --partial "too large"
 }
 
-@test "kvoffd --size-classes: a pool of mixed sizes keeps >= 90% of its bytes as payload" {
-	start_daemon --cpu-bytes 128M --size-classes 16K,512K,2M,8M
-	# More blocks of each size than its class holds: every class ends full
-	# of the newest ones.
+@test "kvoffd: a pool of mixed sizes keeps >= 90% of its bytes as payload" {
+	# The default classes hold the mix: --slot-bytes 8M alone.
+	start_daemon --cpu-bytes 512M --slot-bytes 8M
+	# A quarter of the pool in each size, and a little more: past the
+	# end, blocks of the later sizes take the pages of the earlier ones.
 	for size in 16384 524288 2097152 8388608; do
-		client fill "$SOCK" "$MODEL" "$size" $(((32 << 20) / size + 2)) >/dev/null
+		client fill "$SOCK" "$MODEL" "$size" $(((128 << 20) / size + 2)) >/dev/null
 	done
 	run client fill "$SOCK" "$MODEL" 16384 1
 	assert_success
-	pool=$(jq .pool_bytes <<<"$output") used=$(jq .pool_bytes_used <<<"$output")
-	payload=$(jq .block_bytes <<<"$output")
-	[ "$used" -eq "$pool" ] || fail "$output"
+	pool=$(jq .pool_bytes <<<"$output") payload=$(jq .block_bytes <<<"$output")
+	# What is not payload: the free slots of a page a class has not
+	# filled yet, at most a page per class.
 	[ $((payload * 10)) -ge $((pool * 9)) ] || fail "$output"
 	# One class of the largest size holds the same mix at a fraction.
 	stop_daemon
-	start_daemon --cpu-bytes 128M --slot-bytes 8M
+	start_daemon --cpu-bytes 128M --size-classes 8M
 	run client fill "$SOCK" "$MODEL" 16384 8
 	payload=$(jq .block_bytes <<<"$output") used=$(jq .pool_bytes_used <<<"$output")
 	[ $((payload * 100)) -lt "$used" ] || fail "$output"

@@ -2,8 +2,9 @@
 # kvoffd's bounded write-behind queue when the file tier is slower than
 # the puts.  The fault injector (tests/fault/) holds every block write at
 # its submission until the test creates a gate file, so the queue fills
-# at a point set by counts, not by timing: 16 slots of 1 MiB, a queue of
-# 8 (half the slots) and one writer.  Puts must all succeed, blocks that
+# at a point set by counts, not by timing: 16 slots of 1 MiB (one size
+# class, so that every block takes one), a queue of 8 (half the slots)
+# and one writer.  Puts must all succeed, blocks that
 # could not be queued must stay readable while in RAM, the blocks dropped
 # must be exactly the ones counted, and nothing torn may reach the disk.
 
@@ -39,7 +40,7 @@ start_held_daemon() {
 	LD_PRELOAD="$FI_LIB" KVFI_LOG="$FI_LOG" \
 	KVFI_DELAY="write:$hold,uring_write:$hold" \
 	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-		start_kvoffd --root "$KV_ROOT" --cpu-bytes 16M --slot-bytes 1M --write-threads 1 \
+		start_kvoffd --root "$KV_ROOT" --cpu-bytes 16M --size-classes 1M --write-threads 1 \
 		--events "$EVENTS" --metrics-file "$METRICS" "$@"
 }
 

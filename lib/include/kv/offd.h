@@ -78,10 +78,11 @@ enum kv_offd_type {
  * also the frame's stats body, in this order. */
 struct kv_offd_stats {
 	uint64_t pool_bytes;		/* memfd size */
-	uint64_t slot_bytes;
-	uint64_t slots;
-	uint64_t slots_used;		/* allocated, loading or holding a block */
-	uint64_t pool_bytes_used;	/* slots_used * slot_bytes */
+	uint64_t slot_bytes;		/* the largest class */
+	uint64_t slots;			/* slots of slot_bytes the pool holds */
+	uint64_t slots_used;		/* of any class: allocated, loading or
+					   holding a block */
+	uint64_t pool_bytes_used;	/* the bytes of those slots */
 	uint64_t blocks;		/* committed blocks in RAM */
 	uint64_t block_bytes;		/* their payload bytes */
 	uint64_t dirty_blocks;		/* in RAM, not yet in the file tier */
@@ -107,7 +108,7 @@ struct kv_offd_stats {
 	uint64_t refused;		/* peers refused by credentials */
 	uint64_t protocol_errors;	/* clients closed for a bad frame */
 	uint64_t accept_errors;		/* accepts failed for want of a descriptor */
-	uint64_t alloc_refused;		/* ALLOCs over a client's share of slots */
+	uint64_t alloc_refused;		/* ALLOCs over a peer's share of the pool */
 	uint64_t allocs_reclaimed;	/* ALLOCs uncommitted too long, taken back */
 	uint64_t altered;		/* blocks written into after COMMIT, dropped */
 	uint64_t hugepages;		/* 1 if the pool is on hugetlbfs pages */
@@ -228,7 +229,8 @@ int kv_offd_result_encode(void *payload, size_t i, const struct kv_offd_result *
 int kv_offd_frame_set_key(struct kv_offd_frame *f, const struct kv_block_ref *ref);
 
 /* The shared pool as HELLO describes it: slots in size classes, the
- * largest slot_bytes; where each slot lies comes with ALLOC and LOOKUP. */
+ * largest slot_bytes, slot ids below slots; where each slot lies comes
+ * with ALLOC and LOOKUP. */
 struct kv_offd_geometry {
 	uint64_t pool_bytes;
 	uint64_t slot_bytes;

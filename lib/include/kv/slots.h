@@ -6,6 +6,13 @@
  * the copies and whatever else they track per slot, in arrays indexed
  * by slot id.  Not locked: callers serialise.
  *
+ * One byte budget serves every class, as memcached's slabs do: the pool
+ * is cut into pages of the largest class's size, a class is handed a
+ * free page when it has no free slot and cuts it into slots of its
+ * size, and a page whose slots are all free again goes to whichever
+ * class next needs one.  A pool used by one block size is all that
+ * size's; a mix gets what it uses.
+ *
  * A slot's life: kv_slots_alloc gives it a key, kv_slots_insert makes
  * it findable, kv_slots_touch puts it in (or moves it to the front of)
  * its class's LRU, kv_slots_remove takes it out of both, and
@@ -25,34 +32,37 @@ extern "C" {
 
 struct kv_slots;
 
-/* count slots of slot_bytes each. */
-struct kv_slots_class {
-	uint64_t slot_bytes;
-	uint32_t count;
-};
-
-/* Classes in increasing slot_bytes, laid out one after the other in one
- * pool; slot ids run through them in order.  Slot offsets are sums of
- * slot_bytes, so sizes that are multiples of an alignment keep every
- * slot aligned. */
-int kv_slots_new(const struct kv_slots_class *classes, unsigned nclasses,
-		  struct kv_slots **out);
+/* Class sizes increase and each is a multiple of the alignment the
+ * caller wants slots at; the largest is the page.  The pool holds
+ * pool_bytes / largest pages (at least one).  Slot ids run page by page:
+ * a page has ids for as many slots as the smallest class cuts it into,
+ * and a page of a larger class uses the first of them. */
+int kv_slots_new(const uint64_t *class_bytes, unsigned nclasses,
+		 uint64_t pool_bytes, struct kv_slots **out);
 void kv_slots_free(struct kv_slots *s);
 
-/* Geometry: fixed by kv_slots_new, so safe to read from any thread. */
-uint32_t kv_slots_count(const struct kv_slots *s);
+/* Fixed by kv_slots_new, so safe to read from any thread. */
+uint32_t kv_slots_count(const struct kv_slots *s);	/* slot ids */
 uint64_t kv_slots_pool_bytes(const struct kv_slots *s);
+unsigned kv_slots_nclasses(const struct kv_slots *s);
+uint64_t kv_slots_class_bytes(const struct kv_slots *s, unsigned cls);
+/* Of a slot that is in use: where it lies, what it holds, its class.
+ * They hold while it stays in use; its page may go to another class
+ * once it is free, so read them under the callers' serialisation. */
 uint64_t kv_slots_offset(const struct kv_slots *s, uint32_t id);
 uint64_t kv_slots_capacity(const struct kv_slots *s, uint32_t id);
 unsigned kv_slots_class_of(const struct kv_slots *s, uint32_t id);
 
 /* The smallest class whose slots hold len bytes, or -EFBIG. */
 int kv_slots_class(const struct kv_slots *s, uint64_t len);
-uint32_t kv_slots_nfree(const struct kv_slots *s, unsigned cls);
+/* Whether kv_slots_alloc finds room for class cls: a free slot of it, a
+ * free page, or a page whose slots are all free. */
+int kv_slots_room(const struct kv_slots *s, unsigned cls);
 
 /* A free slot of the class for len, holding len bytes under key (not
- * yet findable).  -EFBIG: no class holds len; -ENOSPC: that class has no
- * free slot (evict its oldest and retry). */
+ * yet findable).  -EFBIG: no class holds len; -ENOSPC: no room (evict
+ * the class's oldest, or every slot of another class's page, and
+ * retry). */
 int kv_slots_alloc(struct kv_slots *s, uint64_t len, const char *key,
 		    uint32_t *id);
 /* Back to the free list, out of the index and LRU first if need be. */
@@ -74,6 +84,18 @@ void kv_slots_touch(struct kv_slots *s, uint32_t id);
 /* A class's least recently used slot, then toward the most recent. */
 uint32_t kv_slots_oldest(const struct kv_slots *s, unsigned cls);
 uint32_t kv_slots_newer(const struct kv_slots *s, uint32_t id);
+/* When id was last touched, on the store's own clock: a smaller value
+ * was used longer ago, whatever the classes. */
+uint64_t kv_slots_last_use(const struct kv_slots *s, uint32_t id);
+
+/* Pages: the page a slot lies on, and the ids a page has in its class
+ * (first and count; count 0 while the page belongs to no class). */
+uint32_t kv_slots_page_of(const struct kv_slots *s, uint32_t id);
+uint32_t kv_slots_page_ids(const struct kv_slots *s, uint32_t page, uint32_t *first);
+int kv_slots_used(const struct kv_slots *s, uint32_t id);
+/* The first slot in use at id from or after it, or KV_SLOT_NONE: walks
+ * the slots in use without visiting every id. */
+uint32_t kv_slots_next_used(const struct kv_slots *s, uint32_t from);
 
 /* Slots allocated, their capacity, and the bytes they hold. */
 struct kv_slots_usage {
