@@ -17,8 +17,9 @@
 # For each: the unsharded run, then N shards started at once (N = SHARDS,
 # default "1 2 4"); seconds from the start to the last shard's exit (a
 # round costs each shard a settling second, and the shards wait for the
-# slowest), what was deleted, and precision: the fraction of the blocks the
-# shards deleted that the unsharded run deleted too (target >= 0.99).
+# slowest), what was deleted, precision: the fraction of the blocks the
+# shards deleted that the unsharded run deleted too (target >= 0.99), and
+# the volume's use after, as df counts it (target <= 50.00%).
 # Median of RUNS runs (default 3); then the ratios t(N shards) / t(1
 # shard) and t(1 shard) / t(unsharded).  Needs root (mount, FUSE).
 #
@@ -103,7 +104,12 @@ precision() {
 
 echo "files=$FILES spread=${SPREAD_S}s runs=$RUNS delay=${DELAY_US}us shards=($SHARDS) fs=($FS)" \
      "tmpfs=${size_m}m cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
-printf '%-6s %-9s %4s %9s %8s %9s\n' fs run '#' seconds deleted precision
+# use_after: the tmpfs's use, used / (used + available), as df counts it.
+use_after() {
+	stat -f -c '%b %f %a' "$mnt" | awk '{ u = $1 - $2; printf "%.2f%%", 100 * u / (u + $3) }'
+}
+
+printf '%-6s %-9s %4s %9s %8s %9s %9s\n' fs run '#' seconds deleted precision use_after
 for fs in $FS; do
 	for run in $(seq 1 "$RUNS"); do
 		make_tree
@@ -114,8 +120,8 @@ for fs in $FS; do
 		jq -r .path "$work/single.ndjson" | sort > "$work/single.$run"
 		s=$(secs "$t0" "$t1")
 		echo "$s" >> "$work/t.$fs.single"
-		printf '%-6s %-9s %4d %9s %8d %9s\n' "$fs" unsharded "$run" "$s" \
-			"$(wc -l < "$work/single.$run")" -
+		printf '%-6s %-9s %4d %9s %8d %9s %9s\n' "$fs" unsharded "$run" "$s" \
+			"$(wc -l < "$work/single.$run")" - "$(use_after)"
 		for n in $SHARDS; do
 			make_tree
 			roots=()
@@ -139,8 +145,8 @@ for fs in $FS; do
 			p=$(precision "$work/sharded" "$work/single.$run")
 			echo "$s" >> "$work/t.$fs.$n"
 			echo "$p" >> "$work/p.$fs.$n"
-			printf '%-6s %-9s %4d %9s %8d %9s\n' "$fs" "$n shards" "$run" "$s" \
-				"$(wc -l < "$work/sharded")" "$p"
+			printf '%-6s %-9s %4d %9s %8d %9s %9s\n' "$fs" "$n shards" "$run" "$s" \
+				"$(wc -l < "$work/sharded")" "$p" "$(use_after)"
 		done
 	done
 done

@@ -1027,6 +1027,22 @@ static uint64_t targets_of(const struct kv_evict_opts *o, const struct problem *
 	return kv_xxh3(t, n < (int)sizeof(t) ? (size_t)n : sizeof(t) - 1);
 }
 
+/* Bytes the round's own files take that the shards' readings of the
+ * volume's use may have missed: each shard reads before it writes its
+ * state, and nothing is deleted before every present shard has
+ * written, so the largest reading, the last, lacks at most a state
+ * file of each.  A block each (a state is a few hundred bytes), added
+ * to the fs-use target's need when there is one, so that the volume
+ * ends at --low and not a few blocks above it. */
+static uint64_t round_slack(const struct ctx *c, unsigned present)
+{
+	struct statvfs sv;
+
+	if (c->rootfd < 0 || fstatvfs(c->rootfd, &sv) < 0)
+		return 0;
+	return (uint64_t)present * sv.f_frsize;
+}
+
 /* Of need over the merged histogram g, the part in this shard's mine:
  * every byte older than the bucket where need runs out, and of that
  * bucket what is left in proportion to this shard's bytes there. */
@@ -1084,11 +1100,14 @@ static int shard_need(struct ctx *c, struct problem *p)
 		/* The whole cache, as the buckets present show it. */
 		cache = (uint64_t)((unsigned __int128)m.cache_bytes * KV_LAYOUT_TOP_BUCKETS /
 				   m.share_buckets);
-		if (p->global)
-			need = budget_need(o, fs_need_at(o, m.fs_used_bytes, m.fs_total_bytes),
-					   cache);
-		else
+		if (p->global) {
+			need = fs_need_at(o, m.fs_used_bytes, m.fs_total_bytes);
+			if (need)
+				need += round_slack(c, m.present);
+			need = budget_need(o, need, cache);
+		} else {
 			need = cache > p->max_bytes ? cache - p->low_bytes : 0;
+		}
 		need = (uint64_t)((unsigned __int128)need * m.share_buckets /
 				  KV_LAYOUT_TOP_BUCKETS);
 		p->need = own_share(&c->h, &g, need);

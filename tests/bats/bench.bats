@@ -113,6 +113,11 @@ needs_latfs() {
 	run env FILES=2000 RUNS=1 SHARDS=2 DELAY_US=50 FS="$fs" "$REPO/bench/shard.sh"
 	assert_success
 	assert_output --partial "precision"
+	# Every run, sharded or not, ends at --low 50 or under.
+	local rows ok
+	rows=$(grep -cE '^(tmpfs|latfs) ' <<<"$output")
+	ok=$(grep -cE '^(tmpfs|latfs) .* (50\.00|[1-4][0-9]\.[0-9]{2})%$' <<<"$output")
+	[ "$rows" -gt 0 ] && [ "$ok" -eq "$rows" ] || fail "$output"
 }
 
 @test "bench/latfs.sh runs (FILES=1000, RUNS=1)" {
