@@ -1062,10 +1062,12 @@ static void client_close(struct offd *d, struct client *c)
 		d->slots[c->pins[k].slot].pins--;
 		try_release(d, c->pins[k].slot);
 	}
-	for (uint32_t i = kv_slots_next_used(d->store, 0); c->nallocs && i != KV_SLOT_NONE;
-	     i = kv_slots_next_used(d->store, i + 1))
+	KV_SLOTS_EACH_USED(d->store, i) {
+		if (!c->nallocs)
+			break;
 		if (owned_alloc(d, c, i))
 			free_slot(d, i);
+	}
 	if (c->wait == WAIT_LOAD)
 		unlink_waiter(&d->slots[c->wait_slot].waiters, NULL, c);
 	else if (c->wait == WAIT_SLOT)
@@ -1545,8 +1547,7 @@ static void reclaim_allocs(struct offd *d)
 	int64_t cut = kv_monotonic_ns() - ALLOC_TIMEOUT_S * 1000000000LL;
 	int freed = 0;
 
-	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
-	     i = kv_slots_next_used(d->store, i + 1)) {
+	KV_SLOTS_EACH_USED(d->store, i) {
 		if (d->slots[i].state != SLOT_ALLOC || d->slots[i].start_ns > cut)
 			continue;
 		free_slot(d, i);
@@ -1623,8 +1624,7 @@ static void revoke_pins(struct offd *d)
 /* Queue every block not yet in the file tier, as far as the queue takes. */
 static void drain_step(struct offd *d)
 {
-	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
-	     i = kv_slots_next_used(d->store, i + 1)) {
+	KV_SLOTS_EACH_USED(d->store, i) {
 		struct slot *s = &d->slots[i];
 
 		if (s->state != SLOT_READY || s->held || s->wb_pending || s->drain_tried)

@@ -48,16 +48,13 @@ static unsigned parse_classes(const char *arg, uint64_t *out)
  * twice its size; all the classes share the pool (kv/slots.h). */
 static unsigned derive_classes(uint64_t slot_bytes, uint64_t *out)
 {
-	uint64_t down[SIZE_CLASSES_MAX];
-	unsigned n = 0;
+	unsigned n = 1;
 
-	for (uint64_t b = slot_bytes; n < SIZE_CLASSES_MAX; b /= 2) {
-		down[n++] = b;
-		if (b / 2 < SMALLEST_CLASS || (b / 2) % KV_IO_ALIGN)
-			break;
-	}
+	while (n < SIZE_CLASSES_MAX && (slot_bytes >> n) >= SMALLEST_CLASS &&
+	       (slot_bytes >> n) % KV_IO_ALIGN == 0)
+		n++;
 	for (unsigned k = 0; k < n; k++)
-		out[k] = down[n - 1 - k];
+		out[k] = slot_bytes >> (n - 1 - k);
 	return n;
 }
 

@@ -118,8 +118,7 @@ void report_ram_cleared(struct offd *d)
 {
 	if (!d->publisher)
 		return;
-	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
-	     i = kv_slots_next_used(d->store, i + 1))
+	KV_SLOTS_EACH_USED(d->store, i)
 		if (kv_slots_indexed(d->store, i))
 			kv_events_publish_block(d->publisher, KV_EVENT_ALL_CLEARED,
 						KV_EVENTS_CPU, d->rootfd, &d->slots[i].ref);
@@ -142,8 +141,7 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 	uint64_t blocks = 0, bytes = 0, dirty = 0, pins = 0, clients = 0;
 	struct kv_slots_usage u;
 
-	for (uint32_t i = kv_slots_next_used(d->store, 0); i != KV_SLOT_NONE;
-	     i = kv_slots_next_used(d->store, i + 1)) {
+	KV_SLOTS_EACH_USED(d->store, i) {
 		const struct slot *s = &d->slots[i];
 
 		pins += s->pins;

@@ -96,6 +96,10 @@ int kv_slots_used(const struct kv_slots *s, uint32_t id);
 /* The first slot in use at id from or after it, or KV_SLOT_NONE: walks
  * the slots in use without visiting every id. */
 uint32_t kv_slots_next_used(const struct kv_slots *s, uint32_t from);
+/* for (each slot id in use, in id order): a loop of kv_slots_next_used. */
+#define KV_SLOTS_EACH_USED(s, i) \
+	for (uint32_t i = kv_slots_next_used((s), 0); i != KV_SLOT_NONE; \
+	     i = kv_slots_next_used((s), i + 1))
 
 /* Slots allocated, their capacity, and the bytes they hold. */
 struct kv_slots_usage {
