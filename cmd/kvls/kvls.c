@@ -136,6 +136,9 @@ static void usage(void)
 
 /* --- output ---------------------------------------------------------- */
 
+/* stdout's buffer when it is not a terminal: large writes into a pipe. */
+static char out_buf[1 << 18];
+
 static int out_write(struct ls *ls, const char *buf, size_t len)
 {
 	if (ls->write_errno)
@@ -1037,8 +1040,9 @@ int main(int argc, char **argv)
 	ls.older_cut_ns = ls.now_ns - (int64_t)(older > (uint64_t)INT64_MAX ? INT64_MAX : older);
 	ls.newer_cut_ns = ls.now_ns - (int64_t)(newer > (uint64_t)INT64_MAX ? INT64_MAX : newer);
 	tool_progress_init(&ls.progress);
+	/* glibc ignores the size unless it is given the buffer. */
 	if (!isatty(STDOUT_FILENO))
-		setvbuf(stdout, NULL, _IOFBF, 1 << 18);
+		setvbuf(stdout, out_buf, _IOFBF, sizeof(out_buf));
 	if (ls.mode == MODE_BLOCKS) {
 		rc = list_blocks(&ls, daemon, root, &wopts);
 		models_free(&ls);

@@ -72,6 +72,7 @@ struct item {
 struct walk {
 	int rootfd;
 	dev_t rootdev;
+	int short_read_ends;	/* a short getdents is the end (reads_whole) */
 	struct kv_uses *uses;	/* recorded uses, NULL when none */
 	unsigned flags;
 	const char *model;
@@ -102,13 +103,19 @@ struct dirit {
 	int fd;
 	char *buf;
 	long pos, len;
+	int short_read_ends, ended;
 };
 
-static void dirit_init(struct dirit *it, int fd, char *buf)
+/* The largest dirent64 getdents may have to leave for the next call. */
+#define DIRENT_MAX_BYTES	((offsetof(struct dirent64, d_name) + 256 + 7) & ~(size_t)7)
+
+static void dirit_init(struct dirit *it, const struct worker *wk, int fd, char *buf)
 {
 	it->fd = fd;
 	it->buf = buf;
 	it->pos = it->len = 0;
+	it->short_read_ends = wk->w->short_read_ends;
+	it->ended = 0;
 }
 
 /* The next entry other than "." and "..": 1, 0 at the end, or -errno. */
@@ -118,14 +125,21 @@ static int dirit_next(struct dirit *it, struct dirent64 **out)
 		struct dirent64 *d;
 
 		if (it->pos >= it->len) {
-			ssize_t n = getdents64(it->fd, it->buf, WALK_DIRBUF_BYTES);
+			ssize_t n;
 
+			if (it->ended)
+				return 0;
+			n = getdents64(it->fd, it->buf, WALK_DIRBUF_BYTES);
 			if (n < 0)
 				return -errno;
 			if (n == 0)
 				return 0;
 			it->len = n;
 			it->pos = 0;
+			/* Most leaf dirs hold a block or two: this saves
+			 * the second getdents, a quarter of their calls. */
+			it->ended = it->short_read_ends &&
+				    (size_t)n <= WALK_DIRBUF_BYTES - DIRENT_MAX_BYTES;
 		}
 		d = (struct dirent64 *)(it->buf + it->pos);
 		it->pos += d->d_reclen;
@@ -318,7 +332,7 @@ static int walk_leaf(struct worker *wk, int parentfd, size_t len,
 	fd = open_subdir(wk->w, parentfd, wk->path + name_off);
 	if (fd < 0)
 		return emit_open_failure(wk, parentfd, name_off, &rd->ref, 1, fd);
-	dirit_init(&it, fd, wk->buf[LVL_LEAF]);
+	dirit_init(&it, wk, fd, wk->buf[LVL_LEAF]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		struct kv_walk_entry e;
 		int plen = path_push(wk, len, d->d_name), type;
@@ -373,7 +387,7 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 	fd = open_subdir(wk->w, rd->fd, item->name);
 	if (fd < 0)
 		return emit_open_failure(wk, rd->fd, name_off, &rd->ref, 1, fd);
-	dirit_init(&it, fd, wk->buf[LVL_TOP]);
+	dirit_init(&it, wk, fd, wk->buf[LVL_TOP]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		struct kv_walk_entry e;
 		int plen = path_push(wk, (size_t)len, d->d_name), type = d->d_type;
@@ -519,7 +533,7 @@ static int walk_rank_fd(struct worker *wk, int parentfd, int fd, const char *nam
 	atomic_init(&rd->refs, 1);
 	rd->ref = *ref;
 	memcpy(rd->name, name, len + 1);
-	dirit_init(&it, fd, wk->buf[LVL_RANK]);
+	dirit_init(&it, wk, fd, wk->buf[LVL_RANK]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		struct kv_walk_entry e;
 		int type = d->d_type;
@@ -572,7 +586,7 @@ static int walk_model(struct worker *wk, const char *name,
 	fd = open_subdir(wk->w, wk->w->rootfd, name);
 	if (fd < 0)
 		return emit_open_failure(wk, wk->w->rootfd, 0, ref, 0, fd);
-	dirit_init(&it, fd, wk->buf[LVL_RANK]);
+	dirit_init(&it, wk, fd, wk->buf[LVL_RANK]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		struct kv_walk_entry e;
 		enum kv_walk_kind kind = KV_WALK_FOREIGN;
@@ -608,7 +622,7 @@ static int v0_probe(struct worker *wk, int fd, const char *name, unsigned level)
 
 	if (sub < 0)
 		return 0;
-	dirit_init(&it, sub, wk->buf[level]);
+	dirit_init(&it, wk, sub, wk->buf[level]);
 	while (!found && (n = dirit_next(&it, &d)) > 0) {
 		if (d->d_type != DT_DIR && d->d_type != DT_UNKNOWN)
 			continue;
@@ -648,7 +662,7 @@ static int v0_dir(struct worker *wk, int fd, const char *dir, enum v0_level leve
 	struct dirent64 *d;
 	int rc = 0, n;
 
-	dirit_init(&it, fd, wk->buf[level == V0_MODEL ? LVL_V0_MODEL + model_depth :
+	dirit_init(&it, wk, fd, wk->buf[level == V0_MODEL ? LVL_V0_MODEL + model_depth :
 				     bufs[level]]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		enum v0_level next = level;
@@ -746,7 +760,7 @@ static int walk_root(struct worker *wk)
 	struct dirent64 *d;
 	int rc = 0, n, filtered = w->model || w->rank >= 0;
 
-	dirit_init(&it, w->rootfd, wk->buf[LVL_ROOT]);
+	dirit_init(&it, wk, w->rootfd, wk->buf[LVL_ROOT]);
 	while (!rc && (n = dirit_next(&it, &d)) > 0) {
 		enum root_kind kind = ROOT_OTHER;
 		struct kv_block_ref ref;
@@ -828,6 +842,23 @@ static int remote_fs(long type)
 	}
 }
 
+/* Local filesystems whose readdir fills the caller's buffer until the
+ * directory ends (ext4's linear, htree and inline dirs, tmpfs's offset
+ * map, XFS, Btrfs): a read that left room for one more entry was the
+ * last.  Network and FUSE filesystems may return less before the end. */
+static int reads_whole(long type)
+{
+	switch ((unsigned long)type) {
+	case 0xef53:		/* ext2, ext3, ext4 */
+	case 0x01021994:	/* tmpfs */
+	case 0x58465342:	/* XFS */
+	case 0x9123683e:	/* Btrfs */
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 unsigned kv_walk_default_threads(int fd)
 {
 	struct statfs sf;
@@ -855,6 +886,7 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	pthread_t tids[WALK_MAX_THREADS];
 	unsigned nthreads, started = 0;
 	struct walk *w;
+	struct statfs sf;
 	struct stat st;
 	int rc;
 
@@ -878,6 +910,8 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 		return rc;
 	}
 	w->rootdev = st.st_dev;
+	/* The walk does not cross mounts, so the root's type is every dir's. */
+	w->short_read_ends = fstatfs(w->rootfd, &sf) == 0 && reads_whole((long)sf.f_type);
 	/* Read-only from here on, so the walk's threads share it unlocked. */
 	if (!(opts && (opts->flags & KV_WALK_NO_STAT)) &&
 	    (rc = kv_uses_load(w->rootfd, &w->uses)) < 0) {

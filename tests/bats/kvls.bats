@@ -491,3 +491,53 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	jq -e '[.problems[] | select(.problem == "foreign")] | length == 1 and .[0].path == ".kvoffd.lock.old"' \
 		<<<"$output" || fail "$output"
 }
+
+# big_dirs ROOT MODELDIR: a rank dir of 4,200 top buckets (a block each)
+# and a leaf dir of 5,000 blocks, with 40 foreign names of 250 bytes
+# among them: each dir takes several getdents reads of the walk's buffer.
+big_dirs() {
+	/usr/bin/python3 - "$1" "$2" <<'PY'
+import os, sys
+root, mdir = sys.argv[1], sys.argv[2]
+rank = os.path.join(root, mdir + "_r0")
+for i in range(4200):
+    h = "%03x" % (i % 4096) + "%02x" % (i // 4096) + "%011x" % i
+    d = os.path.join(rank, h[:3], h[3:5] + "_g0")
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, h + ".bin"), "w").close()
+leaf = os.path.join(rank, "fff", "ee_g1")
+os.makedirs(leaf, exist_ok=True)
+for i in range(5000):
+    open(os.path.join(leaf, "fffee%011x.bin" % i), "w").close()
+    if i % 125 == 0:
+        open(os.path.join(leaf, "x" * 240 + "%09d" % i), "w").close()
+PY
+}
+
+@test "dirs of thousands of entries are listed whole on tmpfs, ext4 and FUSE" {
+	requires mount mkfs.ext4
+	local m=$BATS_TEST_TMPDIR/m img=$BATS_TEST_TMPDIR/ext4.img latfs=$KV_BIN/../latfs/latfs
+	local d=$(model_dir "$LLAMA" 1 bfloat16) fs n
+	mkdir -p "$m/tmpfs" "$m/ext4" "$m/src" "$m/fuse"
+	mount -t tmpfs -o size=256m tmpfs "$m/tmpfs"
+	truncate -s 256M "$img"
+	mkfs.ext4 -q -F -N 20000 "$img"
+	mount -o loop "$img" "$m/ext4" || { umount "$m/tmpfs"; skip "cannot mount a loop ext4"; }
+	for fs in tmpfs ext4 src; do
+		cp -r "$KV_ROOT/$d" "$m/$fs/"
+		big_dirs "$m/$fs" "$d"
+	done
+	if [ -x "$latfs" ] && [ -c /dev/fuse ] && "$latfs" "$m/src" "$m/fuse" -o delay_us=0; then
+		fs="tmpfs ext4 fuse"
+	else
+		fs="tmpfs ext4"	# FUSE is the case without the short-read rule
+	fi
+	for f in $fs; do
+		for t in 1 2; do
+			n=$(kvls --root "$m/$f" --blocks --ndjson --threads "$t" | grep -c '"hash"') || true
+			[ "$n" -eq 9200 ] || { umount "$m/tmpfs" "$m/ext4" "$m/fuse" 2>/dev/null; fail "$f, $t threads: $n of 9200 blocks"; }
+		done
+	done
+	umount "$m/tmpfs" "$m/ext4"
+	[ "$fs" = "tmpfs ext4" ] || umount "$m/fuse"
+}
