@@ -323,11 +323,11 @@ static int emit_dir(struct worker *wk, int parentfd, int fd, size_t name_off,
 /* A <hh>_g<group> dir at wk->path (len long, its name at name_off):
  * blocks, temps, and anything else as foreign. */
 static int walk_leaf(struct worker *wk, int parentfd, size_t len,
-		     size_t name_off, const struct rankdir *rd)
+		     size_t name_off, const struct rankdir *rd, int *empty)
 {
 	struct dirit it;
 	struct dirent64 *d;
-	int fd, rc = 0, n;
+	int fd, rc = 0, n, entries = 0;
 
 	fd = open_subdir(wk->w, parentfd, wk->path + name_off);
 	if (fd < 0)
@@ -340,6 +340,7 @@ static int walk_leaf(struct worker *wk, int parentfd, size_t len,
 
 		if (plen < 0)
 			continue;
+		entries++;
 		type = classify(wk, fd, d, off, &rd->ref, 1, &e, &rc);
 		if (type == DT_REG) {
 			size_t nl = (size_t)plen - off;
@@ -367,7 +368,8 @@ static int walk_leaf(struct worker *wk, int parentfd, size_t len,
 	if (!rc && n < 0)
 		rc = emit_at(wk, KV_WALK_ERROR, parentfd, name_off, &rd->ref, 1,
 			     n, NULL);
-	if (!rc && (wk->w->flags & KV_WALK_DIRS))
+	*empty = !rc && !n && !entries;
+	if (*empty && (wk->w->flags & KV_WALK_DIRS))
 		rc = emit_dir(wk, parentfd, fd, name_off, &rd->ref);
 	close(fd);
 	return rc;
@@ -379,7 +381,7 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 	const struct rankdir *rd = item->rd;
 	struct dirit it;
 	struct dirent64 *d;
-	int fd, rc = 0, n, len;
+	int fd, rc = 0, n, len, empty, all_empty = 1;
 	size_t name_off = strlen(rd->name) + 1;
 
 	path_push(wk, 0, rd->name);
@@ -400,17 +402,21 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 		if (type != DT_DIR || !leaf)
 			type = classify(wk, fd, d, (size_t)len + 1, &rd->ref, 1,
 					&e, &rc);
+		empty = 0;
 		if (type == DT_DIR && leaf)
-			rc = walk_leaf(wk, fd, (size_t)plen, (size_t)len + 1, rd);
+			rc = walk_leaf(wk, fd, (size_t)plen, (size_t)len + 1, rd, &empty);
 		else if (type)
 			rc = emit_at(wk, KV_WALK_FOREIGN, fd, (size_t)len + 1,
 				     &rd->ref, 1, 0, &e);
+		all_empty &= empty;
 		wk->path[len] = '\0';
 	}
 	if (!rc && n < 0)
 		rc = emit_at(wk, KV_WALK_ERROR, rd->fd, name_off, &rd->ref, 1,
 			     n, NULL);
-	if (!rc && (wk->w->flags & KV_WALK_DIRS))
+	/* Empty, or holding only leaf dirs that were empty (which the
+	 * caller may just have removed). */
+	if (!rc && !n && all_empty && (wk->w->flags & KV_WALK_DIRS))
 		rc = emit_dir(wk, rd->fd, fd, name_off, &rd->ref);
 	close(fd);
 	return rc;

@@ -215,6 +215,10 @@ static void build_tree(void)
 	mkdirs(MD "_r0/abc");		/* made unreadable below */
 	mkdirs(MD "_r1/fed/cb_g0");
 	mkfile(MD "_r1/fed/cb_g0/fedcba9876543210.bin", 30);
+	mkdirs(MD "_r1/fed/cc_g0");	/* empty leaf dirs, and tops of them */
+	mkdirs(MD "_r1/ee0/aa_g0");
+	mkdirs(MD "_r1/ee0/ab_g1");
+	mkdirs(MD "_r1/ee1");
 	mkdirs(OTHER "_r0/aaa/bb_g2");
 	mkfile(OTHER "_r0/aaa/bb_g2/aaabb11111.bin", 40);
 	mkfile("README", 5);
@@ -314,21 +318,27 @@ static void test_kinds(unsigned threads)
 static void test_dirs_filters_stop(void)
 {
 	struct seen *s;
-	int leaf, top, block;
+	int leaf, leaf2, top;
 
-	/* Bucket dirs come after what they hold. */
+	/* Bucket dirs read empty come after what they hold; a top bucket
+	 * only when it holds nothing but such leaf dirs. */
 	CHECK(walk(1, NULL, -1, KV_WALK_DIRS) == 0);
-	leaf = index_of(MD "_r0/012/34_g0", KV_WALK_DIR);
-	top = index_of(MD "_r0/012", KV_WALK_DIR);
-	block = index_of(MD "_r0/012/34_g0/0123456789abcdef.bin", KV_WALK_BLOCK);
-	CHECK(leaf >= 0 && top > leaf && block >= 0 && block < leaf);
-	CHECK(index_of(MD "_r0/012/34_g1", KV_WALK_DIR) >= 0);
-	CHECK(index_of(MD "_r1/fed", KV_WALK_DIR) >= 0);
+	leaf = index_of(MD "_r1/ee0/aa_g0", KV_WALK_DIR);
+	top = index_of(MD "_r1/ee0", KV_WALK_DIR);
+	leaf2 = index_of(MD "_r1/ee0/ab_g1", KV_WALK_DIR);
+	CHECK(leaf >= 0 && leaf2 >= 0 && top > leaf && top > leaf2);
+	CHECK(index_of(MD "_r1/ee1", KV_WALK_DIR) >= 0);
+	CHECK(index_of(MD "_r1/fed/cc_g0", KV_WALK_DIR) >= 0);
+	CHECK(index_of(MD "_r1/fed", KV_WALK_DIR) < 0);
+	CHECK(index_of(MD "_r1/fed/cb_g0", KV_WALK_DIR) < 0);
+	CHECK(index_of(MD "_r0/012/34_g0", KV_WALK_DIR) < 0);
+	CHECK(index_of(MD "_r0/012/34_g1", KV_WALK_DIR) < 0);
+	CHECK(index_of(MD "_r0/012", KV_WALK_DIR) < 0);
 	CHECK(index_of(MD "_r0/zzz", KV_WALK_DIR) < 0);
 	CHECK(index_of(MD "_r0", KV_WALK_DIR) < 0);
-	s = find(MD "_r0/012/34_g0");
+	s = find(MD "_r1/ee0/aa_g0");
 	if (s)
-		CHECK(s->mtime_ns > 0 && s->ref.rank == 0 && s->has_rank);
+		CHECK(s->mtime_ns > 0 && s->ref.rank == 1 && s->has_rank);
 
 	/* A model name, a model dir, a rank. */
 	CHECK(walk(2, "other/model", -1, 0) == 0);

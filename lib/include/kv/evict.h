@@ -83,7 +83,7 @@ struct kv_evict_opts {
 	/* Optional: what a sharded run has to say on the way (a shard
 	 * missing, a state file ignored and why). */
 	void (*notice)(const char *text, void *arg);
-	/* Optional: called every 1024 entries the walks see, with the
+	/* Optional: called every 64 entries the walks see, with the
 	 * entries walked and blocks deleted so far in this run (a
 	 * program's progress line). */
 	void (*progress)(uint64_t walked, uint64_t deleted, void *arg);

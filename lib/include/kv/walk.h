@@ -22,7 +22,8 @@ enum kv_walk_kind {
 	KV_WALK_TEMP,		/* a writer's temp file (*.tmp in a bucket) */
 	KV_WALK_FOREIGN,	/* anything else: unknown name, symlink, special
 				   file, a mount point of another filesystem */
-	KV_WALK_DIR,		/* a bucket dir, after its contents (KV_WALK_DIRS) */
+	KV_WALK_DIR,		/* a bucket dir that may be empty, after its
+				   contents (KV_WALK_DIRS) */
 	KV_WALK_ERROR,		/* a directory that could not be read: skipped */
 };
 
@@ -48,7 +49,9 @@ struct kv_walk_entry {
 	int err;		/* KV_WALK_ERROR: -errno of the failure */
 };
 
-#define KV_WALK_DIRS	(1u << 0)	/* also report bucket dirs, post-order */
+#define KV_WALK_DIRS	(1u << 0)	/* also report, post-order, the bucket dirs
+					   the walk read empty (a <hhh> dir:
+					   holding only such leaf dirs) */
 #define KV_WALK_NO_STAT	(1u << 1)	/* names only: size/times left 0 */
 
 #define KV_WALK_REMOTE_THREADS	64	/* default on a network filesystem */
