@@ -43,7 +43,10 @@ void kv_io_close(struct kv_io *io);
 int kv_io_used_direct(const struct kv_io *io);
 
 /* Memory aligned for O_DIRECT (KV_IO_ALIGN), rounded up; free with
- * kv_io_buf_free. */
+ * kv_io_buf_free.  From 2 MiB up it is aligned to 2 MiB and asks for
+ * transparent huge pages: a direct transfer pins its pages one by one,
+ * and in a VM that is the bound (kvget --batch of 2 MiB blocks: 0.8 ->
+ * 2.5 GB/s). */
 void *kv_io_buf_alloc(size_t len);
 void kv_io_buf_free(void *buf);
 
