@@ -14,9 +14,12 @@ Keys are a model dir name (``<safe_model>_<d12>``, see kv(7)), a rank, a
 KV-cache group and a block hash in hex.  Errors raise KvError, an OSError
 whose ``errno`` and ``errno_name`` say what failed.
 """
+import array
 import ctypes
 import errno as _errno
 import os
+from itertools import accumulate, chain, repeat
+from operator import add, attrgetter
 
 from ._lib import lib, strerror
 
@@ -75,11 +78,46 @@ def _text(s):
     return s if isinstance(s, bytes) else s.encode()
 
 
+# An array of pointers or sizes, filled by C loops (array.array) rather
+# than a Python object per element: a batch names a thousand blocks.
+_WORD = "Q" if ctypes.sizeof(ctypes.c_void_p) == 8 else "I"
+
+
+def _words(values):
+    """(array, address) of values as pointer-sized words."""
+    arr = array.array(_WORD, values)
+    return arr, arr.buffer_info()[0]
+
+
+def _joined(hashes):
+    """The hashes NUL-separated in one bytes, or None: all str (ASCII, so
+    each is as long encoded) or all bytes."""
+    try:
+        s = "\0".join(hashes)
+        return (s + "\0").encode() if s.isascii() else None
+    except TypeError:
+        pass
+    try:
+        return b"\0".join(hashes) + b"\0"
+    except TypeError:
+        return None
+
+
 def _keys(model_dir, hashes, rank, group):
-    enc = [_text(h) for h in hashes]
-    arr = (ctypes.c_char_p * max(len(enc), 1))(*enc)
-    k = _Keys(_text(model_dir), rank, group, arr, len(enc))
-    k._keep = (enc, arr)
+    n = len(hashes)
+    blob = _joined(hashes) if n else None
+    if blob is None:
+        enc = [_text(h) for h in hashes]
+        arr = (ctypes.c_char_p * max(n, 1))(*enc)
+        k = _Keys(_text(model_dir), rank, group, arr, n)
+        k._keep = (enc, arr)
+        return k
+    # One buffer and a pointer to each hash in it.
+    base = ctypes.cast(ctypes.c_char_p(blob), ctypes.c_void_p).value
+    ptrs, at = _words(accumulate(chain((base,), map(add, map(len, hashes), repeat(1)))))
+    k = _Keys(_text(model_dir), rank, group,
+              ctypes.cast(at, ctypes.POINTER(ctypes.c_char_p)), n)
+    k._keep = (blob, ptrs)
     return k
 
 
@@ -93,6 +131,21 @@ def _address(mv):
         return None
     keep = ctypes.c_char.from_buffer(mv)
     return ctypes.addressof(keep), n, (mv, keep)
+
+
+def _buffers(items):
+    """(addresses, lengths, keep) of a list of writable, C-contiguous,
+    non-empty buffers (numpy arrays, bytearrays), each exported once by
+    C loops, or None when one is not such a buffer (the caller then
+    takes them one by one)."""
+    try:
+        mvs = list(map(memoryview, items))
+        keeps = list(map(ctypes.c_char.from_buffer, mvs))
+    except (TypeError, ValueError, BufferError):
+        return None
+    addrs, addrs_at = _words(map(ctypes.addressof, keeps))
+    lens, lens_at = _words(map(attrgetter("nbytes"), mvs))
+    return addrs_at, lens_at, (mvs, keeps, addrs, lens)
 
 
 def _src(data):
@@ -128,9 +181,9 @@ def _rows(blocks, n, writable):
     row = mv.strides[0]
     keep = ctypes.c_char.from_buffer(mv)
     base = ctypes.addressof(keep)
-    addrs = (ctypes.c_void_p * n)(*range(base, base + n * row, row))
-    lens = (ctypes.c_size_t * n)(*([row] * n))
-    return addrs, lens, (mv, keep)
+    addrs, addrs_at = _words(range(base, base + n * row, row))
+    lens, lens_at = _words(repeat(row, n))
+    return addrs_at, lens_at, (mv, keep, addrs, lens)
 
 
 def _dst(out):
@@ -298,7 +351,7 @@ class Client(_Closes):
         if len(blocks) != len(hashes):
             raise ValueError("put_many: %d hashes, %d blocks" % (len(hashes), len(blocks)))
         k = _keys(model_dir, hashes, rank, group)
-        rows = _rows(blocks, k.n, False)
+        rows = _rows(blocks, k.n, False) or _buffers(blocks)
         if rows:
             bufs, lens, srcs = rows
         else:
@@ -327,8 +380,11 @@ class Client(_Closes):
         if len(outs) != k.n:
             raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
         rows = _rows(outs, k.n, True)
+        many = None if rows else _buffers(outs)
         if rows:
             bufs, caps, keep = rows
+        elif many:
+            bufs, caps, keep = many
         else:
             dsts = [_dst(o) for o in outs]
             bufs = (ctypes.c_void_p * n)(*[d[0] for d in dsts])
@@ -342,6 +398,9 @@ class Client(_Closes):
             flat, row = keep[0].cast("B"), keep[0].strides[0]
             return [None if st else flat[at:at + ln]
                     for st, ln, at in zip(status[:k.n], lens[:k.n], range(0, k.n * row, row))]
+        if many:
+            return [None if st else mv.cast("B")[:ln]
+                    for st, ln, mv in zip(status[:k.n], lens[:k.n], keep[0])]
         return [None if status[i] else dsts[i][2][0].cast("B")[:lens[i]] for i in range(k.n)]
 
     def lookup_many(self, model_dir, hashes, rank=0, group=0):

@@ -88,6 +88,29 @@ def test_put_many_get_many_of_every_size_class(client):
     assert [bytes(v) for v in views[:-1]] == blocks
 
 
+def test_lists_of_buffers_and_hashes_of_every_kind(client):
+    # bytearrays and numpy rows take the one-export-per-list path; a list
+    # holding bytes, an empty or a read-only buffer goes one by one.
+    arrays = [bytearray(block(i, 3000 + i)) for i in range(5)]
+    rows = list(np.arange(5 * 64, dtype=np.uint8).reshape(5, 64).copy())
+    mixed = [b"bytes", bytearray(b"ba"), memoryview(b"read-only"), b"", np.ones(7, np.uint8)]
+    for tag, blocks in enumerate((arrays, rows, mixed)):
+        hs = hashes(5, 10 + tag)
+        for keys in (hs, [h.encode() for h in hs], [hs[0].encode()] + hs[1:]):
+            client.put_many(MODEL_DIR, keys, blocks)
+            assert client.get_many(MODEL_DIR, keys) == [bytes(b) for b in blocks]
+            outs = [bytearray(len(bytes(b)) + 1) for b in blocks]
+            got = client.get_many(MODEL_DIR, keys, outs=outs)
+            assert [bytes(v) for v in got] == [bytes(b) for b in blocks]
+    outs = [bytearray(100), bytes(100)]
+    with pytest.raises(ValueError):
+        client.get_many(MODEL_DIR, hashes(2, 10), outs=outs)
+    # A hash that is not ASCII is refused by name, not misread.
+    with pytest.raises(kvtools.KvError) as e:
+        client.has_many(MODEL_DIR, ["abcdef01", "abcdéf02"])
+    assert e.value.errno_name == "KV_EBADHASH"
+
+
 def test_get_into_a_short_buffer_is_efbig(client):
     client.put(MODEL_DIR, "abcdef01", b"x" * 5000)
     with pytest.raises(kvtools.KvError) as e:
