@@ -8,7 +8,7 @@ python3-zmq python3-msgpack python3-numpy python3-pytest python3-yaml redis-serv
 libfuse3-dev fuse3 glusterfs-server iproute2 openmpi-bin libopenmpi-dev
 bats bats-support bats-assert
 mandoc attr util-linux procps psmisc zsh bash-completion man-db jq fio
-time linux-perf
+time linux-perf strace
 libcurl4-openssl-dev libxml2-dev radosgw ceph-mon ceph-osd rclone awscli python3-boto3"
 missing=
 for p in $pkgs; do

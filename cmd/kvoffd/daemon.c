@@ -534,6 +534,28 @@ static int key_path(const struct kv_offd_frame *f, struct kv_block_ref *ref,
 	return kv_layout_block_path_ref(ref, path, PATH_BYTES);
 }
 
+/* Blocks of one model dir and KV-cache group are one size, as vLLM
+ * writes them: the last size seen there picks a read-through's class
+ * without asking the tiers for the file's size on the loop (a stat on
+ * shared storage, a HEAD on a bucket).  A direct-mapped memory. */
+static struct size_hint *size_hint_of(struct offd *d, const struct kv_block_ref *ref)
+{
+	uint64_t key = (kv_xxh3(ref->model_dir, strlen(ref->model_dir)) ^
+			((uint64_t)ref->group * 0x9e3779b97f4a7c15ull)) | 1;
+	struct size_hint *h = &d->size_hints[key % SIZE_HINTS];
+
+	if (h->key != key) {
+		h->key = key;
+		h->bytes = 0;
+	}
+	return h;
+}
+
+static void size_hint_learn(struct offd *d, const struct kv_block_ref *ref, uint64_t bytes)
+{
+	size_hint_of(d, ref)->bytes = bytes;
+}
+
 /* What a peer may hold of the pool at once, in slot bytes, allocated
  * or pinned: a share, so that no peer can take the pool from the others
  * by opening more connections.  A block of any size fits. */
@@ -607,6 +629,7 @@ static int op_commit(struct offd *d, struct client *c, uint32_t i, uint64_t flag
 	}
 	s->state = SLOT_READY;
 	s->owner = NULL;
+	size_hint_learn(d, &s->ref, len);
 	c->nallocs--;
 	c->peer->alloc_bytes -= kv_slots_capacity(d->store, i);
 	kv_slots_insert(d->store, i);
@@ -798,11 +821,16 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		if (!kv_slots_room(d->store, 0) && storage_behind(d))
 			err = tiers_locate(d, path, NULL);
 	} else {
-		/* The file's size picks the class it is read into: one stat
-		 * on the loop (none for a bounded tier), as a HAS costs. */
-		err = tiers_locate(d, path, &load_bytes);
-		if (err >= 0 && kv_slots_class(d->store, load_bytes) < 0)
-			err = -EFBIG;
+		/* The file's size picks the class it is read into: the size
+		 * of its model's and group's blocks (a larger one is read
+		 * again, see load_done), else one stat on the loop (none for
+		 * a bounded tier), as a HAS costs. */
+		load_bytes = size_hint_of(d, &ref)->bytes;
+		if (!load_bytes || kv_slots_class(d->store, load_bytes) < 0) {
+			err = tiers_locate(d, path, &load_bytes);
+			if (err >= 0 && kv_slots_class(d->store, load_bytes) < 0)
+				err = -EFBIG;
+		}
 	}
 	if (err < 0) {
 		reply_status(d, c, f->type, err);
@@ -1417,6 +1445,7 @@ static void load_done(struct offd *d, const struct job *j)
 
 		s->state = SLOT_READY;
 		kv_slots_set_len(d->store, j->slot, j->len);
+		size_hint_learn(d, &s->ref, j->len);
 		s->sum = j->sum;
 		s->held = 1u << j->tier;
 		s->put_here = 0;
@@ -1434,6 +1463,14 @@ static void load_done(struct offd *d, const struct job *j)
 			if (j->tier > 0 && d->tiers[0].capacity && want_promote(d, j->path))
 				queue_write(d, j->slot, 0, 1);
 		}
+	} else if (j->result == -EFBIG && j->len > j->cap &&
+		   kv_slots_class(d->store, j->len) >= 0) {
+		/* Larger than its model's last block: the waiters ask again
+		 * and read it into a slot of its own size. */
+		size_hint_learn(d, &s->ref, j->len);
+		free_slot(d, j->slot);
+		wake_waiters(d, waiters, 0, 1);
+		return;
 	} else {
 		free_slot(d, j->slot);
 		if (j->result != -ENOENT) {

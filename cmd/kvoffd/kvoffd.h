@@ -175,6 +175,14 @@ struct writer {
 	struct kv_tier **handles;	/* nthreads x ntiers */
 };
 
+/* Read-through size memory (daemon.c, size_hint_of). */
+#define SIZE_HINTS	256
+
+struct size_hint {
+	uint64_t key;		/* model dir and group; 0: none */
+	uint64_t bytes;		/* the last block's size there; 0: unknown */
+};
+
 struct offd {
 	/* configuration */
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
@@ -198,6 +206,7 @@ struct offd {
 	const uint64_t *classes;	/* slot sizes, increasing */
 	unsigned nclasses;
 	struct kv_slots *store;	/* index, LRU, free list, geometry */
+	struct size_hint size_hints[SIZE_HINTS];
 	struct slot *slots;		/* by slot id, beside the store's */
 	uint32_t loads_inflight;
 	uint32_t wb_inflight;

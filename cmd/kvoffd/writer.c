@@ -35,7 +35,7 @@ static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const 
 static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigned char *mem,
 		     uint64_t cap)
 {
-	uint64_t size;
+	uint64_t size = 0;
 	size_t got = 0;
 
 	j->result = -ENOENT;
@@ -51,7 +51,9 @@ static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigne
 			j->missed |= 1u << t;
 		j->tier = t;
 	}
-	j->len = j->result ? 0 : got;
+	/* A block too large for its slot says its size: the loop may find
+	 * it a larger one. */
+	j->len = j->result == -EFBIG ? size : j->result ? 0 : got;
 	j->sum = j->result ? 0 : kv_xxh3(mem, got);
 }
 

@@ -165,6 +165,39 @@ hashes() {
 	[ "$(tier_stat 1 hits)" -eq 1 ]
 }
 
+@test "kvoffd tiers: a read-through takes the class of its model's blocks, with no stat on the loop once their size is known" {
+	requires strace
+	local spec h
+	# As another node's writer left them: blocks of 20,000 bytes and one
+	# of 900,000, in one model and group.
+	for spec in abcdef71:20000 abcdef72:900000 abcdef73:20000; do
+		h=${spec%:*}
+		random_file "$BATS_TEST_TMPDIR/blk.$h" "${spec#*:}"
+		mkdir -p "$(dirname "$(block_file "$SHARED" "$h")")"
+		cp "$BATS_TEST_TMPDIR/blk.$h" "$(block_file "$SHARED" "$h")"
+	done
+	start_tiers --promote never
+	get_same abcdef71	# no size known: one stat on the loop, then 20,000
+	get_same abcdef72	# into a slot for 20,000 first: too small, read again
+	strace -f -p "$DPID" -e trace=%file,%stat,statx -o "$BATS_TEST_TMPDIR/strace" \
+		2>"$BATS_TEST_TMPDIR/strace.err" &
+	local spid=$! n=0
+	until grep -q attached "$BATS_TEST_TMPDIR/strace.err"; do
+		sleep 0.05
+		n=$((n + 1))
+		[ "$n" -lt 2000 ] || fail "strace never attached"
+	done
+	get_same abcdef73
+	kill "$spid"
+	wait "$spid" || true
+	# A worker looked the file up; the loop thread (the daemon's pid) never.
+	grep -q "abcdef73" "$BATS_TEST_TMPDIR/strace"
+	run grep "^$DPID .*abcdef73" "$BATS_TEST_TMPDIR/strace"
+	assert_failure
+	[ "$(stat_of readthroughs)" -eq 3 ]
+	[ "$(tier_stat 1 errors)" -eq 0 ]
+}
+
 @test "kvoffd tiers: --promote second-hit copies up on the second miss, never never" {
 	h=abcdef77
 	random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
