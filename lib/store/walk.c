@@ -327,7 +327,7 @@ static int walk_leaf(struct worker *wk, int parentfd, size_t len,
 {
 	struct dirit it;
 	struct dirent64 *d;
-	int fd, rc = 0, n, entries = 0;
+	int fd, rc = 0, n = 0, entries = 0;
 
 	fd = open_subdir(wk->w, parentfd, wk->path + name_off);
 	if (fd < 0)
@@ -381,7 +381,7 @@ static int walk_bucket(struct worker *wk, const struct item *item)
 	const struct rankdir *rd = item->rd;
 	struct dirit it;
 	struct dirent64 *d;
-	int fd, rc = 0, n, len, empty, all_empty = 1;
+	int fd, rc = 0, n = 0, len, empty, all_empty = 1;
 	size_t name_off = strlen(rd->name) + 1;
 
 	path_push(wk, 0, rd->name);
