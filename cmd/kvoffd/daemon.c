@@ -825,11 +825,18 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * of its model's and group's blocks (a larger one is read
 		 * again, see load_done), else one stat on the loop (none for
 		 * a bounded tier), as a HAS costs. */
+		int cls;
+
 		load_bytes = size_hint_of(d, &ref)->bytes;
-		if (!load_bytes || kv_slots_class(d->store, load_bytes) < 0) {
+		cls = load_bytes ? kv_slots_class(d->store, load_bytes) : -1;
+		if (cls < 0) {
 			err = tiers_locate(d, path, &load_bytes);
 			if (err >= 0 && kv_slots_class(d->store, load_bytes) < 0)
 				err = -EFBIG;
+		} else if (!kv_slots_room(d->store, (unsigned)cls) && storage_behind(d)) {
+			/* As with one class: no unwritten block goes for a key
+			 * no tier holds. */
+			err = tiers_locate(d, path, NULL);
 		}
 	}
 	if (err < 0) {
