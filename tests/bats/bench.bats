@@ -55,10 +55,17 @@ needs_latfs() {
 @test "bench/put.sh runs (N=16, RUNS=1)" {
 	requires fio jq
 	needs_direct
+	local hp
+	hp=$(cat /proc/sys/vm/nr_hugepages)
 	run env N=16 RUNS=1 QD=4 "$REPO/bench/put.sh" "$SCRATCH"
 	assert_success
 	assert_output --partial "kvput --batch"
 	assert_output --partial "kvget --batch"
+	assert_output --regexp "huge pages +[0-9]+ +kvget/fio|with huge-page buffers: not run"
+	# the huge pages it reserved for fio are given back, its mount gone
+	[ "$(cat /proc/sys/vm/nr_hugepages)" -eq "$hp" ]
+	run grep -c " $SCRATCH/hp " /proc/mounts
+	[ "$output" = 0 ]
 }
 
 @test "bench/archive.sh runs (N=16, RUNS=1) and probes the blocks at their size" {
