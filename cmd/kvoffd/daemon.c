@@ -538,22 +538,30 @@ static int key_path(const struct kv_offd_frame *f, struct kv_block_ref *ref,
  * writes them: the last size seen there picks a read-through's class
  * without asking the tiers for the file's size on the loop (a stat on
  * shared storage, a HEAD on a bucket).  A direct-mapped memory. */
-static struct size_hint *size_hint_of(struct offd *d, const struct kv_block_ref *ref)
+static struct size_hint *size_hint_at(struct offd *d, const struct kv_block_ref *ref,
+				      uint64_t *key)
 {
-	uint64_t key = (kv_xxh3(ref->model_dir, strlen(ref->model_dir)) ^
-			((uint64_t)ref->group * 0x9e3779b97f4a7c15ull)) | 1;
-	struct size_hint *h = &d->size_hints[key % SIZE_HINTS];
+	*key = (kv_xxh3(ref->model_dir, strlen(ref->model_dir)) ^
+		((uint64_t)ref->group * 0x9e3779b97f4a7c15ull)) | 1;
+	return &d->size_hints[*key % SIZE_HINTS];
+}
 
-	if (h->key != key) {
-		h->key = key;
-		h->bytes = 0;
-	}
-	return h;
+/* The size remembered for ref's model and group; 0: none. */
+static uint64_t size_hint(struct offd *d, const struct kv_block_ref *ref)
+{
+	uint64_t key;
+	const struct size_hint *h = size_hint_at(d, ref, &key);
+
+	return h->key == key ? h->bytes : 0;
 }
 
 static void size_hint_learn(struct offd *d, const struct kv_block_ref *ref, uint64_t bytes)
 {
-	size_hint_of(d, ref)->bytes = bytes;
+	uint64_t key;
+	struct size_hint *h = size_hint_at(d, ref, &key);
+
+	h->key = key;
+	h->bytes = bytes;
 }
 
 /* What a peer may hold of the pool at once, in slot bytes, allocated
@@ -827,7 +835,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * a bounded tier), as a HAS costs. */
 		int cls;
 
-		load_bytes = size_hint_of(d, &ref)->bytes;
+		load_bytes = size_hint(d, &ref);
 		cls = load_bytes ? kv_slots_class(d->store, load_bytes) : -1;
 		if (cls < 0) {
 			err = tiers_locate(d, path, &load_bytes);

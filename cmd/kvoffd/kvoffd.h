@@ -175,7 +175,7 @@ struct writer {
 	struct kv_tier **handles;	/* nthreads x ntiers */
 };
 
-/* Read-through size memory (daemon.c, size_hint_of). */
+/* Read-through size memory (daemon.c, size_hint). */
 #define SIZE_HINTS	256
 
 struct size_hint {

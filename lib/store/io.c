@@ -35,7 +35,7 @@
 
 #define DEFAULT_QUEUE_DEPTH	32
 #define MAX_QUEUE_DEPTH		1024
-#define HUGE_BYTES		(2u << 20)	/* a transparent huge page */
+#define HUGE_PAGE_BYTES		(2u << 20)	/* a transparent huge page */
 #define MAX_SQE_BYTES		(1u << 30)	/* one SQE moves at most this */
 #define TEMP_OPEN_TRIES		8
 #define MKDIR_TRIES		3
@@ -159,13 +159,13 @@ int kv_io_used_direct(const struct kv_io *io)
 
 void *kv_io_buf_alloc(size_t len)
 {
-	size_t align = len >= HUGE_BYTES ? HUGE_BYTES : KV_IO_ALIGN;
+	size_t align = len >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : KV_IO_ALIGN;
 	void *p;
 
 	if (posix_memalign(&p, align, round_up(len ? len : 1)) != 0)
 		return NULL;
-	if (align == HUGE_BYTES)
-		madvise(p, len & ~(HUGE_BYTES - 1), MADV_HUGEPAGE);
+	if (align == HUGE_PAGE_BYTES)
+		madvise(p, len & ~(HUGE_PAGE_BYTES - 1), MADV_HUGEPAGE);
 	return p;
 }
 
