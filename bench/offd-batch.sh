@@ -21,12 +21,17 @@
 #             bytes over pool bytes; and one 8M class (--size-classes 8M)
 #             holding 16 KiB blocks, for comparison.
 #
+# Both sides copy from ordinary 4 KiB pages: offd_py.py turns off
+# numpy's huge-page madvise, which the C client's malloc'd buffers do
+# not have (KV_BENCH_THP=1 keeps it; bench/RESULTS.md, "Python beside
+# C", for what it did to the figures on the VM measured there).
+#
 # Best of REPEAT runs.  The issue's targets: presence >= 5x redis; Python
 # >= 0.8 of C on 2 MiB; the pool >= 90% payload.  Run it on an idle
 # machine.  SMOKE=1 shrinks every size to check the script itself.
 #
 # Usage: [BUILD=build] [KEYS=1000] [HAS_ITERS=2000] [BLOCKS_16K=1024]
-#        [BLOCKS_2M=32] [ITERS=10] [REPEAT=3] [CLIENTS="1 2 4 8"] [SMOKE=1]
+#        [BLOCKS_2M=32] [ITERS=10] [REPEAT=3] [CLIENTS="1 2 4 8"] [SMOKE=1] [KV_BENCH_THP=1]
 #        bench/offd-batch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -15,6 +15,15 @@ import numpy as np  # noqa: E402
 
 import kvtools  # noqa: E402
 
+# The C client's buffers are malloc's, ordinary 4 KiB pages; numpy asks
+# for transparent huge pages on arrays of 4 MiB and more.  The sides are
+# compared on the same pages unless KV_BENCH_THP=1 keeps numpy's default:
+# on the VM of bench/RESULTS.md, copies between a huge-page buffer and
+# the pool ran at a third of the speed (the section "Python beside C").
+if os.environ.get("KV_BENCH_THP") != "1":
+    _core = getattr(np, "_core", None) or np.core
+    _core.multiarray._set_madvise_hugepage(False)
+
 
 def hashes(client, n):
     return ["%08x%08x" % (client + 1, i) for i in range(n)]
