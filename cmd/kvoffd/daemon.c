@@ -734,15 +734,16 @@ static int op_release(struct offd *d, struct client *c, uint32_t i, uint64_t alt
 	return 0;
 }
 
+/* -EINPROGRESS: only the unbounded tiers can say (see struct probe). */
 static int op_has(struct offd *d, const char *path, struct kv_offd_result *r)
 {
-	int err = 0;
-
 	if (kv_slots_find(d->store, path) != KV_SLOT_NONE)
 		r->len = KV_OFFD_IN_RAM;
-	else if ((err = tiers_locate(d, path, NULL)) >= 0)
+	else if (tiers_indexed(d, path, NULL))
 		r->len = KV_OFFD_ON_DISK;
-	return err < 0 ? err : 0;
+	else
+		return tiers_unbounded(d) ? -EINPROGRESS : -ENOENT;
+	return 0;
 }
 
 static void reply_result(struct offd *d, struct client *c, uint16_t type, int err,
@@ -784,6 +785,175 @@ static void do_by_slot(struct offd *d, struct client *c, const struct kv_offd_fr
 		reply_status(d, c, f->type, err);
 	else
 		reply(d, c, &r);
+}
+
+/* ---- presence asked of the unbounded tiers, on a worker ---- */
+
+static void dispatch(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		     int rerun);
+
+static void probe_free(struct probe *p)
+{
+	if (!p)
+		return;
+	free(p->entry);
+	free(p->path);
+	free(p->found);
+	free(p->size);
+	free(p->results);
+	free(p);
+}
+
+/* Room for cap entries of req's answer. */
+static struct probe *probe_new(struct offd *d, const struct kv_offd_frame *req, size_t cap)
+{
+	struct probe *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->req = *req;
+	p->tiers = tiers_unbounded(d);
+	p->entry = malloc(cap * sizeof(*p->entry));
+	p->path = malloc(cap * sizeof(*p->path));
+	p->found = malloc(cap * sizeof(*p->found));
+	p->size = malloc(cap * sizeof(*p->size));
+	if (req->type == KV_OFFD_BATCH)
+		p->results = malloc(cap * KV_OFFD_RESULT_BYTES);
+	if (!p->entry || !p->path || !p->found || !p->size ||
+	    (req->type == KV_OFFD_BATCH && !p->results)) {
+		probe_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* An entry's answer once its tiers were asked: found is 0 (one has it),
+ * -ENOENT or an error. */
+static int probed(struct offd *d, unsigned op, int found, struct kv_offd_result *r)
+{
+	if (op == KV_OFFD_HAS) {
+		if (!found)
+			r->len = KV_OFFD_ON_DISK;
+		return found;
+	}
+	/* LOOKUP: a block on disk is read through by a single LOOKUP. */
+	if (found == -ENOENT)
+		d->st.misses++;
+	return found ? found : -EAGAIN;
+}
+
+static void probe_reply(struct offd *d, struct client *c, struct probe *p)
+{
+	struct kv_offd_frame h = { .type = p->req.type | KV_OFFD_REPLY };
+	unsigned char head[KV_OFFD_FRAME_BYTES];
+	struct iovec iov[2] = { { .iov_base = head, .iov_len = sizeof(head) } };
+	struct kv_offd_result r = { 0 };
+	int st;
+
+	if (p->req.type == KV_OFFD_LOOKUP) {
+		struct kv_block_ref ref;
+		char path[PATH_BYTES];
+		uint64_t size = p->size[0] == KV_TIER_SIZE_UNKNOWN ? d->slot_bytes : p->size[0];
+
+		/* Its size known, it is run again and read through into a
+		 * slot of that size.  An empty block is remembered as one
+		 * byte (a slot of the smallest class): 0 would be no size,
+		 * and it would be asked again. */
+		size = size ? size : 1;
+		st = p->found[0] ? p->found[0] : kv_slots_class(d->store, size) < 0 ? -EFBIG :
+		     key_path(&p->req, &ref, path);
+		if (st) {
+			reply_status(d, c, p->req.type, st);
+			return;
+		}
+		size_hint_learn(d, &ref, size);
+		dispatch(d, c, &c->saved, 1);
+		return;
+	}
+	if (p->req.type == KV_OFFD_HAS) {
+		st = probed(d, KV_OFFD_HAS, p->found[0], &r);
+		h.arg = r.len;
+		if (st)
+			reply_status(d, c, p->req.type, st);
+		else
+			reply(d, c, &h);
+		return;
+	}
+	for (size_t k = 0; k < p->n; k++) {
+		r = (struct kv_offd_result){ 0 };
+		st = probed(d, (unsigned)(p->req.arg & 0xff), p->found[k], &r);
+		if (st)
+			r = (struct kv_offd_result){ .status = st };
+		kv_offd_result_encode(p->results, p->entry[k], &r);
+	}
+	h.len = p->req.len;
+	h.arg = p->req.arg;
+	if (kv_offd_frame_encode(&h, head, sizeof(head))) {
+		c->doomed = 1;
+		return;
+	}
+	iov[1].iov_base = p->results;
+	iov[1].iov_len = (size_t)p->req.len * KV_OFFD_RESULT_BYTES;
+	send_out(d, c, iov, 2);
+}
+
+/* Ask p's tiers on a worker while c waits; when the probes' ring is
+ * full, on the loop. */
+static void ask(struct offd *d, struct client *c, struct probe *p)
+{
+	struct job j = { .kind = JOB_PROBE, .ask = p };
+	struct kv_tier *io[FILE_TIERS_MAX];
+
+	if (!writer_push(d, &j)) {
+		d->probes_inflight++;
+		p->client = c;
+		c->probe = p;
+		c->wait = WAIT_PROBE;
+		watch(d, c, 0);
+		return;
+	}
+	for (unsigned t = 0; t < d->ntiers; t++)
+		io[t] = d->tiers[t].tier;
+	probe_run(d, io, p);
+	probe_reply(d, c, p);
+	probe_free(p);
+}
+
+static void probe_done(struct offd *d, const struct job *j)
+{
+	struct probe *p = j->ask;
+	struct client *c = p->client;
+
+	d->probes_inflight--;
+	if (c) {
+		c->probe = NULL;
+		c->wait = WAIT_NONE;
+		if (!c->doomed) {
+			probe_reply(d, c, p);
+			if (c->wait == WAIT_NONE)
+				watch(d, c, 1);
+		}
+	}
+	probe_free(p);
+}
+
+/* A LOOKUP's read-through whose size no hint or index gives: the tiers
+ * are asked on a worker and the LOOKUP runs again (probe_reply). */
+static void ask_size(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		     const char *path)
+{
+	struct probe *p = probe_new(d, f, 1);
+
+	if (!p) {
+		reply_status(d, c, f->type, -ENOMEM);
+		return;
+	}
+	if (f != &c->saved)
+		c->saved = *f;
+	p->n = 1;
+	p->entry[0] = 0;
+	memcpy(p->path[0], path, PATH_BYTES);
+	ask(d, c, p);
 }
 
 static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_frame *f,
@@ -831,15 +1001,18 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	} else {
 		/* The file's size picks the class it is read into: the size
 		 * of its model's and group's blocks (a larger one is read
-		 * again, see load_done), else one stat on the loop (none for
-		 * a bounded tier), as a HAS costs. */
+		 * again, see load_done), else a bounded tier's index, else
+		 * the tiers are asked on a worker first (ask_size). */
 		int cls;
 
 		load_bytes = size_hint(d, &ref);
 		cls = load_bytes ? kv_slots_class(d->store, load_bytes) : -1;
+		if (cls < 0 && !tiers_indexed(d, path, &load_bytes)) {
+			ask_size(d, c, f, path);
+			return;
+		}
 		if (cls < 0) {
-			err = tiers_locate(d, path, &load_bytes);
-			if (err >= 0 && kv_slots_class(d->store, load_bytes) < 0)
+			if (kv_slots_class(d->store, load_bytes) < 0)
 				err = -EFBIG;
 		} else if (!kv_slots_room(d->store, (unsigned)cls) && storage_behind(d)) {
 			/* As with one class: no unwritten block goes for a key
@@ -878,12 +1051,24 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
 	struct kv_offd_result res = { 0 };
 	struct kv_block_ref ref;
+	struct probe *p;
 	char path[PATH_BYTES];
 	int err;
 
 	err = key_path(f, &ref, path);
 	if (!err)
 		err = op_has(d, path, &res);
+	if (err == -EINPROGRESS) {
+		p = probe_new(d, f, 1);
+		if (p) {
+			p->n = 1;
+			p->entry[0] = 0;
+			memcpy(p->path[0], path, PATH_BYTES);
+			ask(d, c, p);
+			return;
+		}
+		err = -ENOMEM;
+	}
 	r.arg = res.len;
 	if (err)
 		reply_status(d, c, f->type, err);
@@ -891,30 +1076,29 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 		reply(d, c, &r);
 }
 
-/* A batch LOOKUP entry: pinned if in RAM; -EAGAIN if the file tier has
- * it (or a read-through is loading it), for the client to read through
- * with a single LOOKUP. */
+/* A batch LOOKUP entry: pinned if in RAM; -EAGAIN if a file tier has it
+ * (or a read-through is loading it), for the client to read through
+ * with a single LOOKUP; -EINPROGRESS if only the unbounded tiers can
+ * say. */
 static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
 	uint32_t i = kv_slots_find(d->store, path);
-	int err;
 
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
 		return op_pin(d, c, i, 0, r);
-	if (i != KV_SLOT_NONE)
+	if (i != KV_SLOT_NONE || tiers_indexed(d, path, NULL))
 		return -EAGAIN;
-	err = tiers_locate(d, path, NULL);
-	if (err == -ENOENT)
-		d->st.misses++;
-	return err < 0 ? err : -EAGAIN;
+	if (tiers_unbounded(d))
+		return -EINPROGRESS;
+	d->st.misses++;
+	return -ENOENT;
 }
 
 static int batch_entry(struct offd *d, struct client *c, unsigned op,
 		       struct kv_block_ref *ref, const struct kv_offd_batch_entry *e,
-		       struct kv_offd_result *r)
+		       struct kv_offd_result *r, char path[PATH_BYTES])
 {
-	char path[PATH_BYTES];
 	int err;
 
 	switch (op) {
@@ -943,7 +1127,9 @@ static int batch_entry(struct offd *d, struct client *c, unsigned op,
 }
 
 /* A BATCH frame and its payload: every entry is checked before any is
- * run, and each gets its own result; nothing in a batch waits. */
+ * run, and each gets its own result; nothing in a batch waits for room
+ * or a read-through.  Entries only the unbounded tiers can answer are
+ * asked of them together, on a worker (ask). */
 static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame *f,
 		    const unsigned char *payload)
 {
@@ -953,6 +1139,8 @@ static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame
 	unsigned op = (unsigned)(f->arg & 0xff);
 	struct kv_offd_batch_entry e;
 	struct kv_block_ref ref;
+	struct probe *p = NULL;
+	char path[PATH_BYTES];
 	int err;
 
 	/* HAS changes nothing, so it may find a bad entry as it goes. */
@@ -973,12 +1161,26 @@ static int do_batch(struct offd *d, struct client *c, const struct kv_offd_frame
 		struct kv_offd_result r = { 0 };
 		int st;
 
-		if (kv_offd_batch_decode(f, payload, i, &e))
+		if (kv_offd_batch_decode(f, payload, i, &e)) {
+			probe_free(p);
 			return -KV_EPROTO;
-		st = batch_entry(d, c, op, &ref, &e, &r);
+		}
+		st = batch_entry(d, c, op, &ref, &e, &r, path);
+		if (st == -EINPROGRESS && !p && !(p = probe_new(d, f, f->len)))
+			st = -ENOMEM;
+		if (st == -EINPROGRESS) {
+			p->entry[p->n] = (uint32_t)i;
+			memcpy(p->path[p->n++], path, PATH_BYTES);
+			continue;
+		}
 		if (st)
 			r = (struct kv_offd_result){ .status = st };
 		kv_offd_result_encode(d->results, i, &r);
+	}
+	if (p) {
+		memcpy(p->results, d->results, (size_t)f->len * KV_OFFD_RESULT_BYTES);
+		ask(d, c, p);
+		return 0;
 	}
 	if (kv_offd_frame_encode(&h, head, sizeof(head)))
 		return -KV_EPROTO;
@@ -1115,6 +1317,8 @@ static void client_close(struct offd *d, struct client *c)
 		unlink_waiter(&d->slots[c->wait_slot].waiters, NULL, c);
 	else if (c->wait == WAIT_SLOT)
 		unlink_waiter(&d->parked_head, &d->parked_tail, c);
+	else if (c->wait == WAIT_PROBE)
+		c->probe->client = NULL;	/* freed when its job is done */
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -1555,6 +1759,8 @@ static void jobs_done(struct offd *d)
 	while (!writer_pop_done(d, &j)) {
 		if (j.kind == JOB_LOAD)
 			load_done(d, &j);
+		else if (j.kind == JOB_PROBE)
+			probe_done(d, &j);
 		else if (j.kind == JOB_DEMOTE)
 			tier_demoted(d, &j);
 		else
@@ -1758,7 +1964,7 @@ int offd_serve(struct offd *d, int ready_fd)
 			tool_err("cannot write to --ready-fd: %s", strerror(errno));
 		close(ready_fd);
 	}
-	while (!d->draining || d->wb_inflight || d->loads_inflight) {
+	while (!d->draining || d->wb_inflight || d->loads_inflight || d->probes_inflight) {
 		int n = epoll_wait(d->epfd, evs, 64, -1);
 
 		if (n < 0 && errno == EINTR)

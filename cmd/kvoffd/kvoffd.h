@@ -56,7 +56,7 @@ struct pin {
 	int64_t start_ns;
 };
 
-enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD };
+enum wait { WAIT_NONE, WAIT_SLOT, WAIT_LOAD, WAIT_PROBE };
 
 /* A process the daemon serves, over however many connections: what it
  * may hold of the pool is counted here, not per connection. */
@@ -85,6 +85,7 @@ struct client {
 	enum wait wait;
 	struct kv_offd_frame saved;	/* the request parked by wait */
 	uint32_t wait_slot;		/* WAIT_LOAD */
+	struct probe *probe;		/* WAIT_PROBE */
 	struct client *next_waiter;	/* a slot's waiters, or the parked list */
 	struct pin *pins;
 	size_t npins, cap_pins;
@@ -96,8 +97,29 @@ struct client {
 
 /* WRITE: a RAM block to one file tier; LOAD: a miss read through the
  * file tiers into its slot; DEMOTE: a block out of a full tier into the
- * next that takes it. */
-enum job_kind { JOB_WRITE, JOB_LOAD, JOB_DEMOTE };
+ * next that takes it; PROBE: presence asked of the unbounded tiers. */
+enum job_kind { JOB_WRITE, JOB_LOAD, JOB_DEMOTE, JOB_PROBE };
+
+/*
+ * A HAS, or a batch of HAS or LOOKUP entries, that neither RAM nor a
+ * bounded tier's index answered, or a LOOKUP's read-through whose size
+ * is not known yet: the unbounded tiers (a stat on shared storage, a
+ * HEAD on a bucket) are asked on a worker, not the loop, while the
+ * client waits (WAIT_PROBE).
+ */
+struct probe {
+	struct client *client;	/* NULL once it has gone */
+	struct kv_offd_frame req;	/* what is answered: a HAS, a BATCH, or
+					   a LOOKUP run again once its size
+					   is known */
+	unsigned tiers;		/* the tiers asked, in order, a bit each */
+	size_t n;		/* entries asked */
+	uint32_t *entry;	/* ... their places in the reply */
+	char (*path)[PATH_BYTES];
+	int *found;		/* out: 0 a tier has it, -ENOENT, or -errno */
+	uint64_t *size;		/* out: its size there (KV_TIER_SIZE_UNKNOWN) */
+	unsigned char *results;	/* BATCH: the reply's results, encoded */
+};
 
 struct job {
 	enum job_kind kind;
@@ -119,6 +141,7 @@ struct job {
 				   LOAD: of what was read (out) */
 	int result;
 	int64_t ns;		/* time the I/O took */
+	struct probe *ask;	/* PROBE */
 	char path[PATH_BYTES];
 };
 
@@ -163,16 +186,22 @@ struct writer {
 	size_t wcap, whead, wcount;
 	struct job *loads;	/* ring of capacity lcap */
 	size_t lcap, lhead, lcount;
-	struct job *done;	/* ring of capacity wcap + lcap */
+	struct job *probes;	/* ring of capacity lcap */
+	size_t phead, pcount;
+	struct job *done;	/* ring of capacity wcap + 2 * lcap */
 	size_t dhead, dcount;
 	size_t running;
 	const struct job **active;	/* each thread's job, waiting or running */
 	uint64_t *ticket;		/* ... in the order it left the ring */
 	uint64_t next_ticket;
 	int efd;		/* eventfd: completions ready */
-	unsigned nthreads;
-	pthread_t *threads;
-	struct kv_tier **handles;	/* nthreads x ntiers */
+	unsigned nthreads;	/* --write-threads: every kind of job */
+	pthread_t *threads;	/* ... and after them, the prober: probes
+				   only, so that writes held up by slow
+				   storage never hold up a presence check */
+	pthread_cond_t pcond;	/* the prober's */
+	int prober;		/* started */
+	struct kv_tier **handles;	/* (nthreads + 1) x ntiers */
 };
 
 /* Read-through size memory (daemon.c, size_hint). */
@@ -209,6 +238,7 @@ struct offd {
 	struct size_hint size_hints[SIZE_HINTS];
 	struct slot *slots;		/* by slot id, beside the store's */
 	uint32_t loads_inflight;
+	uint32_t probes_inflight;	/* PROBE jobs */
 	uint32_t wb_inflight;
 	uint64_t wb_landed;		/* write-behind jobs finished */
 	int catchup;			/* some slot has wb_refused set */
@@ -261,6 +291,11 @@ int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv
 int tiers_locate(struct offd *d, const char *path, uint64_t *size);
 /* The tiers a read-through of path tries, in order. */
 unsigned tiers_probe(struct offd *d, const char *path);
+/* Whether a bounded tier's index holds path, and its size there (size
+ * may be NULL). */
+int tiers_indexed(struct offd *d, const char *path, uint64_t *size);
+/* The unbounded tiers, a bit each: only asking them says what they hold. */
+unsigned tiers_unbounded(const struct offd *d);
 /* Whether a write of path into tier t must wait: a DEMOTE holds it. */
 int tier_moving(struct offd *d, unsigned t, const char *path);
 /* A block landed in tier t (write, promotion, demotion): index it. */
@@ -279,6 +314,8 @@ int writer_push(struct offd *d, const struct job *job);
 /* Take one finished job; 0 if one was returned, -EAGAIN if none. */
 int writer_pop_done(struct offd *d, struct job *out);
 size_t writer_queued(struct offd *d);
+/* Ask p's tiers through handles io (one per tier). */
+void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p);
 void writer_stop(struct offd *d);
 
 /* report.c */

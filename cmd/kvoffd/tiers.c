@@ -174,6 +174,33 @@ int tiers_locate(struct offd *d, const char *path, uint64_t *size)
 	return err;
 }
 
+int tiers_indexed(struct offd *d, const char *path, uint64_t *size)
+{
+	for (unsigned k = 0; k < d->ntiers; k++) {
+		uint32_t i;
+
+		if (!d->tiers[k].capacity)
+			continue;
+		i = kv_file_index_find(d->tiers[k].idx, path);
+		if (i == KV_FILE_INDEX_NONE)
+			continue;
+		if (size)
+			*size = kv_file_index_size(d->tiers[k].idx, i);
+		return 1;
+	}
+	return 0;
+}
+
+unsigned tiers_unbounded(const struct offd *d)
+{
+	unsigned mask = 0;
+
+	for (unsigned k = 0; k < d->ntiers; k++)
+		if (!d->tiers[k].capacity)
+			mask |= 1u << k;
+	return mask;
+}
+
 /* Unbounded tiers are asked; a bounded one only if its index has the
  * block, and those below one that is moving it out are asked too. */
 unsigned tiers_probe(struct offd *d, const char *path)

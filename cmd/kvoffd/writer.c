@@ -1,9 +1,10 @@
 /*
  * Write-behind and read-through workers.  Each thread owns a handle on
  * each tier; the event loop queues jobs (writes into a bounded ring, loads
- * into a ring with room for one per slot so they are never refused) and
- * collects finished ones through an eventfd.  Loads go first: a client
- * waits on each of them.
+ * into a ring with room for one per slot so they are never refused,
+ * probes into one as large) and collects finished ones through an
+ * eventfd.  Probes go first, then loads: a client waits on each of them.
+ * One more thread, the prober, runs only probes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 struct worker_arg {
 	struct offd *d;
 	unsigned idx;		/* its entry in the writer's active[] */
+	int prober;		/* runs probes only */
 	struct kv_tier **io;	/* one per file tier */
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
@@ -55,6 +57,18 @@ static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigne
 	 * it a larger one. */
 	j->len = j->result == -EFBIG ? size : j->result ? 0 : got;
 	j->sum = j->result ? 0 : kv_xxh3(mem, got);
+}
+
+/* Ask the probe's tiers, in order, whether they hold each entry, and
+ * its size. */
+void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
+{
+	for (size_t k = 0; k < p->n; k++) {
+		p->found[k] = -ENOENT;
+		for (unsigned t = 0; t < d->ntiers && p->found[k] == -ENOENT; t++)
+			if (p->tiers & (1u << t))
+				p->found[k] = kv_tier_size(io[t], p->path[k], &p->size[k]);
+	}
 }
 
 /* Read the block being moved into the worker's buffer, grown to fit. */
@@ -129,6 +143,8 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 			carry_config(d, a->io, j->tier, j->path);
 	} else if (j->kind == JOB_LOAD) {
 		run_load(d, a->io, j, mem, j->cap);
+	} else if (j->kind == JOB_PROBE) {
+		probe_run(d, a->io, j->ask);
 	} else {
 		run_demote(d, a, j);
 	}
@@ -152,6 +168,12 @@ static int older_same_file(const struct writer *w, unsigned idx)
 	return 0;
 }
 
+/* Every job in flight fits. */
+static size_t done_cap(const struct writer *w)
+{
+	return w->wcap + 2 * w->lcap;
+}
+
 static void *worker(void *p)
 {
 	struct worker_arg *a = p;
@@ -162,9 +184,15 @@ static void *worker(void *p)
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		while (!w->lcount && !w->wcount && !w->stop)
-			pthread_cond_wait(&w->cond, &w->lock);
-		if (w->lcount) {
+		while (!w->pcount && (a->prober || (!w->lcount && !w->wcount)) && !w->stop)
+			pthread_cond_wait(a->prober ? &w->pcond : &w->cond, &w->lock);
+		if (w->pcount) {
+			j = w->probes[w->phead];
+			w->phead = (w->phead + 1) % w->lcap;
+			w->pcount--;
+		} else if (a->prober) {
+			break;
+		} else if (w->lcount) {
 			j = w->loads[w->lhead];
 			w->lhead = (w->lhead + 1) % w->lcap;
 			w->lcount--;
@@ -187,7 +215,7 @@ static void *worker(void *p)
 		/* Wake a write waiting on this one's file, and idle threads. */
 		pthread_cond_broadcast(&w->cond);
 		w->running--;
-		w->done[(w->dhead + w->dcount) % (w->wcap + w->lcap)] = j;
+		w->done[(w->dhead + w->dcount) % done_cap(w)] = j;
 		w->dcount++;
 		/* The loop reads the eventfd; a failed write would mean the
 		 * counter overflowed, which 2^64 completions cannot do. */
@@ -208,6 +236,7 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	memset(w, 0, sizeof(*w));
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
+	pthread_cond_init(&w->pcond, NULL);
 	w->wcap = wcap;
 	/* Each load holds a slot; past the cap a miss parks (do_lookup). */
 	w->lcap = d->npages > LOADS_MIN ? d->npages : LOADS_MIN;
@@ -215,18 +244,20 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		w->lcap = d->nslots;
 	w->writes = calloc(w->wcap, sizeof(struct job));
 	w->loads = calloc(w->lcap, sizeof(struct job));
-	w->done = calloc(w->wcap + w->lcap, sizeof(struct job));
-	w->threads = calloc(nthreads, sizeof(pthread_t));
-	w->active = calloc(nthreads, sizeof(*w->active));
-	w->ticket = calloc(nthreads, sizeof(*w->ticket));
-	w->handles = calloc((size_t)nthreads * d->ntiers, sizeof(struct kv_tier *));
-	if (!w->writes || !w->loads || !w->done || !w->threads || !w->active ||
+	w->probes = calloc(w->lcap, sizeof(struct job));
+	w->done = calloc(done_cap(w), sizeof(struct job));
+	w->threads = calloc(nthreads + 1, sizeof(pthread_t));
+	w->active = calloc(nthreads + 1, sizeof(*w->active));
+	w->ticket = calloc(nthreads + 1, sizeof(*w->ticket));
+	w->handles = calloc((size_t)(nthreads + 1) * d->ntiers, sizeof(struct kv_tier *));
+	if (!w->writes || !w->loads || !w->probes || !w->done || !w->threads || !w->active ||
 	    !w->ticket || !w->handles)
 		return -ENOMEM;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
 		return -errno;
-	for (unsigned i = 0; i < nthreads; i++) {
+	/* The last one started is the prober. */
+	for (unsigned i = 0; i <= nthreads; i++) {
 		struct kv_tier **io = w->handles + (size_t)i * d->ntiers;
 		struct worker_arg *a;
 
@@ -243,12 +274,16 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		a->d = d;
 		a->idx = i;
 		a->io = io;
+		a->prober = i == nthreads;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {
 			free(a);
 			return -err;
 		}
-		w->nthreads++;
+		if (a->prober)
+			w->prober = 1;
+		else
+			w->nthreads++;
 	}
 	return 0;
 }
@@ -259,7 +294,13 @@ int writer_push(struct offd *d, const struct job *job)
 	int err = 0;
 
 	pthread_mutex_lock(&w->lock);
-	if (job->kind == JOB_LOAD) {
+	if (job->kind == JOB_PROBE && w->pcount < w->lcap) {
+		w->probes[(w->phead + w->pcount) % w->lcap] = *job;
+		w->pcount++;
+		pthread_cond_signal(&w->pcond);
+	} else if (job->kind == JOB_PROBE) {
+		err = -EAGAIN;
+	} else if (job->kind == JOB_LOAD) {
 		/* At most one load per slot is ever in flight. */
 		w->loads[(w->lhead + w->lcount) % w->lcap] = *job;
 		w->lcount++;
@@ -283,7 +324,7 @@ int writer_pop_done(struct offd *d, struct job *out)
 	pthread_mutex_lock(&w->lock);
 	if (w->dcount) {
 		*out = w->done[w->dhead];
-		w->dhead = (w->dhead + 1) % (w->wcap + w->lcap);
+		w->dhead = (w->dhead + 1) % done_cap(w);
 		w->dcount--;
 		err = 0;
 	}
@@ -309,10 +350,12 @@ void writer_stop(struct offd *d)
 	pthread_mutex_lock(&w->lock);
 	w->stop = 1;
 	pthread_cond_broadcast(&w->cond);
+	pthread_cond_broadcast(&w->pcond);
 	pthread_mutex_unlock(&w->lock);
-	for (unsigned i = 0; i < w->nthreads; i++)
+	for (unsigned i = 0; i < w->nthreads + (unsigned)w->prober; i++)
 		pthread_join(w->threads[i], NULL);
-	for (size_t i = 0; w->handles && i < (size_t)w->nthreads * d->ntiers; i++)
+	for (size_t i = 0; w->handles && i < (size_t)(w->nthreads + 1) * d->ntiers; i++)
 		kv_tier_close(w->handles[i]);
 	w->nthreads = 0;
+	w->prober = 0;
 }

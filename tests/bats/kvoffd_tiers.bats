@@ -73,6 +73,26 @@ stat_of() {
 }
 
 # settle: until no write, load or move is queued or running.
+# trace_lookups: strace the daemon's threads' path lookups into
+# $BATS_TEST_TMPDIR/strace, each line led by its thread's id (the loop
+# thread's is $DPID); untrace stops it.
+trace_lookups() {
+	local n=0
+	strace -f -p "$DPID" -e trace=%file,%stat,statx -o "$BATS_TEST_TMPDIR/strace" \
+		2>"$BATS_TEST_TMPDIR/strace.err" &
+	SPID=$!
+	until grep -q attached "$BATS_TEST_TMPDIR/strace.err"; do
+		sleep 0.05
+		n=$((n + 1))
+		[ "$n" -lt 2000 ] || fail "strace never attached"
+	done
+}
+
+untrace() {
+	kill "$SPID"
+	wait "$SPID" || true
+}
+
 settle() {
 	local n=0
 	while [ "$(stat_of wb_queue_depth)" != 0 ]; do
@@ -165,7 +185,7 @@ hashes() {
 	[ "$(tier_stat 1 hits)" -eq 1 ]
 }
 
-@test "kvoffd tiers: a read-through takes the class of its model's blocks, with no stat on the loop once their size is known" {
+@test "kvoffd tiers: a read-through takes the class of its model's blocks, its tiers never asked from the loop" {
 	requires strace
 	local spec h
 	# As another node's writer left them: blocks of 20,000 bytes and one
@@ -177,25 +197,52 @@ hashes() {
 		cp "$BATS_TEST_TMPDIR/blk.$h" "$(block_file "$SHARED" "$h")"
 	done
 	start_tiers --promote never
-	get_same abcdef71	# no size known: one stat on the loop, then 20,000
+	trace_lookups
+	get_same abcdef71	# no size known: asked on a worker, then 20,000
 	get_same abcdef72	# into a slot for 20,000 first: too small, read again
-	strace -f -p "$DPID" -e trace=%file,%stat,statx -o "$BATS_TEST_TMPDIR/strace" \
-		2>"$BATS_TEST_TMPDIR/strace.err" &
-	local spid=$! n=0
-	until grep -q attached "$BATS_TEST_TMPDIR/strace.err"; do
-		sleep 0.05
-		n=$((n + 1))
-		[ "$n" -lt 2000 ] || fail "strace never attached"
-	done
-	get_same abcdef73
-	kill "$spid"
-	wait "$spid" || true
-	# A worker looked the file up; the loop thread (the daemon's pid) never.
+	get_same abcdef73	# 20,000 again: read at once
+	untrace
+	# Workers looked the files up; the loop thread (the daemon's pid) never.
+	grep -q "abcdef71" "$BATS_TEST_TMPDIR/strace"
 	grep -q "abcdef73" "$BATS_TEST_TMPDIR/strace"
-	run grep "^$DPID .*abcdef73" "$BATS_TEST_TMPDIR/strace"
+	run grep "^$DPID .*abcdef7" "$BATS_TEST_TMPDIR/strace"
 	assert_failure
 	[ "$(stat_of readthroughs)" -eq 3 ]
 	[ "$(tier_stat 1 errors)" -eq 0 ]
+}
+
+@test "kvoffd tiers: HAS and batch HAS and LOOKUP entries that miss RAM ask the shared tier on a worker, not the loop" {
+	requires strace
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	local h top
+	top=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+	# As another node's writer left them; abcdef8f is nowhere.
+	for h in abcdef81 abcdef82 abcdef83; do
+		random_file "$BATS_TEST_TMPDIR/blk.$h" 20000
+		mkdir -p "$(dirname "$(block_file "$SHARED" "$h")")"
+		cp "$BATS_TEST_TMPDIR/blk.$h" "$(block_file "$SHARED" "$h")"
+	done
+	start_tiers
+	trace_lookups
+	kvget --daemon "$SOCK" --model-dir "$MODEL" --exists abcdef81
+	run kvget --daemon "$SOCK" --model-dir "$MODEL" --exists abcdef8f
+	assert_failure 1
+	# A batch of HAS, then of LOOKUP (on disk: read through after it).
+	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$KV_BIN/../libkv.so" /usr/bin/python3 -c "
+import kvtools
+with kvtools.connect('$SOCK') as c:
+    print(c.has_many('$MODEL', ['abcdef82', 'abcdef8f', 'abcdef83']))
+    got = c.get_many('$MODEL', ['abcdef8f', 'abcdef83'])
+    print(got[0], got[1] == open('$BATS_TEST_TMPDIR/blk.abcdef83', 'rb').read())"
+	untrace
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_output "[2, 0, 2]
+None True"
+	# Workers looked the files up; the loop thread (the daemon's pid) never.
+	grep -q "abcdef8f" "$BATS_TEST_TMPDIR/strace"
+	grep -q "abcdef82" "$BATS_TEST_TMPDIR/strace"
+	run grep "^$DPID .*abcdef8" "$BATS_TEST_TMPDIR/strace"
+	assert_failure
 }
 
 @test "kvoffd tiers: --promote second-hit copies up on the second miss, never never" {
