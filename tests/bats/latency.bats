@@ -26,7 +26,7 @@ setup() {
 }
 
 teardown() {
-	sv_teardown "$A" "$B"
+	sv_teardown "$A" "$B" "$BATS_TEST_TMPDIR/slow"
 }
 
 @test "latfs: put, list, get, verify, check and evict where every operation waits" {
@@ -50,4 +50,31 @@ teardown() {
 
 @test "latfs: two nodes: kvwatch sees the reads on one, kvevict on the other evicts by them" {
 	sv_kvwatch
+}
+
+@test "latfs: kvoffd over it: a client gone while its HAS is asked of the slow tier costs nothing; others are served meanwhile, and SIGTERM waits for the answer" {
+	local slow=$BATS_TEST_TMPDIR/slow model=meta-llama_Llama-3.1-8B_0123456789ab hpid
+	mkdir -p "$slow"
+	# Each operation a tenth of a second: a HAS of a block in this
+	# directory (four lookups) takes longer than the client lives.
+	mkdir -p "$SRC/${model}_r0/abc/de_g0"
+	"$LATFS" "$SRC" "$slow" -o delay_us=100000 -o max_threads=8
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	start_kvoffd --root "$slow" --cpu-bytes 4M --slot-bytes 1M
+	kvget --daemon "$SOCK" --model-dir "$model" --exists abcdef0001 &
+	hpid=$!
+	sleep 0.2
+	kill -KILL "$hpid"
+	wait "$hpid" || true
+	# Served while the dead client's HAS may still be asked.
+	random_file "$BATS_TEST_TMPDIR/blk" 5000
+	kvput --daemon "$SOCK" --model-dir "$model" abcdef0002 "$BATS_TEST_TMPDIR/blk"
+	kvget --daemon "$SOCK" --model-dir "$model" abcdef0002 > "$BATS_TEST_TMPDIR/got"
+	cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/blk"
+	# A HAS the slow tier answers.
+	run kvget --daemon "$SOCK" --model-dir "$model" --exists abcdef0003
+	assert_failure 1
+	stop_daemon TERM
+	[ "$DRC" -eq 0 ] || fail "kvoffd exited $DRC: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+	umount "$slow" 2>/dev/null || umount -l "$slow"
 }
