@@ -867,6 +867,7 @@ static void probe_reply(struct offd *d, struct client *c, struct probe *p)
 			return;
 		}
 		size_hint_learn(d, &ref, size);
+		c->probed = 1;
 		dispatch(d, c, &c->saved, 1);
 		return;
 	}
@@ -937,8 +938,16 @@ static void probe_done(struct offd *d, const struct job *j)
 	probe_free(p);
 }
 
-/* A LOOKUP's read-through whose size no hint or index gives: the tiers
- * are asked on a worker and the LOOKUP runs again (probe_reply). */
+/* Whether a file tier is known to hold path: a bounded tier's LRU, or
+ * the unbounded tiers asked for c's LOOKUP already (c->probed). */
+static int held_below(struct offd *d, const struct client *c, const char *path)
+{
+	return c->probed || tiers_indexed(d, path, NULL);
+}
+
+/* A LOOKUP's read-through whose size no hint or index gives, or whose
+ * presence must be known before it may cost an unwritten block: the
+ * tiers are asked on a worker and the LOOKUP runs again (probe_reply). */
 static void ask_size(struct offd *d, struct client *c, const struct kv_offd_frame *f,
 		     const char *path)
 {
@@ -979,8 +988,10 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_result(d, c, f->type, err, &r);
 		return;
 	}
-	if (!rerun)
+	if (!rerun) {
 		d->st.misses++;
+		c->probed = 0;
+	}
 	if (i != KV_SLOT_NONE) {
 		/* Someone's miss is loading this key: wait for that one. */
 		wait_load(d, c, f, i);
@@ -996,8 +1007,10 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * for a read-through may cost an unwritten block when storage
 		 * is behind: never for a key no file tier holds. */
 		load_bytes = d->slot_bytes;
-		if (!kv_slots_room(d->store, 0) && storage_behind(d))
-			err = tiers_locate(d, path, NULL);
+		if (!kv_slots_room(d->store, 0) && storage_behind(d) && !held_below(d, c, path)) {
+			ask_size(d, c, f, path);
+			return;
+		}
 	} else {
 		/* The file's size picks the class it is read into: the size
 		 * of its model's and group's blocks (a larger one is read
@@ -1014,10 +1027,12 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		if (cls < 0) {
 			if (kv_slots_class(d->store, load_bytes) < 0)
 				err = -EFBIG;
-		} else if (!kv_slots_room(d->store, (unsigned)cls) && storage_behind(d)) {
+		} else if (!kv_slots_room(d->store, (unsigned)cls) && storage_behind(d) &&
+			   !held_below(d, c, path)) {
 			/* As with one class: no unwritten block goes for a key
 			 * no tier holds. */
-			err = tiers_locate(d, path, NULL);
+			ask_size(d, c, f, path);
+			return;
 		}
 	}
 	if (err < 0) {

@@ -86,6 +86,8 @@ struct client {
 	struct kv_offd_frame saved;	/* the request parked by wait */
 	uint32_t wait_slot;		/* WAIT_LOAD */
 	struct probe *probe;		/* WAIT_PROBE */
+	int probed;			/* its LOOKUP's key is on a file tier:
+					   the tiers were asked (probe_reply) */
 	struct client *next_waiter;	/* a slot's waiters, or the parked list */
 	struct pin *pins;
 	size_t npins, cap_pins;
@@ -285,10 +287,6 @@ void tiers_close(struct offd *d);
 const char *tier_name(const struct offd *d, unsigned t);
 /* A new handle on tier t, its kv_io flags d->io_flags | flags. */
 int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv_tier **out);
-/* The first tier holding path (bounded ones by their index, others by a
- * stat on the loop) and its size there (size may be NULL); -ENOENT in
- * none. */
-int tiers_locate(struct offd *d, const char *path, uint64_t *size);
 /* The tiers a read-through of path tries, in order. */
 unsigned tiers_probe(struct offd *d, const char *path);
 /* Whether a bounded tier's index holds path, and its size there (size

@@ -148,32 +148,6 @@ void tiers_close(struct offd *d)
 
 /* ---- moving blocks ---- */
 
-int tiers_locate(struct offd *d, const char *path, uint64_t *size)
-{
-	uint64_t unused;
-	int err = -ENOENT;
-
-	if (!size)
-		size = &unused;
-	for (unsigned k = 0; k < d->ntiers; k++) {
-		uint32_t i;
-
-		if (d->tiers[k].capacity) {
-			i = kv_file_index_find(d->tiers[k].idx, path);
-			if (i == KV_FILE_INDEX_NONE)
-				continue;
-			*size = kv_file_index_size(d->tiers[k].idx, i);
-			return (int)k;
-		}
-		err = kv_tier_size(d->tiers[k].tier, path, size);
-		if (!err)
-			return (int)k;
-		if (err != -ENOENT)
-			return err;
-	}
-	return err;
-}
-
 int tiers_indexed(struct offd *d, const char *path, uint64_t *size)
 {
 	for (unsigned k = 0; k < d->ntiers; k++) {
