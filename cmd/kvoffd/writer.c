@@ -297,6 +297,8 @@ int writer_push(struct offd *d, const struct job *job)
 	if (job->kind == JOB_PROBE && w->pcount < w->lcap) {
 		w->probes[(w->phead + w->pcount) % w->lcap] = *job;
 		w->pcount++;
+		/* The prober, and an idle worker if there is one: whichever
+		 * comes first takes it. */
 		pthread_cond_signal(&w->pcond);
 	} else if (job->kind == JOB_PROBE) {
 		err = -EAGAIN;
