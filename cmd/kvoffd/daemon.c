@@ -945,11 +945,12 @@ static int held_below(struct offd *d, const struct client *c, const char *path)
 	return c->probed || tiers_indexed(d, path, NULL);
 }
 
-/* A LOOKUP's read-through whose size no hint or index gives, or whose
- * presence must be known before it may cost an unwritten block: the
- * tiers are asked on a worker and the LOOKUP runs again (probe_reply). */
-static void ask_size(struct offd *d, struct client *c, const struct kv_offd_frame *f,
-		     const char *path)
+/* Ask the tiers about request f's one key, path: a HAS, or a LOOKUP's
+ * read-through whose size no hint or index gives, or whose presence must
+ * be known before it may cost an unwritten block (the LOOKUP then runs
+ * again, see probe_reply). */
+static void ask_one(struct offd *d, struct client *c, const struct kv_offd_frame *f,
+		    const char *path)
 {
 	struct probe *p = probe_new(d, f, 1);
 
@@ -1008,20 +1009,20 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		 * is behind: never for a key no file tier holds. */
 		load_bytes = d->slot_bytes;
 		if (!kv_slots_room(d->store, 0) && storage_behind(d) && !held_below(d, c, path)) {
-			ask_size(d, c, f, path);
+			ask_one(d, c, f, path);
 			return;
 		}
 	} else {
 		/* The file's size picks the class it is read into: the size
 		 * of its model's and group's blocks (a larger one is read
 		 * again, see load_done), else a bounded tier's index, else
-		 * the tiers are asked on a worker first (ask_size). */
+		 * the tiers are asked on a worker first (ask_one). */
 		int cls;
 
 		load_bytes = size_hint(d, &ref);
 		cls = load_bytes ? kv_slots_class(d->store, load_bytes) : -1;
 		if (cls < 0 && !tiers_indexed(d, path, &load_bytes)) {
-			ask_size(d, c, f, path);
+			ask_one(d, c, f, path);
 			return;
 		}
 		if (cls < 0) {
@@ -1031,7 +1032,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 			   !held_below(d, c, path)) {
 			/* As with one class: no unwritten block goes for a key
 			 * no tier holds. */
-			ask_size(d, c, f, path);
+			ask_one(d, c, f, path);
 			return;
 		}
 	}
@@ -1066,7 +1067,6 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 	struct kv_offd_frame r = { .type = f->type | KV_OFFD_REPLY };
 	struct kv_offd_result res = { 0 };
 	struct kv_block_ref ref;
-	struct probe *p;
 	char path[PATH_BYTES];
 	int err;
 
@@ -1074,15 +1074,8 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 	if (!err)
 		err = op_has(d, path, &res);
 	if (err == -EINPROGRESS) {
-		p = probe_new(d, f, 1);
-		if (p) {
-			p->n = 1;
-			p->entry[0] = 0;
-			memcpy(p->path[0], path, PATH_BYTES);
-			ask(d, c, p);
-			return;
-		}
-		err = -ENOMEM;
+		ask_one(d, c, f, path);
+		return;
 	}
 	r.arg = res.len;
 	if (err)
