@@ -106,7 +106,19 @@ UNIT_SRCS  := $(wildcard tests/unit/*.c)
 UNIT_BINS  := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 HEADERS    := $(wildcard lib/include/kv/*.h)
 
-all: $(BUILD)/libkv.a $(BUILD)/libkv.so $(BINS) $(UNIT_BINS) $(BUILD)/libkv.pc
+# The Python package's one C module, kvtools._exports (the buffer exports
+# of a batch): built against the limited API, so any CPython from 3.11
+# on loads it; the package falls back to ctypes without it.
+PY_INCLUDE  := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT      := $(BUILD)/python/kvtools/_exports.abi3.so
+
+all: $(BUILD)/libkv.a $(BUILD)/libkv.so $(BINS) $(UNIT_BINS) $(BUILD)/libkv.pc $(PY_EXT)
+
+$(PY_EXT): python/kvtools/_exports.c
+	@mkdir -p $(@D)
+	@test -e "$(PY_INCLUDE)/Python.h" || { echo "no Python.h for $(PYTHON) (apt-get install python3-dev)" >&2; exit 1; }
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -I$(PY_INCLUDE) -shared -o $@ $< $(LDFLAGS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -274,6 +286,7 @@ install: all
 	# The Python package loads the libkv.so this install puts in LIBDIR.
 	install -d $(DESTDIR)$(PYTHONDIR)/kvtools
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/kvtools/
+	install -m 0644 $(PY_EXT) $(DESTDIR)$(PYTHONDIR)/kvtools/
 	echo 'LIBKV = "$(LIBDIR)/libkv.so.$(SOVERSION)"' > $(DESTDIR)$(PYTHONDIR)/kvtools/_installed.py
 	# The units run the programs, and read the users and dirs they need,
 	# from where this install puts them.

@@ -2,7 +2,7 @@
 # Install the Debian packages kvtools needs to build, test and benchmark,
 # skipping what is already there.  Run as root (or with sudo available).
 set -eu
-pkgs="make gcc pkg-config python3 liburing-dev libhwloc-dev libzstd-dev
+pkgs="make gcc pkg-config python3 python3-dev liburing-dev libhwloc-dev libzstd-dev
 libxxhash-dev libisal-dev libjansson-dev libssl-dev libzmq3-dev libmsgpack-dev
 python3-zmq python3-msgpack python3-numpy python3-pytest python3-yaml redis-server redis-tools
 libfuse3-dev fuse3 glusterfs-server iproute2 openmpi-bin libopenmpi-dev

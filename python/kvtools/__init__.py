@@ -21,7 +21,7 @@ import os
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter
 
-from ._lib import lib, strerror
+from ._lib import exports as _exports, lib, strerror
 
 __all__ = ["connect", "Client", "KvError", "Pinned", "Allocation",
            "IN_RAM", "ON_DISK", "BATCH_MAX", "Tiers"]
@@ -133,11 +133,18 @@ def _address(mv):
     return ctypes.addressof(keep), n, (mv, keep)
 
 
-def _buffers(items):
-    """(addresses, lengths, keep) of a list of writable, C-contiguous,
-    non-empty buffers (numpy arrays, bytearrays), each exported once by
-    C loops, or None when one is not such a buffer (the caller then
-    takes them one by one)."""
+def _buffers(items, writable):
+    """(addresses, lengths, keep) of a list of C-contiguous buffers
+    (numpy arrays, bytearrays; writable ones if asked), each exported
+    once, or None when one is not such a buffer (the caller then takes
+    them one by one, and says which).  kvtools._exports holds them all in
+    one object; without it, ctypes takes only writable non-empty ones."""
+    if _exports is not None:
+        try:
+            keep, addrs_at, lens_at = _exports.exports(items, writable)
+        except (TypeError, ValueError, BufferError):
+            return None
+        return addrs_at, lens_at, keep
     try:
         mvs = list(map(memoryview, items))
         keeps = list(map(ctypes.c_char.from_buffer, mvs))
@@ -351,7 +358,7 @@ class Client(_Closes):
         if len(blocks) != len(hashes):
             raise ValueError("put_many: %d hashes, %d blocks" % (len(hashes), len(blocks)))
         k = _keys(model_dir, hashes, rank, group)
-        rows = _rows(blocks, k.n, False) or _buffers(blocks)
+        rows = _rows(blocks, k.n, False) or _buffers(blocks, False)
         if rows:
             bufs, lens, srcs = rows
         else:
@@ -380,7 +387,7 @@ class Client(_Closes):
         if len(outs) != k.n:
             raise ValueError("get_many: %d hashes, %d buffers" % (k.n, len(outs)))
         rows = _rows(outs, k.n, True)
-        many = None if rows else _buffers(outs)
+        many = None if rows else _buffers(outs, True)
         if rows:
             bufs, caps, keep = rows
         elif many:
@@ -399,8 +406,8 @@ class Client(_Closes):
             return [None if st else flat[at:at + ln]
                     for st, ln, at in zip(status[:k.n], lens[:k.n], range(0, k.n * row, row))]
         if many:
-            return [None if st else mv.cast("B")[:ln]
-                    for st, ln, mv in zip(status[:k.n], lens[:k.n], keep[0])]
+            return [None if st else memoryview(o).cast("B")[:ln]
+                    for st, ln, o in zip(status[:k.n], lens[:k.n], outs)]
         return [None if status[i] else dsts[i][2][0].cast("B")[:lens[i]] for i in range(k.n)]
 
     def lookup_many(self, model_dir, hashes, rank=0, group=0):

@@ -5,6 +5,7 @@ system's libkv.so.0 (ld.so's search, or /usr/local/lib, where `make
 install` puts it by default: a package that `pip install` put in place
 finds it there)."""
 import ctypes
+import importlib.util
 import os
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -32,14 +33,36 @@ def _load():
         if "/" in path and not os.path.exists(path):
             continue
         try:
-            return ctypes.CDLL(path)
+            return ctypes.CDLL(path), path
         except OSError as e:
             errors.append(str(e))
     raise ImportError("kvtools: cannot load libkv.so (set KVTOOLS_LIBKV): " +
                       "; ".join(errors))
 
 
-lib = _load()
+lib, _libkv_path = _load()
+
+
+def _load_exports():
+    """kvtools._exports, the C module that takes a batch's buffer exports
+    in one loop: the one installed beside this package, else the one
+    built beside the build tree's libkv.so; None without one (ctypes
+    then does it, a few objects per block)."""
+    try:
+        from . import _exports
+        return _exports
+    except ImportError:
+        pass
+    path = os.path.join(os.path.dirname(_libkv_path), "python", "kvtools", "_exports.abi3.so")
+    if "/" not in _libkv_path or not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("kvtools._exports", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+exports = _load_exports()
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int

@@ -92,9 +92,10 @@ import kvtools
 try:
     kvtools.connect('$BATS_TEST_TMPDIR/no-daemon')
 except kvtools.KvError as e:
-    print(e.errno_name, kvtools.__file__)"
+    print(e.errno_name, kvtools.__file__, kvtools._exports.__file__)"
 	[ "$status" -eq 0 ] || fail "$output"
-	[ "$output" = "ENOENT $pkg/kvtools/__init__.py" ] || fail "$output"
+	[ "$output" = "ENOENT $pkg/kvtools/__init__.py $pkg/kvtools/_exports.abi3.so" ] ||
+		fail "$output"
 }
 
 # Debian's python3, which has numpy; the one first on PATH may be another.
@@ -152,9 +153,9 @@ import kvtools
 try:
     kvtools.connect('$BATS_TEST_TMPDIR/no-daemon')
 except kvtools.KvError as e:
-    print(e.errno_name, kvtools.__file__)"
+    print(e.errno_name, kvtools.__file__, kvtools._exports.__file__)"
 	[ "$status" -eq 0 ] || fail "$output"
-	[[ "$output" == "ENOENT $venv/lib/python3"*"/site-packages/kvtools/__init__.py" ]] ||
+	[[ "$output" == "ENOENT $venv/lib/python3"*"/site-packages/kvtools/__init__.py $venv/lib/python3"*"/site-packages/kvtools/_exports.abi3.so" ]] ||
 		fail "$output"
 }
 

@@ -88,9 +88,53 @@ def test_put_many_get_many_of_every_size_class(client):
     assert [bytes(v) for v in views[:-1]] == blocks
 
 
-def test_lists_of_buffers_and_hashes_of_every_kind(client):
+@pytest.fixture(params=["module", "ctypes"])
+def exports(request, monkeypatch):
+    """Each list test twice: through kvtools._exports, the C module the
+    build tree has, and through ctypes, as where it could not be built."""
+    if request.param == "ctypes":
+        monkeypatch.setattr(kvtools, "_exports", None)
+    return request.param
+
+
+def test_the_build_trees_exports_module_is_loaded():
+    from conftest import BUILD
+    assert kvtools._exports is not None
+    assert kvtools._exports.__file__ == os.path.join(BUILD, "python", "kvtools",
+                                                     "_exports.abi3.so")
+
+
+def test_an_export_holds_its_buffers_until_it_is_freed():
+    a, b = bytearray(b"abc"), bytearray(16384)
+    holder, addrs, lens = kvtools._exports.exports([a, b], True)
+    assert addrs and lens
+    # Held: Python refuses to resize a buffer that is exported.
+    with pytest.raises(BufferError):
+        a.extend(b"more")
+    del holder
+    a.extend(b"more")
+    b.extend(b"more")
+    assert a == b"abcmore"
+
+
+def test_exports_refuse_what_is_not_a_buffer_of_the_kind_asked():
+    with pytest.raises(BufferError):
+        kvtools._exports.exports([bytearray(4), b"read-only"], True)
+    with pytest.raises(TypeError):
+        kvtools._exports.exports([bytearray(4), 7], False)
+    with pytest.raises((ValueError, BufferError)):
+        kvtools._exports.exports([np.zeros((4, 4), np.uint8)[:, 1]], False)
+    # Nothing stays exported after a refusal half way.
+    a = bytearray(4)
+    with pytest.raises(BufferError):
+        kvtools._exports.exports([a, b"read-only"], True)
+    a.extend(b"x")
+
+
+def test_lists_of_buffers_and_hashes_of_every_kind(client, exports):
     # bytearrays and numpy rows take the one-export-per-list path; a list
-    # holding bytes, an empty or a read-only buffer goes one by one.
+    # holding bytes, an empty or a read-only buffer goes one by one
+    # without the C module (with it, one export each, read-only too).
     arrays = [bytearray(block(i, 3000 + i)) for i in range(5)]
     rows = list(np.arange(5 * 64, dtype=np.uint8).reshape(5, 64).copy())
     mixed = [b"bytes", bytearray(b"ba"), memoryview(b"read-only"), b"", np.ones(7, np.uint8)]
@@ -105,6 +149,10 @@ def test_lists_of_buffers_and_hashes_of_every_kind(client):
     outs = [bytearray(100), bytes(100)]
     with pytest.raises(ValueError):
         client.get_many(MODEL_DIR, hashes(2, 10), outs=outs)
+    # A column is not contiguous: refused by name, whichever path.
+    cols = np.zeros((64, 2), np.uint8)
+    with pytest.raises(ValueError):
+        client.put_many(MODEL_DIR, hashes(2, 10), [cols[:, 0], cols[:, 1]])
     # A hash that is not ASCII is refused by name, not misread.
     with pytest.raises(kvtools.KvError) as e:
         client.has_many(MODEL_DIR, ["abcdef01", "abcdéf02"])
