@@ -7,9 +7,10 @@
 #             keys.  Checks per second.
 #   16K, 2M   put_many then get_many of BLOCKS_16K (BLOCKS_2M) blocks,
 #             ITERS rounds after a warm-up, C and Python (a list of
-#             arrays, and one 2-D array of blocks); memcpy of the
-#             same moves by one thread; redis-benchmark -P 64 SET then GET
-#             of values that size.  GB/s, a put and a get each counting
+#             arrays, and one 2-D array of blocks); one thread's memcpy of
+#             the same moves in the same order (every block into a pool,
+#             then every one out into its own buffer); redis-benchmark -P
+#             64 SET then GET of values that size.  GB/s, a put and a get each counting
 #             one block's bytes.
 #   clients   the C put+get of 16K and 2M with CLIENTS clients at once
 #             (distinct keys, each its share of the pool): GB/s of all of
@@ -21,10 +22,15 @@
 #             bytes over pool bytes; and one 8M class (--size-classes 8M)
 #             holding 16 KiB blocks, for comparison.
 #
-# Both sides copy from ordinary 4 KiB pages: offd_py.py turns off
-# numpy's huge-page madvise, which the C client's malloc'd buffers do
-# not have (KV_BENCH_THP=1 keeps it; bench/RESULTS.md, "Python beside
-# C", for what it did to the figures on the VM measured there).
+# Every side copies between page-aligned buffers, as a connector's
+# pinned staging buffers and kvoffd's pool are (malloc's and numpy's
+# large buffers start 16 bytes into a 64-byte line, and a copy between
+# such a buffer and a page-aligned one ran at half the speed on the
+# machine of bench/RESULTS.md), and from ordinary 4 KiB pages:
+# offd_py.py turns off numpy's huge-page madvise, which the C client's
+# buffers do not have (KV_BENCH_THP=1 keeps it; bench/RESULTS.md,
+# "Python beside C", for what it did to the figures on the VM measured
+# there).
 #
 # Best of REPEAT runs.  The issue's targets: presence >= 5x redis; Python
 # >= 0.8 of C on 2 MiB; the pool >= 90% payload.  Run it on an idle
@@ -116,7 +122,7 @@ for r in $(seq "$REPEAT"); do
 		runs[py_$size]+="$("$PY" bench/offd_py.py batch "$TMP/sock" "$MODEL" 3 "$n" "$ITERS" "$b" list | rate bytes 1e9) "
 		fresh
 		runs[rows_$size]+="$("$PY" bench/offd_py.py batch "$TMP/sock" "$MODEL" 3 "$n" "$ITERS" "$b" rows | rate bytes 1e9) "
-		runs[memcpy_$size]+="$("$TMP/offd_client" memcpy "$n" "$ITERS" "$b" | rate bytes 1e9) "
+		runs[memcpy_$size]+="$("$TMP/offd_client" memcpy-batch "$n" "$ITERS" "$b" | rate bytes 1e9) "
 	done
 done
 STATS=$("$KVOFFD" --stats "$TMP/sock")

@@ -18,11 +18,20 @@
  *   offd_client bench SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
  *       put then get BLOCKS blocks ITERS times; prints bytes and ns
  *   offd_client memcpy BLOCKS ITERS BYTES
- *       the same bytes copied by one thread with memcpy
+ *       bench's moves by one thread with memcpy: each block into its
+ *       place in a pool, then back out into one buffer
  *   offd_client batch SOCK MODEL_DIR CLIENT BLOCKS ITERS BYTES
  *       bench with put_many and get_many of all BLOCKS at once; also
  *       prints when the timed rounds began and ended (t0, t1: the
  *       monotonic clock's ns, for clients run side by side)
+ *   offd_client memcpy-batch BLOCKS ITERS BYTES
+ *       batch's moves by one thread with memcpy: every block into its
+ *       place in a pool, then every one out into its own buffer
+ *
+ * The bench modes' buffers are page-aligned, as a connector's pinned
+ * staging buffers are, and as kvoffd's pool slots are: a copy between
+ * buffers 16 bytes apart modulo 64 (malloc's large blocks, numpy's
+ * arrays) runs at half the speed on some CPUs (bench/RESULTS.md).
  *   offd_client has SOCK MODEL_DIR CLIENT KEYS ITERS
  *       put KEYS 4 KiB blocks, then has_many of all KEYS ITERS times;
  *       prints checks and ns
@@ -51,6 +60,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <kv/kv.h>
+
+/* n bytes, page-aligned (see above), or NULL. */
+static void *page_alloc(size_t n)
+{
+	return aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+}
 
 static int fail(const char *what, int err)
 {
@@ -271,7 +286,7 @@ static int cmd_bench(char **a)
 	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
 	unsigned iters = (unsigned)atoi(a[4]);
 	size_t bytes = (size_t)atol(a[5]), len;
-	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc(bytes);
+	unsigned char *src = page_alloc((size_t)blocks * bytes), *dst = page_alloc(bytes);
 	struct kv_block_ref ref;
 	struct kv_offd *c;
 	char hash[32];
@@ -317,12 +332,14 @@ static int cmd_bench(char **a)
 	return err;
 }
 
-static int cmd_memcpy(char **a)
+/* bench's moves (batch 0) or batch's (1), by memcpy alone. */
+static int memcpy_moves(char **a, int batch)
 {
 	unsigned blocks = (unsigned)atoi(a[0]), iters = (unsigned)atoi(a[1]);
-	size_t bytes = (size_t)atol(a[2]);
-	unsigned char *src = malloc((size_t)blocks * bytes);
-	unsigned char *pool = malloc((size_t)blocks * bytes), *dst = malloc(bytes);
+	size_t bytes = (size_t)atol(a[2]), span = (size_t)blocks * bytes;
+	unsigned char *src = page_alloc(span), *pool = page_alloc(span);
+	unsigned char *dst = page_alloc(batch ? span : bytes);
+	size_t last = batch ? span - bytes : 0;
 	int64_t t0, t1;
 	int rc;
 
@@ -334,17 +351,24 @@ static int cmd_memcpy(char **a)
 	}
 	for (unsigned b = 0; b < blocks; b++)
 		fill(src + (size_t)b * bytes, bytes, b);
-	memset(pool, 0, (size_t)blocks * bytes);
-	memset(dst, 0, bytes);
-	/* The same moves as bench: into a pool slot, back out again. */
+	memset(pool, 0, span);
+	memset(dst, 0, batch ? span : bytes);
 	t0 = now_ns();
-	for (unsigned it = 0; it < iters; it++)
+	for (unsigned it = 0; it < iters; it++) {
+		if (batch) {
+			for (unsigned b = 0; b < blocks; b++)
+				memcpy(pool + (size_t)b * bytes, src + (size_t)b * bytes, bytes);
+			for (unsigned b = 0; b < blocks; b++)
+				memcpy(dst + (size_t)b * bytes, pool + (size_t)b * bytes, bytes);
+			continue;
+		}
 		for (unsigned b = 0; b < blocks; b++) {
 			memcpy(pool + (size_t)b * bytes, src + (size_t)b * bytes, bytes);
 			memcpy(dst, pool + (size_t)b * bytes, bytes);
 		}
+	}
 	t1 = now_ns();
-	rc = memcmp(dst, src + (size_t)(blocks - 1) * bytes, bytes) ? 3 : 0;
+	rc = memcmp(dst + last, src + span - bytes, bytes) ? 3 : 0;
 	if (!rc)
 		printf("{\"bytes\":%llu,\"ns\":%lld}\n",
 		       (unsigned long long)2 * iters * blocks * bytes, (long long)(t1 - t0));
@@ -352,6 +376,16 @@ static int cmd_memcpy(char **a)
 	free(pool);
 	free(dst);
 	return rc;
+}
+
+static int cmd_memcpy(char **a)
+{
+	return memcpy_moves(a, 0);
+}
+
+static int cmd_memcpy_batch(char **a)
+{
+	return memcpy_moves(a, 1);
 }
 
 /* What the _many calls take for n keys of one client. */
@@ -421,7 +455,8 @@ static int cmd_batch(char **a)
 	unsigned client = (unsigned)atoi(a[2]), blocks = (unsigned)atoi(a[3]);
 	unsigned iters = (unsigned)atoi(a[4]);
 	size_t bytes = (size_t)atol(a[5]);
-	unsigned char *src = malloc((size_t)blocks * bytes), *dst = malloc((size_t)blocks * bytes);
+	unsigned char *src = page_alloc((size_t)blocks * bytes);
+	unsigned char *dst = page_alloc((size_t)blocks * bytes);
 	struct kv_offd *c;
 	struct many m;
 	int64_t t0 = 0, t1;
@@ -767,6 +802,7 @@ int main(int argc, char **argv)
 		{ "hog", 3, cmd_hog }, { "scribble", 5, cmd_scribble },
 		{ "stress", 6, cmd_stress }, { "bench", 6, cmd_bench },
 		{ "memcpy", 3, cmd_memcpy }, { "batch", 6, cmd_batch },
+		{ "memcpy-batch", 3, cmd_memcpy_batch },
 		{ "has", 5, cmd_has }, { "fill", 4, cmd_fill }, { "zipf", 6, cmd_zipf },
 		{ "zipf-fill", 3, cmd_zipf_fill }, { "dma", 3, cmd_dma },
 	};

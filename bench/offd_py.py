@@ -25,6 +25,18 @@ if os.environ.get("KV_BENCH_THP") != "1":
     _core.multiarray._set_madvise_hugepage(False)
 
 
+def page_aligned(a):
+    """A copy of a in page-aligned memory, as offd_client's buffers are
+    (a connector's pinned staging buffers are): numpy's own start 16
+    bytes past a 64-byte line, and such copies into kvoffd's page-aligned
+    pool run at half the speed on some CPUs (bench/RESULTS.md)."""
+    raw = np.empty(a.nbytes + 4096, dtype=np.uint8)
+    at = -raw.ctypes.data % 4096
+    out = raw[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def hashes(client, n):
     return ["%08x%08x" % (client + 1, i) for i in range(n)]
 
@@ -49,10 +61,10 @@ def batch(sock, model_dir, client, blocks, iters, nbytes, shape="list"):
     blocks, iters, nbytes = int(blocks), int(iters), int(nbytes)
     hs = hashes(client, blocks)
     rng = np.random.default_rng(client)
-    src = rng.integers(0, 256, (blocks, nbytes), dtype=np.uint8)
-    dst = np.zeros((blocks, nbytes), dtype=np.uint8)
+    src = page_aligned(rng.integers(0, 256, (blocks, nbytes), dtype=np.uint8))
+    dst = page_aligned(np.zeros((blocks, nbytes), dtype=np.uint8))
     if shape == "list":
-        src, dst = list(src.copy()), list(dst.copy())
+        src, dst = list(src), list(dst)
     with kvtools.connect(sock) as c:
         # Round 0 is a warm-up, as in the C client.
         for it in range(iters + 1):
