@@ -107,16 +107,19 @@ UNIT_BINS  := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 HEADERS    := $(wildcard lib/include/kv/*.h)
 
 # The Python package's one C module, kvtools._exports (the buffer exports
-# of a batch): built against the limited API, so any CPython from 3.11
-# on loads it; the package falls back to ctypes without it.
-PY_INCLUDE  := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
-PY_EXT      := $(BUILD)/python/kvtools/_exports.abi3.so
+# of a batch): built against the limited API of 3.11, so any CPython from
+# 3.11 on loads it, where $(PYTHON) is 3.11 or later and has Python.h
+# (python3-dev); else not built, and the package exports through ctypes.
+PY_INCLUDE  := $(shell $(PYTHON) -c 'import sys, sysconfig; sys.version_info >= (3, 11) and print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT      := $(if $(wildcard $(PY_INCLUDE)/Python.h),$(BUILD)/python/kvtools/_exports.abi3.so)
+ifeq ($(PY_EXT),)
+$(info kvtools._exports not built: $(PYTHON) is older than 3.11 or lacks Python.h (apt-get install python3-dev))
+endif
 
 all: $(BUILD)/libkv.a $(BUILD)/libkv.so $(BINS) $(UNIT_BINS) $(BUILD)/libkv.pc $(PY_EXT)
 
-$(PY_EXT): python/kvtools/_exports.c
+$(BUILD)/python/kvtools/_exports.abi3.so: python/kvtools/_exports.c
 	@mkdir -p $(@D)
-	@test -e "$(PY_INCLUDE)/Python.h" || { echo "no Python.h for $(PYTHON) (apt-get install python3-dev)" >&2; exit 1; }
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -I$(PY_INCLUDE) -shared -o $@ $< $(LDFLAGS)
 
@@ -286,7 +289,7 @@ install: all
 	# The Python package loads the libkv.so this install puts in LIBDIR.
 	install -d $(DESTDIR)$(PYTHONDIR)/kvtools
 	install -m 0644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/kvtools/
-	install -m 0644 $(PY_EXT) $(DESTDIR)$(PYTHONDIR)/kvtools/
+	$(if $(PY_EXT),install -m 0644 $(PY_EXT) $(DESTDIR)$(PYTHONDIR)/kvtools/)
 	echo 'LIBKV = "$(LIBDIR)/libkv.so.$(SOVERSION)"' > $(DESTDIR)$(PYTHONDIR)/kvtools/_installed.py
 	# The units run the programs, and read the users and dirs they need,
 	# from where this install puts them.

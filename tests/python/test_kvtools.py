@@ -99,7 +99,8 @@ def exports(request, monkeypatch):
 
 def test_the_build_trees_exports_module_is_loaded():
     from conftest import BUILD
-    assert kvtools._exports is not None
+    assert kvtools._exports is not None, \
+        "make did not build it: its python3 is older than 3.11 or lacks Python.h (python3-dev)"
     assert kvtools._exports.__file__ == os.path.join(BUILD, "python", "kvtools",
                                                      "_exports.abi3.so")
 
