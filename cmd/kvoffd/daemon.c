@@ -1723,8 +1723,6 @@ static void write_done(struct offd *d, const struct job *j)
 	d->wb_stalled = 0;
 	if (!j->result) {
 		s->held |= 1u << j->tier;
-		ft->st.writes++;
-		ft->st.write_bytes += j->len;
 		if (j->promote) {
 			ft->st.promotions++;
 		} else {
@@ -1732,8 +1730,7 @@ static void write_done(struct offd *d, const struct job *j)
 			d->st.spill_bytes += j->len;
 			report_transfer(d, DIR_SPILL, j->len, j->ns);
 		}
-		report_event(d, "BlockStored", j->tier, j->slot);
-		tier_stored(d, j->tier, j->path, j->len);
+		tier_stored(d, j->tier, j->path, j->len, 1);
 	} else if (j->result == -KV_ECHECKSUM) {
 		drop_altered(d, j->slot);
 	} else if ((j->result == -ENOSPC || j->result == -EDQUOT) && !j->promote &&

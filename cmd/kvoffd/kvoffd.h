@@ -296,8 +296,10 @@ int tiers_indexed(struct offd *d, const char *path, uint64_t *size);
 unsigned tiers_unbounded(const struct offd *d);
 /* Whether a write of path into tier t must wait: a DEMOTE holds it. */
 int tier_moving(struct offd *d, unsigned t, const char *path);
-/* A block landed in tier t (write, promotion, demotion): index it. */
-void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size);
+/* A block landed in tier t (write-behind, write-through, promotion,
+ * demotion): the one place that counts it (wrote: its bytes were written
+ * there, not found there already), says BlockStored and indexes it. */
+void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, int wrote);
 /* Queue DEMOTE jobs while tier t is over its capacity. */
 void tier_trim(struct offd *d, unsigned t);
 /* A DEMOTE job finished. */

@@ -219,10 +219,15 @@ void tier_touch(struct offd *d, unsigned t, const char *path)
 	kv_file_index_touch(x, i);
 }
 
-void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size)
+void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, int wrote)
 {
 	struct ftier *ft = &d->tiers[t];
 
+	if (wrote) {
+		ft->st.writes++;
+		ft->st.write_bytes += size;
+		report_tier_event(d, "BlockStored", t, path, size);
+	}
 	if (!ft->capacity)
 		return;
 	if (kv_file_index_put(ft->idx, path, size)) {
@@ -302,11 +307,6 @@ void tier_demoted(struct offd *d, const struct job *j)
 	from->st.demotions++;
 	if (s != KV_SLOT_NONE)
 		d->slots[s].held |= 1u << j->dest;
-	if (!j->existed) {
-		d->tiers[j->dest].st.writes++;
-		d->tiers[j->dest].st.write_bytes += j->len;
-		report_tier_event(d, "BlockStored", j->dest, j->path, j->len);
-	}
-	tier_stored(d, j->dest, j->path, j->len);
+	tier_stored(d, j->dest, j->path, j->len, !j->existed);
 	tier_trim(d, j->tier);
 }
