@@ -59,16 +59,71 @@ static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigne
 	j->sum = j->result ? 0 : kv_xxh3(mem, got);
 }
 
+/* One tier asked about a probe's entries that no tier above had. */
+struct probe_pass {
+	struct probe *p;
+	size_t at;			/* the next entry to look at */
+	struct kv_tier_req *req;	/* one per entry */
+};
+
+static int probe_next(void *arg, struct kv_tier_req **out)
+{
+	struct probe_pass *pp = arg;
+
+	while (pp->at < pp->p->n) {
+		size_t k = pp->at++;
+
+		if (pp->p->found[k] != -ENOENT)
+			continue;
+		pp->req[k] = (struct kv_tier_req){ .op = KV_TIER_OP_HAS, .key = pp->p->path[k] };
+		*out = &pp->req[k];
+		return 1;
+	}
+	return 0;
+}
+
+static void probe_done(void *arg, struct kv_tier_req *req)
+{
+	struct probe_pass *pp = arg;
+	size_t k = (size_t)(req - pp->req);
+
+	pp->p->found[k] = req->result;
+	if (!req->result)
+		pp->p->size[k] = req->done == SIZE_MAX ? KV_TIER_SIZE_UNKNOWN : req->done;
+}
+
 /* Ask the probe's tiers, in order, whether they hold each entry, and
- * its size. */
+ * its size: a tier's questions go as one batch, which a bucket keeps in
+ * flight together (HEADs) and a file tier as io_uring statx, instead of
+ * one round trip after another. */
 void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 {
+	struct probe_pass pp = { .p = p, .req = calloc(p->n ? p->n : 1, sizeof(*pp.req)) };
+
 	for (size_t k = 0; k < p->n; k++) {
 		p->found[k] = -ENOENT;
-		for (unsigned t = 0; t < d->ntiers && p->found[k] == -ENOENT; t++)
-			if (p->tiers & (1u << t))
-				p->found[k] = kv_tier_size(io[t], p->path[k], &p->size[k]);
+		p->size[k] = KV_TIER_SIZE_UNKNOWN;
 	}
+	for (unsigned t = 0; t < d->ntiers; t++) {
+		int rc;
+
+		if (!(p->tiers & (1u << t)))
+			continue;
+		if (!pp.req) {	/* no memory for a batch: one at a time */
+			for (size_t k = 0; k < p->n; k++)
+				if (p->found[k] == -ENOENT)
+					p->found[k] = kv_tier_size(io[t], p->path[k], &p->size[k]);
+			continue;
+		}
+		pp.at = 0;
+		rc = kv_tier_batch_stream(io[t], probe_next, probe_done, &pp);
+		/* The batch stopped (its connection lost): what it did not
+		 * ask gets that error, as asking it alone would have. */
+		for (size_t k = pp.at; rc < 0 && k < p->n; k++)
+			if (p->found[k] == -ENOENT)
+				p->found[k] = rc;
+	}
+	free(pp.req);
 }
 
 /* Read the block being moved into the worker's buffer, grown to fit. */

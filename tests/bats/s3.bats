@@ -128,6 +128,33 @@ vllm_key() {
 	assert_output --partial "a bucket is not bounded by a SIZE"
 }
 
+@test "s3: kvoffd asks a bucket about a batch's blocks with their HEADs in flight together" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	local h top hs=()
+	top=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+	# As another node's writer left them; abcdef0f is nowhere.
+	for h in abcdef01 abcdef02 abcdef03 abcdef04 abcdef05 abcdef06 abcdef07 abcdef08; do
+		head -c 3000 /dev/urandom > "$h"
+		kvput --root "s3://$B/fleet" --config "$CFG" "$h" "$h"
+		hs+=("'$h'")
+	done
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	# Each request held 200 ms: asked one after another, they never overlap.
+	s3_proxy_start --delay-ms 200
+	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M \
+		--slot-bytes 512K
+	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$KV_BIN/../libkv.so" /usr/bin/python3 -c "
+import kvtools
+with kvtools.connect('$SOCK') as c:
+    print(c.has_many('$MD', [$(IFS=,; echo "${hs[*]}"), 'abcdef0f']))"
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_output "[2, 2, 2, 2, 2, 2, 2, 2, 0]"
+	run jq -r .inflight_max "$S3_PROXY_STATS"
+	[ "$output" -ge 4 ] || fail "at most $output requests at once: $(cat "$S3_PROXY_LOG")"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+}
+
 @test "s3: kvoffd over a failing bucket: every put succeeds, refused moves down are counted drops; once it is back they land" {
 	local h
 	SOCK=$BATS_TEST_TMPDIR/offd.sock

@@ -25,7 +25,9 @@ request on.  An empty file (made empty once it held something) means no
 faults; a file missing at the start leaves the flags in force.
 
 The port goes to the first line of stdout and to --port-file.  --stats
-FILE is rewritten (atomically, JSON) on each request with the counts;
+FILE is rewritten (atomically, JSON) on each request with the counts
+(and inflight_max, the most requests it held at once: from the fault
+plan's decision to the answer);
 --log FILE gets one line per request: "N METHOD TARGET ACTION".
 """
 import argparse
@@ -52,7 +54,8 @@ class Faults:
         self.log_path = args.log
         self.counts = {"requests": 0, "forwarded": 0, "slowdown": 0,
                        "error500": 0, "reset": 0, "delayed": 0,
-                       "upstream_errors": 0}
+                       "upstream_errors": 0, "inflight_max": 0}
+        self.inflight = 0
         self.arm(args.plan or [], args.every, args.delay_ms)
 
     def arm(self, plan, every, delay_ms):
@@ -120,6 +123,17 @@ class Faults:
                 self.counts["forwarded"] += 1
             self.write_stats()
             return n, kind, delay
+
+    def enter(self):
+        with self.lock:
+            self.inflight += 1
+            if self.inflight > self.counts["inflight_max"]:
+                self.counts["inflight_max"] = self.inflight
+                self.write_stats()
+
+    def leave(self):
+        with self.lock:
+            self.inflight -= 1
 
     def note(self, key):
         with self.lock:
@@ -286,6 +300,38 @@ class Handler(socketserver.BaseRequestHandler):
         except OSError:
             pass
 
+    def answer(self, cr, head, first, hdrs, method, version, n, kind, delay):
+        """One request, faulted or forwarded; False when the connection
+        is done."""
+        c = self.request
+        faults = self.server.faults
+        if delay:
+            time.sleep(delay)
+        if kind:
+            faults.log(f"{n} {first} {kind}")
+            if kind == "reset":
+                # linger 0 and close here: socketserver would
+                # shut down first and send a FIN, not a RST
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                c.close()
+                return False
+            if kind == "slowdown":
+                resp = error_response(503, "Slow Down", "SlowDown",
+                                      "Please reduce your request rate.", method)
+            else:
+                resp = error_response(500, "Internal Server Error",
+                                      "InternalError",
+                                      "We encountered an internal error. "
+                                      "Please try again.", method)
+            c.sendall(resp)
+            self.linger_close(cr)
+            return False
+        faults.log(f"{n} {first} forward")
+        if not self.forward(cr, head, hdrs, method):
+            return False
+        return not wants_close(hdrs, version)
+
     def handle(self):
         c = self.request
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -301,32 +347,13 @@ class Handler(socketserver.BaseRequestHandler):
                 method = parts[0]
                 version = parts[2] if len(parts) > 2 else "HTTP/1.0"
                 n, kind, delay = faults.next_fault()
-                if delay:
-                    time.sleep(delay)
-                if kind:
-                    faults.log(f"{n} {first} {kind}")
-                    if kind == "reset":
-                        # linger 0 and close here: socketserver would
-                        # shut down first and send a FIN, not a RST
-                        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                     b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                        c.close()
-                        return
-                    if kind == "slowdown":
-                        resp = error_response(503, "Slow Down", "SlowDown",
-                                              "Please reduce your request rate.", method)
-                    else:
-                        resp = error_response(500, "Internal Server Error",
-                                              "InternalError",
-                                              "We encountered an internal error. "
-                                              "Please try again.", method)
-                    c.sendall(resp)
-                    self.linger_close(cr)
-                    return
-                faults.log(f"{n} {first} forward")
-                if not self.forward(cr, head, hdrs, method):
-                    return
-                if wants_close(hdrs, version):
+                faults.enter()
+                try:
+                    go_on = self.answer(cr, head, first, hdrs, method, version,
+                                        n, kind, delay)
+                finally:
+                    faults.leave()
+                if not go_on:
                     return
         except (Closed, OSError, ValueError):
             return
