@@ -4,7 +4,9 @@
  * into a ring with room for one per slot so they are never refused,
  * probes into one as large) and collects finished ones through an
  * eventfd.  Probes go first, then loads: a client waits on each of them.
- * One more thread, the prober, runs only probes.
+ * A worker takes up to LOAD_BATCH queued loads at once and asks each tier
+ * for them as one batch, which a bucket keeps in flight together.  One
+ * more thread, the prober, runs only probes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +16,8 @@
 #include <sys/eventfd.h>
 #include "kvoffd.h"
 
+#define LOAD_BATCH	32	/* loads one worker takes at once */
+
 struct worker_arg {
 	struct offd *d;
 	unsigned idx;		/* its entry in the writer's active[] */
@@ -21,6 +25,8 @@ struct worker_arg {
 	struct kv_tier **io;	/* one per file tier */
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
+	struct job *loads;	/* LOAD_BATCH taken at once ... */
+	struct kv_tier_req *reqs;	/* ... and their requests */
 };
 
 /* A block's model dir carries its config.json on every tier, as vLLM
@@ -33,30 +39,114 @@ static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const 
 			return;
 }
 
-/* Read through the tiers in j->probe, in order, into the slot. */
-static void run_load(struct offd *d, struct kv_tier **io, struct job *j, unsigned char *mem,
-		     uint64_t cap)
-{
-	uint64_t size = 0;
-	size_t got = 0;
+static size_t done_cap(const struct writer *w);
 
-	j->result = -ENOENT;
-	for (unsigned t = 0; t < d->ntiers && j->result == -ENOENT; t++) {
-		if (!(j->probe & (1u << t)))
+/* Hand a finished job to the loop, w->lock held. */
+static void job_finished_locked(struct writer *w, const struct job *j)
+{
+	uint64_t one = 1;
+
+	w->done[(w->dhead + w->dcount) % done_cap(w)] = *j;
+	w->dcount++;
+	/* The loop reads the eventfd; a failed write would mean the counter
+	 * overflowed, which 2^64 completions cannot do. */
+	if (write(w->efd, &one, sizeof(one)) < 0)
+		tool_err("cannot signal a finished job: %s", strerror(errno));
+}
+
+static void job_finished(struct writer *w, const struct job *j)
+{
+	pthread_mutex_lock(&w->lock);
+	job_finished_locked(w, j);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* One tier asked for the loads that no tier above had. */
+struct load_pass {
+	struct offd *d;
+	struct kv_tier *io;
+	unsigned tier;
+	struct job *jobs;
+	struct kv_tier_req *req;	/* one per job */
+	size_t n, at;			/* jobs, and the next to look at */
+	int64_t t0;
+};
+
+static int load_next(void *arg, struct kv_tier_req **out)
+{
+	struct load_pass *lp = arg;
+
+	while (lp->at < lp->n) {
+		size_t k = lp->at++;
+		struct job *j = &lp->jobs[k];
+
+		if (j->result != -ENOENT || !(j->probe & (1u << lp->tier)))
 			continue;
-		j->result = kv_tier_size(io[t], j->path, &size);
-		if (!j->result && size > cap)
-			j->result = -EFBIG;
-		if (!j->result)
-			j->result = kv_tier_get(io[t], j->path, mem, (size_t)cap, &got);
-		if (j->result == -ENOENT)
-			j->missed |= 1u << t;
-		j->tier = t;
+		lp->req[k] = (struct kv_tier_req){ .op = KV_TIER_OP_GET, .key = j->path,
+						   .buf = lp->d->pool + j->offset,
+						   .len = (size_t)j->cap };
+		*out = &lp->req[k];
+		return 1;
 	}
-	/* A block too large for its slot says its size: the loop may find
-	 * it a larger one. */
-	j->len = j->result == -EFBIG ? size : j->result ? 0 : got;
-	j->sum = j->result ? 0 : kv_xxh3(mem, got);
+	return 0;
+}
+
+/* A load this tier answered is finished: read (its sum taken), too large
+ * for its slot (its size said, so the loop may find it a larger one), or
+ * failed.  A miss goes on to the next tier. */
+static void load_done(void *arg, struct kv_tier_req *req)
+{
+	struct load_pass *lp = arg;
+	struct job *j = &lp->jobs[req - lp->req];
+	uint64_t size = 0;
+
+	j->result = req->result;
+	j->tier = lp->tier;
+	if (j->result == -ENOENT) {
+		j->missed |= 1u << lp->tier;
+		return;
+	}
+	if (j->result == -EFBIG && kv_tier_size(lp->io, j->path, &size))
+		size = 0;
+	j->len = j->result == -EFBIG ? size : j->result ? 0 : req->done;
+	j->sum = j->result ? 0 : kv_xxh3(req->buf, req->done);
+	j->ns = kv_monotonic_ns() - lp->t0;
+	job_finished(&lp->d->wr, j);
+}
+
+/* Read n loads through the tiers in each one's j->probe, in order, into
+ * their slots: a tier's share as one batch. */
+static void run_loads(struct offd *d, struct worker_arg *a, struct job *jobs, size_t n)
+{
+	struct load_pass lp = { .d = d, .jobs = jobs, .req = a->reqs, .n = n,
+				.t0 = kv_monotonic_ns() };
+
+	for (size_t k = 0; k < n; k++) {
+		jobs[k].result = -ENOENT;
+		jobs[k].len = 0;
+		jobs[k].sum = 0;
+	}
+	for (unsigned t = 0; t < d->ntiers; t++) {
+		int rc;
+
+		lp.io = a->io[t];
+		lp.tier = t;
+		lp.at = 0;
+		rc = kv_tier_batch_stream(lp.io, load_next, load_done, &lp);
+		/* The batch stopped (its connection lost): what it did not
+		 * ask fails with that error, as asking it alone would have. */
+		for (size_t k = lp.at; rc < 0 && k < n; k++)
+			if (jobs[k].result == -ENOENT && (jobs[k].probe & (1u << t))) {
+				jobs[k].result = rc;
+				jobs[k].tier = t;
+				job_finished(&d->wr, &jobs[k]);
+			}
+	}
+	for (size_t k = 0; k < n; k++)
+		if (jobs[k].result == -ENOENT) {
+			jobs[k].ns = kv_monotonic_ns() - lp.t0;
+			job_finished(&d->wr, &jobs[k]);
+		}
 }
 
 /* One tier asked about a probe's entries that no tier above had. */
@@ -196,8 +286,6 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 			    kv_tier_put(a->io[j->tier], j->path, mem, (size_t)j->len);
 		if (j->result == 0)
 			carry_config(d, a->io, j->tier, j->path);
-	} else if (j->kind == JOB_LOAD) {
-		run_load(d, a->io, j, mem, j->cap);
 	} else if (j->kind == JOB_PROBE) {
 		probe_run(d, a->io, j->ask);
 	} else {
@@ -235,7 +323,6 @@ static void *worker(void *p)
 	struct offd *d = a->d;
 	struct writer *w = &d->wr;
 	struct job j;
-	uint64_t one = 1;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
@@ -248,9 +335,20 @@ static void *worker(void *p)
 		} else if (a->prober) {
 			break;
 		} else if (w->lcount) {
-			j = w->loads[w->lhead];
-			w->lhead = (w->lhead + 1) % w->lcap;
-			w->lcount--;
+			size_t n = 0;
+
+			while (w->lcount && n < LOAD_BATCH) {
+				a->loads[n++] = w->loads[w->lhead];
+				w->lhead = (w->lhead + 1) % w->lcap;
+				w->lcount--;
+			}
+			w->running += n;
+			pthread_mutex_unlock(&w->lock);
+			run_loads(d, a, a->loads, n);
+			pthread_mutex_lock(&w->lock);
+			w->running -= n;
+			pthread_cond_broadcast(&w->cond);
+			continue;
 		} else if (w->wcount) {
 			j = w->writes[w->whead];
 			w->whead = (w->whead + 1) % w->wcap;
@@ -270,15 +368,12 @@ static void *worker(void *p)
 		/* Wake a write waiting on this one's file, and idle threads. */
 		pthread_cond_broadcast(&w->cond);
 		w->running--;
-		w->done[(w->dhead + w->dcount) % done_cap(w)] = j;
-		w->dcount++;
-		/* The loop reads the eventfd; a failed write would mean the
-		 * counter overflowed, which 2^64 completions cannot do. */
-		if (write(w->efd, &one, sizeof(one)) < 0)
-			break;
+		job_finished_locked(w, &j);
 	}
 	pthread_mutex_unlock(&w->lock);
 	kv_io_buf_free(a->buf);
+	free(a->loads);
+	free(a->reqs);
 	free(a);
 	return NULL;
 }
@@ -324,14 +419,26 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 				return err;
 		}
 		a = calloc(1, sizeof(*a));
-		if (!a)
+		if (a) {
+			a->loads = calloc(LOAD_BATCH, sizeof(*a->loads));
+			a->reqs = calloc(LOAD_BATCH, sizeof(*a->reqs));
+		}
+		if (!a || !a->loads || !a->reqs) {
+			if (a) {
+				free(a->loads);
+				free(a->reqs);
+			}
+			free(a);
 			return -ENOMEM;
+		}
 		a->d = d;
 		a->idx = i;
 		a->io = io;
 		a->prober = i == nthreads;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {
+			free(a->loads);
+			free(a->reqs);
 			free(a);
 			return -err;
 		}
