@@ -827,6 +827,40 @@ static struct probe *probe_new(struct offd *d, const struct kv_offd_frame *req, 
 	return p;
 }
 
+/*
+ * Start reading path (size bytes, on a file tier) into RAM for a batch
+ * LOOKUP that answers EAGAIN for it: the client's LOOKUP of it alone,
+ * which follows, finds it loading or loaded instead of starting it, so a
+ * batch's read-throughs are in flight together (a worker takes several
+ * loads as one batch, which a bucket keeps in flight at once).  Only
+ * where it costs no unwritten block and leaves half the loads' ring to
+ * LOOKUPs that wait.
+ */
+static void prefetch(struct offd *d, const char *path, uint64_t size)
+{
+	struct job j = { .kind = JOB_LOAD };
+	struct kv_block_ref ref;
+	struct slot *s;
+	uint32_t i;
+
+	if (size == KV_TIER_SIZE_UNKNOWN || kv_slots_class(d->store, size ? size : 1) < 0 ||
+	    d->loads_inflight >= d->wr.lcap / 2 || storage_behind(d) ||
+	    kv_slots_find(d->store, path) != KV_SLOT_NONE ||
+	    kv_layout_block_parse(path, &ref) || get_slot(d, size ? size : 1, path, &i))
+		return;
+	j.probe = tiers_probe(d, path);
+	s = &d->slots[i];
+	s->state = SLOT_LOADING;
+	s->ref = ref;
+	kv_slots_insert(d->store, i);
+	j.slot = i;
+	j.offset = kv_slots_offset(d->store, i);
+	j.cap = kv_slots_capacity(d->store, i);
+	memcpy(j.path, path, PATH_BYTES);
+	d->loads_inflight++;
+	writer_push(d, &j);
+}
+
 /* An entry's answer once its tiers were asked: found is 0 (one has it),
  * -ENOENT or an error. */
 static int probed(struct offd *d, unsigned op, int found, struct kv_offd_result *r)
@@ -883,6 +917,8 @@ static void probe_reply(struct offd *d, struct client *c, struct probe *p)
 	for (size_t k = 0; k < p->n; k++) {
 		r = (struct kv_offd_result){ 0 };
 		st = probed(d, (unsigned)(p->req.arg & 0xff), p->found[k], &r);
+		if (st == -EAGAIN)
+			prefetch(d, p->path[k], p->size[k]);
 		if (st)
 			r = (struct kv_offd_result){ .status = st };
 		kv_offd_result_encode(p->results, p->entry[k], &r);
@@ -1093,10 +1129,16 @@ static int batch_lookup(struct offd *d, struct client *c, const char *path,
 {
 	uint32_t i = kv_slots_find(d->store, path);
 
+	uint64_t size;
+
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)
 		return op_pin(d, c, i, 0, r);
-	if (i != KV_SLOT_NONE || tiers_indexed(d, path, NULL))
+	if (i != KV_SLOT_NONE)
 		return -EAGAIN;
+	if (tiers_indexed(d, path, &size)) {
+		prefetch(d, path, size);
+		return -EAGAIN;
+	}
 	if (tiers_unbounded(d))
 		return -EINPROGRESS;
 	d->st.misses++;

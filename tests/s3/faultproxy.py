@@ -26,8 +26,8 @@ faults; a file missing at the start leaves the flags in force.
 
 The port goes to the first line of stdout and to --port-file.  --stats
 FILE is rewritten (atomically, JSON) on each request with the counts
-(and inflight_max, the most requests it held at once: from the fault
-plan's decision to the answer);
+(and inflight_max, the most requests it held at once from the fault
+plan's decision to the answer, and inflight_max_METHOD, of one method);
 --log FILE gets one line per request: "N METHOD TARGET ACTION".
 """
 import argparse
@@ -56,6 +56,7 @@ class Faults:
                        "error500": 0, "reset": 0, "delayed": 0,
                        "upstream_errors": 0, "inflight_max": 0}
         self.inflight = 0
+        self.inflight_by = {}
         self.arm(args.plan or [], args.every, args.delay_ms)
 
     def arm(self, plan, every, delay_ms):
@@ -124,16 +125,20 @@ class Faults:
             self.write_stats()
             return n, kind, delay
 
-    def enter(self):
+    def enter(self, method):
         with self.lock:
             self.inflight += 1
-            if self.inflight > self.counts["inflight_max"]:
-                self.counts["inflight_max"] = self.inflight
+            n = self.inflight_by[method] = self.inflight_by.get(method, 0) + 1
+            key = "inflight_max_" + method
+            if self.inflight > self.counts["inflight_max"] or n > self.counts.get(key, 0):
+                self.counts["inflight_max"] = max(self.counts["inflight_max"], self.inflight)
+                self.counts[key] = max(self.counts.get(key, 0), n)
                 self.write_stats()
 
-    def leave(self):
+    def leave(self, method):
         with self.lock:
             self.inflight -= 1
+            self.inflight_by[method] -= 1
 
     def note(self, key):
         with self.lock:
@@ -347,12 +352,12 @@ class Handler(socketserver.BaseRequestHandler):
                 method = parts[0]
                 version = parts[2] if len(parts) > 2 else "HTTP/1.0"
                 n, kind, delay = faults.next_fault()
-                faults.enter()
+                faults.enter(method)
                 try:
                     go_on = self.answer(cr, head, first, hdrs, method, version,
                                         n, kind, delay)
                 finally:
-                    faults.leave()
+                    faults.leave(method)
                 if not go_on:
                     return
         except (Closed, OSError, ValueError):
