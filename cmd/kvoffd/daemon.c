@@ -1128,7 +1128,6 @@ static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
 	uint32_t i = kv_slots_find(d->store, path);
-
 	uint64_t size;
 
 	if (i != KV_SLOT_NONE && d->slots[i].state == SLOT_READY)

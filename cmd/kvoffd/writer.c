@@ -212,8 +212,8 @@ static void probe_done(void *arg, struct kv_tier_req *req)
 
 /* Ask the probe's tiers, in order, whether they hold each entry, and
  * its size: a tier's questions go as one batch, which a bucket keeps in
- * flight together (HEADs) and a file tier as io_uring statx, instead of
- * one round trip after another. */
+ * flight together (HEADs) instead of one round trip after another (a
+ * file tier answers each with a stat, as before). */
 void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 {
 	struct probe_pass pp = { .p = p, .req = calloc(p->n ? p->n : 1, sizeof(*pp.req)) };
