@@ -1121,9 +1121,9 @@ static void do_has(struct offd *d, struct client *c, const struct kv_offd_frame 
 }
 
 /* A batch LOOKUP entry: pinned if in RAM; -EAGAIN if a file tier has it
- * (or a read-through is loading it), for the client to read through
- * with a single LOOKUP; -EINPROGRESS if only the unbounded tiers can
- * say. */
+ * (its read-through started here where it may be, see prefetch) or a
+ * read-through is loading it, for the client to look it up alone;
+ * -EINPROGRESS if only the unbounded tiers can say. */
 static int batch_lookup(struct offd *d, struct client *c, const char *path,
 			struct kv_offd_result *r)
 {
