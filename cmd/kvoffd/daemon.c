@@ -827,6 +827,23 @@ static struct probe *probe_new(struct offd *d, const struct kv_offd_frame *req, 
 	return p;
 }
 
+/* Read path through the tiers in probe into slot i, just taken for it. */
+static void start_load(struct offd *d, uint32_t i, const struct kv_block_ref *ref,
+		       const char *path, unsigned probe)
+{
+	struct job j = { .kind = JOB_LOAD, .probe = probe, .slot = i };
+	struct slot *s = &d->slots[i];
+
+	s->state = SLOT_LOADING;
+	s->ref = *ref;
+	kv_slots_insert(d->store, i);
+	j.offset = kv_slots_offset(d->store, i);
+	j.cap = kv_slots_capacity(d->store, i);
+	memcpy(j.path, path, PATH_BYTES);
+	d->loads_inflight++;
+	writer_push(d, &j);
+}
+
 /*
  * Start reading path (size bytes, on a file tier) into RAM for a batch
  * LOOKUP that answers EAGAIN for it: the client's LOOKUP of it alone,
@@ -838,9 +855,7 @@ static struct probe *probe_new(struct offd *d, const struct kv_offd_frame *req, 
  */
 static void prefetch(struct offd *d, const char *path, uint64_t size)
 {
-	struct job j = { .kind = JOB_LOAD };
 	struct kv_block_ref ref;
-	struct slot *s;
 	uint32_t i;
 
 	if (size == KV_TIER_SIZE_UNKNOWN || kv_slots_class(d->store, size ? size : 1) < 0 ||
@@ -848,17 +863,7 @@ static void prefetch(struct offd *d, const char *path, uint64_t size)
 	    kv_slots_find(d->store, path) != KV_SLOT_NONE ||
 	    kv_layout_block_parse(path, &ref) || get_slot(d, size ? size : 1, path, &i))
 		return;
-	j.probe = tiers_probe(d, path);
-	s = &d->slots[i];
-	s->state = SLOT_LOADING;
-	s->ref = ref;
-	kv_slots_insert(d->store, i);
-	j.slot = i;
-	j.offset = kv_slots_offset(d->store, i);
-	j.cap = kv_slots_capacity(d->store, i);
-	memcpy(j.path, path, PATH_BYTES);
-	d->loads_inflight++;
-	writer_push(d, &j);
+	start_load(d, i, &ref, path, tiers_probe(d, path));
 }
 
 /* An entry's answer once its tiers were asked: found is 0 (one has it),
@@ -1008,9 +1013,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	struct kv_offd_result r = { 0 };
 	struct kv_block_ref ref;
 	char path[PATH_BYTES];
-	struct slot *s;
-	struct job j = { .kind = JOB_LOAD };
 	uint64_t load_bytes;
+	unsigned probe;
 	uint32_t i;
 	int err;
 
@@ -1036,8 +1040,8 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 	}
 	/* Bounded tiers answer from their index: a key none of the tiers
 	 * can hold costs no slot and no job. */
-	j.probe = tiers_probe(d, path);
-	if (!j.probe)
+	probe = tiers_probe(d, path);
+	if (!probe)
 		err = -ENOENT;
 	else if (d->nclasses == 1) {
 		/* Its size is known once read: a slot of the one class.  Room
@@ -1085,16 +1089,7 @@ static void do_lookup(struct offd *d, struct client *c, const struct kv_offd_fra
 		reply_status(d, c, f->type, err);
 		return;
 	}
-	s = &d->slots[i];
-	s->state = SLOT_LOADING;
-	s->ref = ref;
-	kv_slots_insert(d->store, i);
-	j.slot = i;
-	j.offset = kv_slots_offset(d->store, i);
-	j.cap = kv_slots_capacity(d->store, i);
-	memcpy(j.path, path, PATH_BYTES);
-	d->loads_inflight++;
-	writer_push(d, &j);
+	start_load(d, i, &ref, path, probe);
 	wait_load(d, c, f, i);
 }
 

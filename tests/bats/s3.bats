@@ -128,58 +128,64 @@ vllm_key() {
 	assert_output --partial "a bucket is not bounded by a SIZE"
 }
 
-@test "s3: kvoffd asks a bucket about a batch's blocks with their HEADs in flight together" {
-	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
-	local h top hs=()
-	top=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
-	# As another node's writer left them; abcdef0f is nowhere.
-	for h in abcdef01 abcdef02 abcdef03 abcdef04 abcdef05 abcdef06 abcdef07 abcdef08; do
+# slow_bucket_offd H...: blocks H... in the bucket (3,000 bytes each) as
+# another node's writer leaves them, and kvoffd over the bucket behind the
+# fault proxy holding each request 200 ms: asked one after another, no
+# two requests overlap.  HS gets the hashes as a Python list.
+slow_bucket_offd() {
+	local h
+	HS=
+	for h in "$@"; do
 		head -c 3000 /dev/urandom > "$h"
 		kvput --root "s3://$B/fleet" --config "$CFG" "$h" "$h"
-		hs+=("'$h'")
+		HS+="${HS:+, }'$h'"
 	done
 	SOCK=$BATS_TEST_TMPDIR/offd.sock
-	# Each request held 200 ms: asked one after another, they never overlap.
 	s3_proxy_start --delay-ms 200
 	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M \
 		--slot-bytes 512K
-	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$KV_BIN/../libkv.so" /usr/bin/python3 -c "
-import kvtools
+}
+
+# kvtools_run CODE: CODE under Debian's python3 with this tree's kvtools.
+kvtools_run() {
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" KVTOOLS_LIBKV="$KV_BIN/../libkv.so" \
+		/usr/bin/python3 -c "import kvtools
+$1"
+}
+
+# at_once_at_least METHOD N: the proxy held N or more METHOD requests at once.
+at_once_at_least() {
+	run jq -r ".inflight_max_$1 // 0" "$S3_PROXY_STATS"
+	[ "$output" -ge "$2" ] || fail "at most $output $1 requests at once: $(cat "$S3_PROXY_LOG")"
+}
+
+@test "s3: kvoffd asks a bucket about a batch's blocks with their HEADs in flight together" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	slow_bucket_offd abcdef01 abcdef02 abcdef03 abcdef04 abcdef05 abcdef06 abcdef07 abcdef08
+	# abcdef0f is nowhere.
+	kvtools_run "
 with kvtools.connect('$SOCK') as c:
-    print(c.has_many('$MD', [$(IFS=,; echo "${hs[*]}"), 'abcdef0f']))"
+    print(c.has_many('$MD', [$HS, 'abcdef0f']))"
 	[ "$status" -eq 0 ] || fail "$output"
 	assert_output "[2, 2, 2, 2, 2, 2, 2, 2, 0]"
-	run jq -r '.inflight_max_HEAD // 0' "$S3_PROXY_STATS"
-	[ "$output" -ge 4 ] || fail "at most $output requests at once: $(cat "$S3_PROXY_LOG")"
+	at_once_at_least HEAD 4
 	stop_daemon
 	[ "$DRC" -eq 0 ]
 }
 
 @test "s3: kvoffd reads a batch's blocks through from a bucket with their GETs in flight together" {
 	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
-	local h top hs=()
-	top=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
-	for h in abcdef11 abcdef12 abcdef13 abcdef14 abcdef15 abcdef16 abcdef17 abcdef18; do
-		head -c 3000 /dev/urandom > "$h"
-		kvput --root "s3://$B/fleet" --config "$CFG" "$h" "$h"
-		hs+=("'$h'")
-	done
-	SOCK=$BATS_TEST_TMPDIR/offd.sock
-	# Each request held 200 ms: read through one after another (each
-	# LOOKUP the client retries alone), they never overlap.
-	s3_proxy_start --delay-ms 200
-	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M \
-		--slot-bytes 512K
-	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$KV_BIN/../libkv.so" /usr/bin/python3 -c "
-import kvtools
-hs = [$(IFS=,; echo "${hs[*]}"), 'abcdef1f']
+	slow_bucket_offd abcdef11 abcdef12 abcdef13 abcdef14 abcdef15 abcdef16 abcdef17 abcdef18
+	# A batch LOOKUP answers EAGAIN for each, and the client looks each
+	# up alone, one after another: the daemon has them in flight already.
+	kvtools_run "
+hs = [$HS, 'abcdef1f']
 with kvtools.connect('$SOCK') as c:
     got = c.get_many('$MD', hs)
 print([g == open(h, 'rb').read() for g, h in zip(got[:-1], hs)], got[-1])"
 	[ "$status" -eq 0 ] || fail "$output"
 	assert_output "[True, True, True, True, True, True, True, True] None"
-	run jq -r '.inflight_max_GET // 0' "$S3_PROXY_STATS"
-	[ "$output" -ge 4 ] || fail "at most $output requests at once: $(cat "$S3_PROXY_LOG")"
+	at_once_at_least GET 4
 	stop_daemon
 	[ "$DRC" -eq 0 ]
 }
