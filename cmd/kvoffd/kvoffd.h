@@ -193,7 +193,8 @@ struct writer {
 	struct job *done;	/* ring of capacity wcap + 2 * lcap */
 	size_t dhead, dcount;
 	size_t running;
-	const struct job **active;	/* each thread's job, waiting or running */
+	const struct job **active;	/* each thread's jobs, waiting or running ... */
+	size_t *nactive;		/* ... this many of them */
 	uint64_t *ticket;		/* ... in the order it left the ring */
 	uint64_t next_ticket;
 	int efd;		/* eventfd: completions ready */

@@ -4,9 +4,9 @@
  * into a ring with room for one per slot so they are never refused,
  * probes into one as large) and collects finished ones through an
  * eventfd.  Probes go first, then loads: a client waits on each of them.
- * A worker takes up to LOAD_BATCH queued loads at once and asks a bucket
- * for them as one batch, its GETs in flight together.  One
- * more thread, the prober, runs only probes.
+ * A worker takes up to BATCH queued loads at once, or as many writes to
+ * one bucket, and asks a bucket for them as one batch, its GETs or PUTs
+ * in flight together.  One more thread, the prober, runs only probes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <sys/eventfd.h>
 #include "kvoffd.h"
 
-#define LOAD_BATCH	32	/* loads one worker takes at once */
+#define BATCH	32	/* loads, or writes to a bucket, one worker takes at once */
 
 struct worker_arg {
 	struct offd *d;
@@ -25,7 +25,7 @@ struct worker_arg {
 	struct kv_tier **io;	/* one per file tier */
 	void *buf;		/* DEMOTE: the block in transit */
 	size_t cap;
-	struct job *loads;	/* LOAD_BATCH taken at once ... */
+	struct job *jobs;	/* BATCH taken at once ... */
 	struct kv_tier_req *reqs;	/* ... and their requests */
 };
 
@@ -177,6 +177,73 @@ static void run_loads(struct offd *d, struct worker_arg *a, struct job *jobs, si
 		}
 }
 
+/* Writes to one bucket, taken at once: the bucket gets their PUTs as one
+ * batch. */
+struct write_pass {
+	struct job *jobs;
+	struct kv_tier_req *req;	/* one per job */
+	unsigned char *pool;
+	size_t n, at;
+	int64_t t0;
+};
+
+#define WRITE_PENDING	1	/* a job's result until its write is answered */
+
+static int write_next(void *arg, struct kv_tier_req **out)
+{
+	struct write_pass *wp = arg;
+
+	while (wp->at < wp->n) {
+		size_t k = wp->at++;
+		struct job *j = &wp->jobs[k];
+		unsigned char *mem = wp->pool + j->offset;
+
+		/* A client that wrote into a committed slot must not get its
+		 * bytes stored under a fresh checksum. */
+		if (kv_xxh3(mem, (size_t)j->len) != j->sum) {
+			j->result = -KV_ECHECKSUM;
+			continue;
+		}
+		wp->req[k] = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = j->path,
+						   .buf = mem, .len = (size_t)j->len };
+		*out = &wp->req[k];
+		return 1;
+	}
+	return 0;
+}
+
+static void write_done(void *arg, struct kv_tier_req *req)
+{
+	struct write_pass *wp = arg;
+	struct job *j = &wp->jobs[req - wp->req];
+
+	j->result = req->result;
+	j->ns = kv_monotonic_ns() - wp->t0;
+}
+
+static void run_writes(struct offd *d, struct worker_arg *a, struct job *jobs, size_t n)
+{
+	struct write_pass wp = { .jobs = jobs, .req = a->reqs, .pool = d->pool, .n = n,
+				 .t0 = kv_monotonic_ns() };
+	struct kv_tier *io = a->io[jobs[0].tier];
+	int rc;
+
+	for (size_t k = 0; k < n; k++)
+		jobs[k].result = WRITE_PENDING;
+	rc = kv_tier_batch_stream(io, write_next, write_done, &wp);
+	for (size_t k = 0; k < n; k++) {
+		struct job *j = &jobs[k];
+
+		/* The batch stopped (its connection lost) before asking it. */
+		if (j->result == WRITE_PENDING) {
+			j->result = rc < 0 ? rc : -EIO;
+			j->ns = kv_monotonic_ns() - wp.t0;
+		}
+		if (j->result == 0)
+			carry_config(d, a->io, j->tier, j->path);
+	}
+}
+
 /* One tier asked about a probe's entries that no tier above had. */
 struct probe_pass {
 	struct probe *p;
@@ -322,21 +389,48 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 	j->ns = kv_monotonic_ns() - t0;
 }
 
-/* A write of the same file that left the ring before thread idx's (so
- * an older version's) is still on another thread: it must land first,
- * as its rename coming last would put the older bytes back. */
+/* Whether a write of thread idx has a write of the same file that left
+ * the ring before it (so an older version) still on another thread: that
+ * must land first, as its rename coming last would put the older bytes
+ * back. */
 static int older_same_file(const struct writer *w, unsigned idx)
 {
-	const struct job *j = w->active[idx];
+	for (size_t m = 0; m < w->nactive[idx]; m++) {
+		const struct job *j = &w->active[idx][m];
 
-	for (unsigned k = 0; k < w->nthreads; k++) {
-		const struct job *o = w->active[k];
+		for (unsigned k = 0; j->kind == JOB_WRITE && k < w->nthreads; k++)
+			for (size_t q = 0; k != idx && w->ticket[k] < w->ticket[idx] &&
+					   q < w->nactive[k]; q++) {
+				const struct job *o = &w->active[k][q];
 
-		if (k != idx && o && o->kind == JOB_WRITE && o->tier == j->tier &&
-		    w->ticket[k] < w->ticket[idx] && !strcmp(o->path, j->path))
-			return 1;
+				if (o->kind == JOB_WRITE && o->tier == j->tier &&
+				    !strcmp(o->path, j->path))
+					return 1;
+			}
 	}
 	return 0;
+}
+
+/* Take the writes at the ring's head, w->lock held: one, or to a bucket
+ * as many after it (at most BATCH) as go to the same bucket, each a file
+ * the others are not. */
+static size_t take_writes(const struct offd *d, struct writer *w, struct job *jobs)
+{
+	size_t n = 0;
+
+	do {
+		const struct job *next = &w->writes[w->whead];
+
+		if (n && (next->tier != jobs[0].tier || !kv_root_is_s3(d->tiers[next->tier].root)))
+			break;
+		for (size_t k = 0; k < n; k++)
+			if (!strcmp(jobs[k].path, next->path))
+				return n;
+		jobs[n++] = *next;
+		w->whead = (w->whead + 1) % w->wcap;
+		w->wcount--;
+	} while (w->wcount && n < BATCH);
+	return n;
 }
 
 /* Every job in flight fits. */
@@ -365,42 +459,60 @@ static void *worker(void *p)
 		} else if (w->lcount) {
 			size_t n = 0;
 
-			while (w->lcount && n < LOAD_BATCH) {
-				a->loads[n++] = w->loads[w->lhead];
+			while (w->lcount && n < BATCH) {
+				a->jobs[n++] = w->loads[w->lhead];
 				w->lhead = (w->lhead + 1) % w->lcap;
 				w->lcount--;
 			}
 			w->running += n;
 			pthread_mutex_unlock(&w->lock);
-			run_loads(d, a, a->loads, n);
+			run_loads(d, a, a->jobs, n);
 			pthread_mutex_lock(&w->lock);
 			w->running -= n;
 			pthread_cond_broadcast(&w->cond);
 			continue;
 		} else if (w->wcount) {
-			j = w->writes[w->whead];
-			w->whead = (w->whead + 1) % w->wcap;
-			w->wcount--;
+			size_t n = take_writes(d, w, a->jobs);
+
+			w->running += n;
+			w->active[a->idx] = a->jobs;
+			w->nactive[a->idx] = n;
+			w->ticket[a->idx] = w->next_ticket++;
+			while (older_same_file(w, a->idx))
+				pthread_cond_wait(&w->cond, &w->lock);
+			pthread_mutex_unlock(&w->lock);
+			if (n == 1)
+				run_job(d, a, &a->jobs[0]);
+			else
+				run_writes(d, a, a->jobs, n);
+			pthread_mutex_lock(&w->lock);
+			w->active[a->idx] = NULL;
+			w->nactive[a->idx] = 0;
+			/* Wake a write waiting on these files, and idle threads. */
+			pthread_cond_broadcast(&w->cond);
+			w->running -= n;
+			for (size_t k = 0; k < n; k++)
+				job_finished_locked(w, &a->jobs[k]);
+			continue;
 		} else {
 			break;
 		}
 		w->running++;
 		w->active[a->idx] = &j;
+		w->nactive[a->idx] = 1;
 		w->ticket[a->idx] = w->next_ticket++;
-		while (j.kind == JOB_WRITE && older_same_file(w, a->idx))
-			pthread_cond_wait(&w->cond, &w->lock);
 		pthread_mutex_unlock(&w->lock);
 		run_job(d, a, &j);
 		pthread_mutex_lock(&w->lock);
 		w->active[a->idx] = NULL;
-		/* Wake a write waiting on this one's file, and idle threads. */
+		w->nactive[a->idx] = 0;
 		pthread_cond_broadcast(&w->cond);
 		w->running--;
 		job_finished_locked(w, &j);
 	}
 	pthread_mutex_unlock(&w->lock);
 	kv_io_buf_free(a->buf);
-	free(a->loads);
+	free(a->jobs);
 	free(a->reqs);
 	free(a);
 	return NULL;
@@ -426,9 +538,11 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	w->done = calloc(done_cap(w), sizeof(struct job));
 	w->threads = calloc(nthreads + 1, sizeof(pthread_t));
 	w->active = calloc(nthreads + 1, sizeof(*w->active));
+	w->nactive = calloc(nthreads + 1, sizeof(*w->nactive));
 	w->ticket = calloc(nthreads + 1, sizeof(*w->ticket));
 	w->handles = calloc((size_t)(nthreads + 1) * d->ntiers, sizeof(struct kv_tier *));
 	if (!w->writes || !w->loads || !w->probes || !w->done || !w->threads || !w->active ||
+	    !w->nactive ||
 	    !w->ticket || !w->handles)
 		return -ENOMEM;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -448,12 +562,12 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		}
 		a = calloc(1, sizeof(*a));
 		if (a) {
-			a->loads = calloc(LOAD_BATCH, sizeof(*a->loads));
-			a->reqs = calloc(LOAD_BATCH, sizeof(*a->reqs));
+			a->jobs = calloc(BATCH, sizeof(*a->jobs));
+			a->reqs = calloc(BATCH, sizeof(*a->reqs));
 		}
-		if (!a || !a->loads || !a->reqs) {
+		if (!a || !a->jobs || !a->reqs) {
 			if (a) {
-				free(a->loads);
+				free(a->jobs);
 				free(a->reqs);
 			}
 			free(a);
@@ -465,7 +579,7 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		a->prober = i == nthreads;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {
-			free(a->loads);
+			free(a->jobs);
 			free(a->reqs);
 			free(a);
 			return -err;

@@ -131,7 +131,8 @@ vllm_key() {
 # slow_bucket_offd H...: blocks H... in the bucket (3,000 bytes each) as
 # another node's writer leaves them, and kvoffd over the bucket behind the
 # fault proxy holding each request 200 ms: asked one after another, no
-# two requests overlap.  HS gets the hashes as a Python list.
+# two requests overlap.  HS gets the hashes as a Python list; OFFD_EXTRA
+# holds more kvoffd options.
 slow_bucket_offd() {
 	local h
 	HS=
@@ -143,7 +144,7 @@ slow_bucket_offd() {
 	SOCK=$BATS_TEST_TMPDIR/offd.sock
 	s3_proxy_start --delay-ms 200
 	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M \
-		--slot-bytes 512K
+		--slot-bytes 512K ${OFFD_EXTRA:-}
 }
 
 # kvtools_run CODE: CODE under Debian's python3 with this tree's kvtools.
@@ -188,6 +189,26 @@ print([g == open(h, 'rb').read() for g, h in zip(got[:-1], hs)], got[-1])"
 	at_once_at_least GET 4
 	stop_daemon
 	[ "$DRC" -eq 0 ]
+}
+
+@test "s3: kvoffd writes blocks behind to a bucket with their PUTs in flight together" {
+	local h
+	OFFD_EXTRA="--write-policy always --cpu-bytes 64M" slow_bucket_offd
+	for h in abcdef21 abcdef22 abcdef23 abcdef24 abcdef25 abcdef26 abcdef27 abcdef28; do
+		head -c 3000 /dev/urandom > "$h"
+		printf '{"hash":"%s","file":"%s"}\n' "$h" "$BATS_TEST_TMPDIR/$h"
+	done > manifest
+	run kvput --daemon "$SOCK" --model-dir "$MD" --batch manifest
+	assert_success
+	# SIGTERM writes behind what is left, then exits 0.
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+	at_once_at_least PUT 4
+	for h in abcdef21 abcdef28; do
+		kvget --root "s3://$B/fleet" --model-dir "$MD" "$h" | cmp - "$h"
+	done
+	run keys
+	[ "${#lines[@]}" -eq 8 ] || fail "$output"
 }
 
 @test "s3: kvoffd over a failing bucket: every put succeeds, refused moves down are counted drops; once it is back they land" {
