@@ -411,9 +411,9 @@ static int older_same_file(const struct writer *w, unsigned idx)
 	return 0;
 }
 
-/* Take the writes at the ring's head, w->lock held: one, or to a bucket
- * as many after it (at most BATCH) as go to the same bucket, each a file
- * the others are not. */
+/* Take the jobs at the ring's head, w->lock held: one, or for a write to
+ * a bucket as many writes after it (at most BATCH) as go to the same
+ * bucket, each a file the others are not.  (A DEMOTE goes alone.) */
 static size_t take_writes(const struct offd *d, struct writer *w, struct job *jobs)
 {
 	size_t n = 0;
@@ -421,7 +421,8 @@ static size_t take_writes(const struct offd *d, struct writer *w, struct job *jo
 	do {
 		const struct job *next = &w->writes[w->whead];
 
-		if (n && (next->tier != jobs[0].tier || !kv_root_is_s3(d->tiers[next->tier].root)))
+		if (n && (jobs[0].kind != JOB_WRITE || next->kind != JOB_WRITE ||
+			  next->tier != jobs[0].tier || !kv_root_is_s3(d->tiers[next->tier].root)))
 			break;
 		for (size_t k = 0; k < n; k++)
 			if (!strcmp(jobs[k].path, next->path))
