@@ -800,6 +800,7 @@ static void probe_free(struct probe *p)
 	free(p->path);
 	free(p->found);
 	free(p->size);
+	free(p->reqs);
 	free(p->results);
 	free(p);
 }
@@ -817,9 +818,10 @@ static struct probe *probe_new(struct offd *d, const struct kv_offd_frame *req, 
 	p->path = malloc(cap * sizeof(*p->path));
 	p->found = malloc(cap * sizeof(*p->found));
 	p->size = malloc(cap * sizeof(*p->size));
+	p->reqs = malloc(cap * sizeof(*p->reqs));
 	if (req->type == KV_OFFD_BATCH)
 		p->results = malloc(cap * KV_OFFD_RESULT_BYTES);
-	if (!p->entry || !p->path || !p->found || !p->size ||
+	if (!p->entry || !p->path || !p->found || !p->size || !p->reqs ||
 	    (req->type == KV_OFFD_BATCH && !p->results)) {
 		probe_free(p);
 		return NULL;

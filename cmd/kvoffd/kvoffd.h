@@ -120,6 +120,7 @@ struct probe {
 	char (*path)[PATH_BYTES];
 	int *found;		/* out: 0 a tier has it, -ENOENT, or -errno */
 	uint64_t *size;		/* out: its size there (KV_TIER_SIZE_UNKNOWN) */
+	struct kv_tier_req *reqs;	/* one per entry: a tier's batch of them */
 	unsigned char *results;	/* BATCH: the reply's results, encoded */
 };
 

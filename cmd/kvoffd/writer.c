@@ -119,15 +119,12 @@ static void load_done(void *arg, struct kv_tier_req *req)
  * io_uring batch, bench/offd-tiers.sh's misses ran up to 10% slower. */
 static void load_each(struct load_pass *lp)
 {
-	for (; lp->at < lp->n; lp->at++) {
-		struct job *j = &lp->jobs[lp->at];
-		struct kv_tier_req *req = &lp->req[lp->at];
+	struct kv_tier_req *req;
+
+	while (load_next(lp, &req) == 1) {
+		const struct job *j = &lp->jobs[req - lp->req];
 		uint64_t size = 0;
 
-		if (j->result != -ENOENT || !(j->probe & (1u << lp->tier)))
-			continue;
-		*req = (struct kv_tier_req){ .op = KV_TIER_OP_GET, .key = j->path,
-					     .buf = lp->d->pool + j->offset, .len = (size_t)j->cap };
 		req->result = kv_tier_size(lp->io, j->path, &size);
 		if (!req->result && size > j->cap)
 			req->result = -EFBIG;
@@ -177,6 +174,14 @@ static void run_loads(struct offd *d, struct worker_arg *a, struct job *jobs, si
 		}
 }
 
+/* Whether write j's slot still holds the bytes committed: a client that
+ * wrote into a committed slot must not get them stored under a fresh
+ * checksum. */
+static int slot_intact(const unsigned char *mem, const struct job *j)
+{
+	return kv_xxh3(mem, (size_t)j->len) == j->sum;
+}
+
 /* Writes to one bucket, taken at once: the bucket gets their PUTs as one
  * batch. */
 struct write_pass {
@@ -198,9 +203,7 @@ static int write_next(void *arg, struct kv_tier_req **out)
 		struct job *j = &wp->jobs[k];
 		unsigned char *mem = wp->pool + j->offset;
 
-		/* A client that wrote into a committed slot must not get its
-		 * bytes stored under a fresh checksum. */
-		if (kv_xxh3(mem, (size_t)j->len) != j->sum) {
+		if (!slot_intact(mem, j)) {
 			j->result = -KV_ECHECKSUM;
 			continue;
 		}
@@ -248,20 +251,20 @@ static void run_writes(struct offd *d, struct worker_arg *a, struct job *jobs, s
 struct probe_pass {
 	struct probe *p;
 	size_t at;			/* the next entry to look at */
-	struct kv_tier_req *req;	/* one per entry */
 };
 
 static int probe_next(void *arg, struct kv_tier_req **out)
 {
 	struct probe_pass *pp = arg;
+	struct probe *p = pp->p;
 
-	while (pp->at < pp->p->n) {
+	while (pp->at < p->n) {
 		size_t k = pp->at++;
 
-		if (pp->p->found[k] != -ENOENT)
+		if (p->found[k] != -ENOENT)
 			continue;
-		pp->req[k] = (struct kv_tier_req){ .op = KV_TIER_OP_HAS, .key = pp->p->path[k] };
-		*out = &pp->req[k];
+		p->reqs[k] = (struct kv_tier_req){ .op = KV_TIER_OP_HAS, .key = p->path[k] };
+		*out = &p->reqs[k];
 		return 1;
 	}
 	return 0;
@@ -269,12 +272,12 @@ static int probe_next(void *arg, struct kv_tier_req **out)
 
 static void probe_done(void *arg, struct kv_tier_req *req)
 {
-	struct probe_pass *pp = arg;
-	size_t k = (size_t)(req - pp->req);
+	struct probe *p = ((struct probe_pass *)arg)->p;
+	size_t k = (size_t)(req - p->reqs);
 
-	pp->p->found[k] = req->result;
+	p->found[k] = req->result;
 	if (!req->result)
-		pp->p->size[k] = req->done == SIZE_MAX ? KV_TIER_SIZE_UNKNOWN : req->done;
+		p->size[k] = req->done == SIZE_MAX ? KV_TIER_SIZE_UNKNOWN : req->done;
 }
 
 /* Ask the probe's tiers, in order, whether they hold each entry, and
@@ -283,7 +286,7 @@ static void probe_done(void *arg, struct kv_tier_req *req)
  * file tier answers each with a stat, as before). */
 void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 {
-	struct probe_pass pp = { .p = p, .req = calloc(p->n ? p->n : 1, sizeof(*pp.req)) };
+	struct probe_pass pp = { .p = p };
 
 	for (size_t k = 0; k < p->n; k++) {
 		p->found[k] = -ENOENT;
@@ -294,12 +297,6 @@ void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 
 		if (!(p->tiers & (1u << t)))
 			continue;
-		if (!pp.req) {	/* no memory for a batch: one at a time */
-			for (size_t k = 0; k < p->n; k++)
-				if (p->found[k] == -ENOENT)
-					p->found[k] = kv_tier_size(io[t], p->path[k], &p->size[k]);
-			continue;
-		}
 		pp.at = 0;
 		rc = kv_tier_batch_stream(io[t], probe_next, probe_done, &pp);
 		/* The batch stopped (its connection lost): what it did not
@@ -308,7 +305,6 @@ void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 			if (p->found[k] == -ENOENT)
 				p->found[k] = rc;
 	}
-	free(pp.req);
 }
 
 /* Read the block being moved into the worker's buffer, grown to fit. */
@@ -375,9 +371,7 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 	int64_t t0 = kv_monotonic_ns();
 
 	if (j->kind == JOB_WRITE) {
-		/* A client that wrote into a committed slot must not get
-		 * its bytes onto disk under a fresh checksum. */
-		j->result = kv_xxh3(mem, (size_t)j->len) != j->sum ? -KV_ECHECKSUM :
+		j->result = !slot_intact(mem, j) ? -KV_ECHECKSUM :
 			    kv_tier_put(a->io[j->tier], j->path, mem, (size_t)j->len);
 		if (j->result == 0)
 			carry_config(d, a->io, j->tier, j->path);
