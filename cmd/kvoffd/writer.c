@@ -23,8 +23,7 @@ struct worker_arg {
 	unsigned idx;		/* its entry in the writer's active[] */
 	int prober;		/* runs probes only */
 	struct kv_tier **io;	/* one per file tier */
-	void *buf;		/* DEMOTE: the block in transit */
-	size_t cap;
+	struct kv_tier_demotion move;	/* DEMOTE: its buffer, kept */
 	struct job *jobs;	/* BATCH taken at once ... */
 	struct kv_tier_req *reqs;	/* ... and their requests */
 };
@@ -307,62 +306,20 @@ void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 	}
 }
 
-/* Read the block being moved into the worker's buffer, grown to fit. */
-static int demote_read(struct worker_arg *a, struct kv_tier *io, const char *path, size_t *got)
-{
-	uint64_t size;
-	size_t need;
-	int err = kv_tier_size(io, path, &size);
-
-	if (!err && (need = (size_t)size + KV_IO_ALIGN) > a->cap) {
-		kv_io_buf_free(a->buf);
-		a->cap = 0;
-		a->buf = kv_io_buf_alloc(need);
-		if (!a->buf)
-			return -ENOMEM;
-		a->cap = need;
-	}
-	return err ? err : kv_tier_get(io, path, a->buf, a->cap, got);
-}
-
-/* Move a block out of tier j->tier: into the first lower tier that has
- * it (nothing to copy: the usual case of a cache of shared storage) or
- * takes a copy, then remove it here, whether or not one did. */
+/* Move a block out of tier j->tier down the tiers below it, by
+ * libkv's one rule for that (kv_tier_demote). */
 static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
 {
-	struct kv_tier **io = a->io;
-	int err = kv_tier_has(io[j->tier], j->path), read = 0;
-	size_t got = 0;
+	unsigned below = j->tier + 1;
+	int r = kv_tier_demote(a->io[j->tier], a->io + below, d->ntiers - below, j->path, 0,
+			       &a->move);
 
-	if (err == -ENOENT) {
-		j->result = err;
-		return;
-	}
-	for (unsigned t = j->tier + 1; !err && t < d->ntiers; t++) {
-		if (!kv_tier_has(io[t], j->path)) {
-			j->existed = 1;
-		} else {
-			if (!read && (err = demote_read(a, io[j->tier], j->path, &got)))
-				break;
-			read = 1;
-			j->len = got;
-			if (kv_tier_put(io[t], j->path, a->buf, got)) {
-				j->refused |= 1u << t;
-				continue;
-			}
-			carry_config(d, io, t, j->path);
-		}
-		j->dest = t;
-		break;
-	}
-	/* Unreadable (damaged, or gone bad) blocks leave too: counted as
-	 * errors, never read through again. */
-	j->result = err == -ENOENT ? 0 : err;
-	err = kv_tier_del(io[j->tier], j->path);
-	if (err == -ENOENT && j->dest == TIER_NONE && !j->refused)
-		j->result = -ENOENT;
-	else if (err && err != -ENOENT && !j->result)
-		j->result = err;
+	j->result = r;
+	j->existed = a->move.existed;
+	j->refused = a->move.refused << below;
+	j->dest = a->move.dest < 0 ? TIER_NONE : below + (unsigned)a->move.dest;
+	if (a->move.len)
+		j->len = a->move.len;
 }
 
 static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
@@ -506,7 +463,7 @@ static void *worker(void *p)
 		job_finished_locked(w, &j);
 	}
 	pthread_mutex_unlock(&w->lock);
-	kv_io_buf_free(a->buf);
+	kv_io_buf_free(a->move.buf);
 	free(a->jobs);
 	free(a->reqs);
 	free(a);

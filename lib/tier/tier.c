@@ -56,66 +56,174 @@ static void carry_config(struct kv_tier *dst, struct kv_tier *src, const char *k
 			return;
 }
 
-/* A copy of the same size is already in the chain below: a key names
- * its content (the block hash), so a spill would only write the same
- * bytes again. */
-static int already_below(struct kv_tier *t, const char *key, size_t len)
+/* This tier alone: has, or size where a tier answers presence that way. */
+static int tier_has(struct kv_tier *t, const char *key)
 {
 	uint64_t size;
 
-	return kv_tier_size(t->lower, key, &size) == 0 && size == len;
+	return t->ops->has ? t->ops->has(t, key) : t->ops->size(t, key, &size);
 }
 
-/* Put the block below, its bytes at buf or, buf NULL, read into a copy. */
-static int spill(struct kv_tier *t, const char *key, const void *buf, size_t len,
-		 kvi_tier_read_fn read, void *arg)
+/* This tier alone: the block's size (KV_TIER_SIZE_UNKNOWN where only its
+ * presence is known), or -ENOENT. */
+static int tier_size(struct kv_tier *t, const char *key, uint64_t *size)
 {
-	void *copy = NULL;
+	*size = KV_TIER_SIZE_UNKNOWN;
+	return t->ops->size ? t->ops->size(t, key, size) : tier_has(t, key);
+}
+
+/* Where a block's bytes come from when a move needs them: at hand, or
+ * read on first need. */
+struct bytes {
+	const void *at;
+	int (*fetch)(struct bytes *b, const char *key, size_t len);
+};
+
+/*
+ * The one rule for moving a block down: it goes to the first of below[]
+ * that has a copy of the same size (a key names its content, the block
+ * hash, so nothing is written again) or takes one; a tier that refuses
+ * it (full, too small, failing) is passed for the next.  Returns 0, or
+ * the error fetching its bytes; m says where it went.
+ */
+static int place(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+		 const char *key, uint64_t len, struct bytes *b, struct kv_tier_demotion *m)
+{
 	int r;
 
-	if (!buf) {
-		copy = malloc(len ? len : 1);
-		if (!copy)
-			return -ENOMEM;
-		r = read(arg, key, copy, len);
-		if (r < 0) {
-			free(copy);
+	m->dest = -1;
+	m->existed = 0;
+	m->refused = 0;
+	m->refusal = 0;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t size;
+
+		if (tier_size(below[i], key, &size) == 0 && size == len) {
+			m->dest = (int)i;
+			m->existed = 1;
+			return 0;
+		}
+		if (!b->at && (r = b->fetch(b, key, (size_t)len)) < 0)
 			return r;
+		r = kv_tier_put(below[i], key, b->at, (size_t)len);
+		if (r == 0) {
+			m->dest = (int)i;
+			carry_config(below[i], from, key);
+			return 0;
 		}
-		buf = copy;
+		m->refused |= 1u << i;
+		if (!m->refusal)
+			m->refusal = r;
 	}
-	r = kv_tier_put(t->lower, key, buf, len);
-	free(copy);
-	return r;
+	return 0;
 }
 
-static int evicting(struct kv_tier *t, const char *key, const void *buf, size_t len,
-		    kvi_tier_read_fn read, void *arg)
+unsigned kvi_tier_spill_to(struct kv_tier *t, struct kv_tier **below)
 {
-	int r;
+	unsigned n = 0;
 
-	if (t->lower && (t->flags & KV_TIER_SPILL)) {
-		if (!already_below(t, key, len)) {
-			if ((r = spill(t, key, buf, len, read, arg)) < 0)
-				return r;
-			carry_config(t->lower, t, key);
-		}
+	if (t->flags & KV_TIER_SPILL)
+		for (struct kv_tier *l = t->lower; l && n < KV_TIER_DEPTH_MAX; l = l->lower)
+			below[n++] = l;
+	return n;
+}
+
+void kvi_tier_evicted(struct kv_tier *t, const struct kv_tier_demotion *m)
+{
+	if (m->dest >= 0)
 		atomic_fetch_add(&t->spills, 1);
-	}
 	atomic_fetch_add(&t->evictions, 1);
-	return 0;
+}
+
+static int fetch_none(struct bytes *b, const char *key, size_t len)
+{
+	(void)b, (void)key, (void)len;
+	return -EINVAL;
 }
 
 int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
 		      size_t len)
 {
-	return evicting(t, key, buf, len, NULL, NULL);
+	struct kv_tier *below[KV_TIER_DEPTH_MAX];
+	struct kv_tier_demotion m;
+	struct bytes b = { .at = buf, .fetch = fetch_none };
+	unsigned n = kvi_tier_spill_to(t, below);
+	int r = place(t, below, n, key, len, &b, &m);
+
+	if (r == 0 && m.dest < 0 && m.refused)
+		r = m.refusal;	/* kept here: a put fails rather than lose it */
+	if (r == 0)
+		kvi_tier_evicted(t, &m);
+	return r;
 }
 
-int kvi_tier_evicting_read(struct kv_tier *t, const char *key, size_t len,
-			   kvi_tier_read_fn read, void *arg)
+/* kv_tier_demote's bytes: read from the tier it leaves into m's
+ * buffer, grown to fit (and to O_DIRECT's rounding). */
+struct demote_bytes {
+	struct bytes b;
+	struct kv_tier *from;
+	struct kv_tier_demotion *m;
+};
+
+static int fetch_from(struct bytes *b, const char *key, size_t len)
 {
-	return evicting(t, key, NULL, len, read, arg);
+	struct demote_bytes *d = (struct demote_bytes *)b;
+	struct kv_tier_demotion *m = d->m;
+	size_t need = len + KV_IO_ALIGN, got;
+	int r;
+
+	if (need > m->cap) {
+		kv_io_buf_free(m->buf);
+		m->cap = 0;
+		m->buf = kv_io_buf_alloc(need);
+		if (!m->buf)
+			return -ENOMEM;
+		m->cap = need;
+	}
+	r = d->from->ops->get(d->from, key, m->buf, m->cap, &got);
+	if (r < 0)
+		return r;
+	if (got != len)
+		return -KV_ESHORT;	/* rewritten under the move */
+	b->at = m->buf;
+	return 0;
+}
+
+int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+		   const char *key, unsigned flags, struct kv_tier_demotion *m)
+{
+	struct demote_bytes d = { .b.fetch = fetch_from, .from = from, .m = m };
+	uint64_t size;
+	int r, gone;
+
+	if (!from || bad_key(key) || !m || (n && !below) || n > KV_TIER_DEPTH_MAX ||
+	    (flags & ~KV_TIER_DEMOTE_KEEP))
+		return -EINVAL;
+	m->len = 0;
+	m->dest = -1;
+	m->existed = 0;
+	m->refused = 0;
+	m->refusal = 0;
+	r = tier_size(from, key, &size);
+	if (r < 0)
+		return r;
+	if (size == KV_TIER_SIZE_UNKNOWN)
+		return -EOPNOTSUPP;
+	m->len = size;
+	r = place(from, below, n, key, size, &d.b, m);
+	if ((flags & KV_TIER_DEMOTE_KEEP) && (r < 0 || (m->dest < 0 && m->refused)))
+		return r < 0 ? r : m->refusal;
+	/* Unreadable (damaged, or gone bad), it leaves too: nothing could
+	 * ever read it through again. */
+	gone = from->ops->del(from, key);
+	if (gone == -ENOENT && m->dest < 0 && !m->refused)
+		return -ENOENT;	/* removed by someone else: nothing moved */
+	if (r == -ENOENT)
+		r = 0;
+	if (r == 0 && gone < 0 && gone != -ENOENT)
+		r = gone;
+	kvi_tier_evicted(from, m);
+	return r;
 }
 
 int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
@@ -170,14 +278,6 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 		carry_config(t, t->lower, key);
 	}
 	return r;
-}
-
-/* This tier alone: has, or size where a tier answers presence that way. */
-static int tier_has(struct kv_tier *t, const char *key)
-{
-	uint64_t size;
-
-	return t->ops->has ? t->ops->has(t, key) : t->ops->size(t, key, &size);
 }
 
 int kv_tier_has(struct kv_tier *t, const char *key)

@@ -33,51 +33,40 @@ static struct bounded *B(struct kv_tier *t)
 	return (struct bounded *)t;
 }
 
-struct victim {
-	struct kv_tier *files;
-	int vanished;		/* its file was gone: nothing to spill */
-};
-
-/* The victim's bytes, for its spill below. */
-static int read_victim(void *arg, const char *key, void *buf, size_t len)
-{
-	struct victim *v = arg;
-	size_t got;
-	int r = kv_tier_get(v->files, key, buf, len, &got);
-
-	v->vanished = r == -ENOENT;
-	return r < 0 ? r : got == len ? 0 : -KV_ESHORT;
-}
-
 /* Evict least recently used blocks other than keep until need more
- * bytes fit. */
+ * bytes fit, each moved down (kv_tier_demote) and kept when no tier
+ * below takes it. */
 static int make_room(struct bounded *b, uint32_t keep, uint64_t need)
 {
+	struct kv_tier *below[KV_TIER_DEPTH_MAX];
+	unsigned n = kvi_tier_spill_to(&b->base, below);
+	struct kv_tier_demotion m = { 0 };
 	struct kv_file_index_usage u;
 	uint32_t v = kv_file_index_oldest(b->idx);
-	int r;
+	int r = 0;
 
 	for (;;) {
-		struct victim vic = { .files = b->files };
-		const char *path;
-
 		kv_file_index_usage(b->idx, &u);
 		if (u.bytes + need <= b->capacity_bytes)
-			return 0;
+			break;
 		if (v == keep)
 			v = kv_file_index_newer(b->idx, v);
-		if (v == KV_FILE_INDEX_NONE)
-			return -ENOSPC;
-		path = kv_file_index_path(b->idx, v);
-		r = kvi_tier_evicting_read(&b->base, path, kv_file_index_size(b->idx, v),
-					   read_victim, &vic);
-		if (r < 0 && !vic.vanished)
-			return r;
-		if (r == 0 && (r = kv_tier_del(b->files, path)) < 0 && r != -ENOENT)
-			return r;
+		if (v == KV_FILE_INDEX_NONE) {
+			r = -ENOSPC;
+			break;
+		}
+		r = kv_tier_demote(b->files, below, n, kv_file_index_path(b->idx, v),
+				   KV_TIER_DEMOTE_KEEP, &m);
+		if (r < 0 && r != -ENOENT)
+			break;	/* vanished: only the index had it */
+		if (r == 0)
+			kvi_tier_evicted(&b->base, &m);
 		kv_file_index_remove(b->idx, v);
 		v = kv_file_index_oldest(b->idx);
+		r = 0;
 	}
+	kv_io_buf_free(m.buf);
+	return r;
 }
 
 static int bounded_put(struct kv_tier *t, const char *key, const void *buf, size_t len)

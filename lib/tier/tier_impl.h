@@ -47,15 +47,17 @@ struct kv_tier {
 void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops);
 
 /* An implementation about to drop a block for room: spill it below if
- * the chain asks for it.  0 when the block may go. */
+ * the chain asks for it (kv_tier_demote's rule, the bytes at hand).  0
+ * when the block may go; a refusal when no tier below took it. */
 int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
 		      size_t len);
 
-/* The same for a block whose bytes are not at hand (a file): read()
- * fills buf with its len bytes only when the spill needs them. */
-typedef int (*kvi_tier_read_fn)(void *arg, const char *key, void *buf, size_t len);
-int kvi_tier_evicting_read(struct kv_tier *t, const char *key, size_t len,
-			   kvi_tier_read_fn read, void *arg);
+/* Where t's evictions spill: the chain below it, nearest first, when it
+ * has KV_TIER_SPILL; else none. */
+unsigned kvi_tier_spill_to(struct kv_tier *t, struct kv_tier **below);
+
+/* Count an eviction of t that m says where it went. */
+void kvi_tier_evicted(struct kv_tier *t, const struct kv_tier_demotion *m);
 
 /* 0 if key is a layout block path, the only keys a file tier takes (they
  * cannot leave the root or name a temp); -KV_EBADPATH otherwise. */

@@ -2,7 +2,8 @@
  * promotion and write-through, LRU order, failures that lose nothing,
  * spills that skip a copy already below, promotion on a second hit; the
  * bounded file tier's LRU by last use, rebuilt at reopen, its spills, a
- * failed spill that fails the put, and three tiers under threads. */
+ * failed spill that fails the put; kv_tier_demote's rule for a move
+ * down, and three tiers under threads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -621,6 +622,76 @@ static int check_bounded_failed_spill(const char *base)
 	return 0;
 }
 
+/* kv_tier_demote, each tier asked alone as kvoffd's workers ask theirs:
+ * a block goes past a tier that refuses it (slots too small) to the
+ * next, is not written where a copy of its size is, is dropped when none
+ * takes it or kept with KV_TIER_DEMOTE_KEEP; a missing one is -ENOENT.
+ * A bounded tier's spill falls past a refusing tier the same way. */
+static int check_demote(const char *base)
+{
+	struct kv_tier_mem_opts small = { .slot_bytes = 4096, .slots = 4 };
+	struct kv_tier_mem_opts fits = { .slot_bytes = BLOCK, .slots = 4 };
+	struct kv_tier *from, *tiny, *mem, *shared, *up, *below[2];
+	struct kv_tier_demotion m = { 0 };
+	struct kv_tier_stat st;
+	int r;
+
+	CHECK(kv_tier_file_open(subdir(base, "demote-from"), NULL, &from) == 0 &&
+	      kv_tier_mem_open(&small, &tiny) == 0 && kv_tier_mem_open(&fits, &mem) == 0 &&
+	      kv_tier_file_open(subdir(base, "demote-shared"), NULL, &shared) == 0, "open");
+	for (int i = 0; i < 4; i++)
+		CHECK(kv_tier_put(from, keys[i], data[i], BLOCK) == 0, "put %d", i);
+	below[0] = tiny;
+	below[1] = mem;
+	r = kv_tier_demote(from, below, 2, keys[0], 0, &m);
+	CHECK(r == 0 && m.dest == 1 && !m.existed && m.refused == 1 && m.refusal == -EFBIG &&
+	      m.len == BLOCK, "past a refusal: %s, dest %d, refused %u", kv_strerror(r), m.dest,
+	      m.refused);
+	CHECK(kv_tier_has(from, keys[0]) == -ENOENT && expect(mem, 0, BLOCK) == 0, "moved");
+	CHECK(kv_tier_demote(from, below, 2, keys[0], 0, &m) == -ENOENT, "gone: ENOENT");
+
+	/* A copy of its size below: found, not written again. */
+	CHECK(kv_tier_put(shared, keys[1], data[1], BLOCK) == 0, "put below");
+	below[0] = shared;
+	r = kv_tier_demote(from, below, 2, keys[1], 0, &m);
+	CHECK(r == 0 && m.dest == 0 && m.existed, "copy below: %s, dest %d", kv_strerror(r),
+	      m.dest);
+	CHECK(kv_tier_stat(mem, &st) == 0 && st.puts == 1, "written again: %llu puts",
+	      (unsigned long long)st.puts);
+
+	/* Nothing takes it: kept with KV_TIER_DEMOTE_KEEP, else dropped. */
+	below[0] = tiny;
+	r = kv_tier_demote(from, below, 1, keys[2], KV_TIER_DEMOTE_KEEP, &m);
+	CHECK(r == -EFBIG && m.dest < 0 && expect(from, 2, BLOCK) == 0, "kept: %s",
+	      kv_strerror(r));
+	r = kv_tier_demote(from, below, 1, keys[2], 0, &m);
+	CHECK(r == 0 && m.dest < 0 && m.refused == 1 && kv_tier_has(from, keys[2]) == -ENOENT,
+	      "dropped: %s, dest %d", kv_strerror(r), m.dest);
+	CHECK(kv_tier_demote(from, NULL, 0, keys[3], 0, &m) == 0 && m.dest < 0 &&
+	      kv_tier_has(from, keys[3]) == -ENOENT, "no tier below: dropped");
+	CHECK(kv_tier_demote(from, below, KV_TIER_DEPTH_MAX + 1, keys[3], 0, &m) == -EINVAL,
+	      "too deep");
+	kv_io_buf_free(m.buf);
+
+	/* A bounded tier over the tiny tier over the shared root: its
+	 * evictions land in the shared root. */
+	CHECK(kv_tier_file_open_bounded(subdir(base, "demote-up"), NULL, 2 * BLOCK, &up) == 0,
+	      "open bounded");
+	CHECK(kv_tier_chain(up, tiny, KV_TIER_SPILL) == 0 &&
+	      kv_tier_chain(tiny, shared, KV_TIER_SPILL) == 0, "chain");
+	for (int i = 4; i < 7; i++)
+		CHECK(kv_tier_put(up, keys[i], data[i], BLOCK) == 0, "bounded put %d", i);
+	CHECK(kv_tier_stat(up, &st) == 0 && st.blocks == 2 && st.spills == 1, "bounded: %llu "
+	      "blocks, %llu spills", (unsigned long long)st.blocks, (unsigned long long)st.spills);
+	CHECK(expect(shared, 4, BLOCK) == 0, "spilled past the tiny tier");
+	kv_tier_close(up);
+	kv_tier_close(from);
+	kv_tier_close(tiny);
+	kv_tier_close(mem);
+	kv_tier_close(shared);
+	return 0;
+}
+
 /* RAM over a bounded local tier over shared storage, as kvoffd stacks
  * them, under four threads: every block stays reachable and whole, and
  * the local tier within its capacity. */
@@ -676,6 +747,7 @@ int main(void)
 	check_bounded_reopen(root);
 	check_bounded_spill(root);
 	check_bounded_failed_spill(root);
+	check_demote(root);
 	check_hierarchy(root);
 	check_user_memory(cpu);
 	check_del_beneath(root);

@@ -8,8 +8,8 @@
  * Buffers passed to put/get are host memory in every tier.
  *
  * Tiers chain: kv_tier_chain(upper, lower, flags) lets upper spill the
- * blocks it evicts into lower (unless the chain below has a copy of the
- * same size already) and, on a miss, read through lower and promote what
+ * blocks it evicts down the chain as kv_tier_demote moves them (to the
+ * first tier below with a copy of the same size, or that takes one) and, on a miss, read through lower and promote what
  * it finds; a block copied into a cache root brings its model dir's
  * config.json.  A tier's calls are thread-safe.
  */
@@ -51,8 +51,8 @@ struct kv_tier_stat {
 };
 
 /* Store a block, replacing any under the same key.  -EFBIG if it is
- * larger than the tier's slots; when a spill needed for room fails, the
- * lower tier's error, and nothing is evicted. */
+ * larger than the tier's slots; when no tier below takes a block evicted
+ * for room, the first refusal, and nothing is evicted. */
 int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 		size_t len);
 
@@ -166,6 +166,32 @@ int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 		  unsigned flags);
 
+/* Move a block out of from into the first of below[] (n of them, nearest
+ * first, at most KV_TIER_DEPTH_MAX) that has a copy of the same size
+ * (not written again) or takes one; a tier that refuses it is passed for
+ * the next.  Then it is removed from from, taken or not (a cache drops
+ * what no lower tier takes), unless flags has KV_TIER_DEMOTE_KEEP: then a
+ * block no tier took stays and the first refusal is returned.  Each tier
+ * is asked alone (not through its chain), so the caller may give its own
+ * handles, one per thread.  0 and *m, -ENOENT if from lacks it (nothing
+ * done), or the error reading it (an unreadable block is removed
+ * too, without KV_TIER_DEMOTE_KEEP) or removing it. */
+#define KV_TIER_DEPTH_MAX	16
+#define KV_TIER_DEMOTE_KEEP	(1u << 0)
+struct kv_tier_demotion {
+	void *buf;		/* scratch for the bytes, grown as needed
+				   (kv_io_buf_alloc): start NULL and 0,
+				   reuse, then kv_io_buf_free */
+	size_t cap;
+	uint64_t len;		/* out: the block's size */
+	int dest;		/* out: the index in below[] of the tier
+				   holding it now; -1: none took it */
+	int existed;		/* out: below[dest] had it already */
+	unsigned refused;	/* out: below[] that refused it, a bit each */
+	int refusal;		/* out: the first refusal's error */
+};
+int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+		   const char *key, unsigned flags, struct kv_tier_demotion *m);
 /* Close one tier (not the ones below it). */
 void kv_tier_close(struct kv_tier *t);
 
@@ -203,9 +229,9 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
  * order: indexed at open, least recently used first by last use
  * (kv/lastuse.h); a put or a get is a use, has and size are not.  A put
  * that would take it past capacity_bytes first evicts the least recently
- * used blocks, each spilled below when the chain has KV_TIER_SPILL, then
- * removed; when a spill fails the put fails with the lower tier's error
- * and nothing is lost.  A root found fuller than capacity_bytes is
+ * used blocks, each moved below by kv_tier_demote's rule when the chain
+ * has KV_TIER_SPILL, else removed; when no tier below takes one the put
+ * fails with the first refusal and nothing is lost.  A root found fuller than capacity_bytes is
  * trimmed by the next put.  The index answers has and size, so the tier
  * must be its root's only writer: it claims the root (KV_TIER_LOCK)
  * and fails with -EBUSY while another process (kvoffd, another bounded
