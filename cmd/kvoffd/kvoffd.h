@@ -168,10 +168,9 @@ struct ftier {
 	enum tool_tier_kind kind;
 	char *root;
 	uint64_t capacity;	/* bytes; 0: unbounded, not indexed */
-	struct kv_tier *tier;	/* the loop's handle (HAS, sizes) */
-	int lockfd;		/* bounded: the claim on the root */
-	struct kv_file_index *idx;	/* bounded tiers only: their blocks in
-					   LRU order, DEMOTE jobs marked moving */
+	struct kv_tier *tier;	/* the loop's handle (HAS, sizes); bounded:
+				   libkv's bounded tier, its index in LRU
+				   order, DEMOTE jobs marked moving */
 	uint64_t walk_blocks, walk_bytes;	/* found at start */
 	struct tier_stats st;
 };

@@ -402,7 +402,7 @@ int main(int argc, char **argv)
 	tool_tiers_check(specs, nspecs);
 	for (unsigned k = 0; k < nspecs; k++)
 		d.tiers[k] = (struct ftier){ .kind = specs[k].kind, .root = specs[k].root,
-					     .capacity = specs[k].capacity, .lockfd = -1 };
+					     .capacity = specs[k].capacity };
 	d.ntiers = nspecs;
 	if (d.promote == PROMOTE_SECOND_HIT && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
 		tool_usage_fail("out of memory");

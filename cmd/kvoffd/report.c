@@ -175,16 +175,16 @@ void report_fill_stats(struct offd *d, struct kv_offd_stats *out)
 void report_fill_tier_stats(struct offd *d, unsigned t, struct kv_offd_tier_stats *out)
 {
 	const struct ftier *ft = &d->tiers[t];
-	struct kv_file_index_usage u = { .blocks = ft->walk_blocks, .bytes = ft->walk_bytes };
+	struct kv_tier_stat u = { .blocks = ft->walk_blocks, .used_bytes = ft->walk_bytes };
 
 	if (ft->capacity)
-		kv_file_index_usage(ft->idx, &u);
+		kv_tier_stat(ft->tier, &u);
 	*out = (struct kv_offd_tier_stats){
 		.tier = t,
 		.kind = ft->kind == TOOL_TIER_SHARED ? KV_OFFD_TIER_SHARED : KV_OFFD_TIER_LOCAL,
 		.capacity_bytes = ft->capacity,
 		.blocks = u.blocks,
-		.bytes = u.bytes,
+		.bytes = u.used_bytes,
 		.hits = ft->st.hits, .misses = ft->st.misses, .read_bytes = ft->st.read_bytes,
 		.writes = ft->st.writes, .write_bytes = ft->st.write_bytes,
 		.promotions = ft->st.promotions, .demotions = ft->st.demotions,

@@ -3,11 +3,12 @@
  * (--tier local:/nvme/kv:6T), then shared storage, usually unbounded: a
  * cache root or a bucket (--tier shared:s3://BUCKET/PREFIX).  Each is a
  * libkv tier (kv/tier.h), one handle for the loop and one per worker.
- * A bounded tier is the daemon's own: it claims the root with a lock
- * file, indexes its blocks at start (least recently used first) and keeps an
- * exact LRU of them; past its capacity the oldest move down, one DEMOTE
- * job each, to the next tier that takes them.  Everything here runs on
- * the event loop thread.
+ * The loop's handle of a bounded tier is libkv's bounded tier, claimed
+ * in the daemon's name: its index (least recently used first) answers
+ * for it without a system call, the workers' writes and reads through
+ * their own handles are told to it, and past its capacity it names the
+ * oldest blocks, which move down one DEMOTE job each (kv_tier_demote).
+ * Everything here runs on the event loop thread.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,25 +36,19 @@ static int count_block(const struct kv_tier_entry *e, void *arg)
 	return 0;
 }
 
-/* Walk tier t: index a bounded one's blocks oldest first, count an
- * unbounded one's (a bucket's by listing it). */
-static int reindex(struct ftier *t)
+/* Count an unbounded tier's blocks (a bucket's by listing it); a bounded
+ * one's index says. */
+static int count_blocks(struct ftier *t)
 {
-	struct kv_walk_opts opts = { .rank = -1 };
-	struct kv_file_index_usage u;
+	struct kv_tier_stat st;
 	int err;
 
 	if (!t->capacity)
 		return kv_tier_list(t->tier, NULL, count_block, t);
-	err = kv_file_index_new(&t->idx);
-	if (!err)
-		err = kv_file_index_scan(t->idx, t->root, &opts);
-	if (err)
-		return err;
-	kv_file_index_usage(t->idx, &u);
-	t->walk_blocks = u.blocks;
-	t->walk_bytes = u.bytes;
-	return 0;
+	err = kv_tier_stat(t->tier, &st);
+	t->walk_blocks = st.blocks;
+	t->walk_bytes = st.used_bytes;
+	return err;
 }
 
 int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv_tier **out)
@@ -65,14 +60,19 @@ int tier_open_handle(const struct offd *d, unsigned t, unsigned flags, struct kv
 				     kv_tier_file_open(root, &opts, out);
 }
 
-/* A bounded tier's LRU is the daemon's alone: a second daemon on the
- * root, or kvevict (without --force), would contradict it. */
-static int claim(struct offd *d, struct ftier *t)
+/* The loop's handle: a bounded tier's LRU is the daemon's alone (a second
+ * daemon on the root, or kvevict without --force, would contradict it),
+ * so it is claimed in the daemon's name, and indexed. */
+static int open_loop_handle(struct offd *d, unsigned k)
 {
+	struct kv_io_opts opts = { .queue_depth = 4, .flags = d->io_flags };
+	struct ftier *t = &d->tiers[k];
 	char holder[600];
 
+	if (!t->capacity)
+		return tier_open_handle(d, k, 0, &t->tier);
 	snprintf(holder, sizeof(holder), "socket %s", d->socket_path);
-	return kv_tier_claim(t->root, holder, &t->lockfd);
+	return kv_tier_file_open_bounded_by(t->root, &opts, t->capacity, holder, &t->tier);
 }
 
 /* Two tiers on one directory would lose blocks: a move down would find
@@ -108,19 +108,17 @@ int tiers_open(struct offd *d)
 	for (unsigned k = 0; k < d->ntiers; k++) {
 		struct ftier *t = &d->tiers[k];
 
-		err = tier_open_handle(d, k, 0, &t->tier);
+		err = open_loop_handle(d, k);
+		if (err == -EBUSY) {
+			tool_err("cannot manage '%s': another kvoffd does (see its " TOOL_OFFD_LOCK
+				 ": %s)", t->root, kv_error_detail());
+			return err;
+		}
 		if (err) {
 			tool_root_err("open", t->root, err);
 			return err;
 		}
-		if (t->capacity && (err = claim(d, t))) {
-			tool_err(err == -EBUSY ? "cannot manage '%s': another kvoffd does "
-						 "(see its " TOOL_OFFD_LOCK ": %s)"
-					       : "cannot claim '%s': %s",
-				 t->root, err == -EBUSY ? kv_error_detail() : kv_strerror(err));
-			return err;
-		}
-		err = reindex(t);
+		err = count_blocks(t);
 		if (err) {
 			tool_err("cannot index '%s': %s", t->root, kv_strerror(err));
 			return err;
@@ -138,11 +136,6 @@ void tiers_close(struct offd *d)
 
 		kv_tier_close(t->tier);
 		t->tier = NULL;
-		kv_file_index_free(t->idx);
-		t->idx = NULL;
-		if (t->lockfd >= 0)
-			close(t->lockfd);
-		t->lockfd = -1;
 	}
 }
 
@@ -150,18 +143,10 @@ void tiers_close(struct offd *d)
 
 int tiers_indexed(struct offd *d, const char *path, uint64_t *size)
 {
-	for (unsigned k = 0; k < d->ntiers; k++) {
-		uint32_t i;
-
-		if (!d->tiers[k].capacity)
-			continue;
-		i = kv_file_index_find(d->tiers[k].idx, path);
-		if (i == KV_FILE_INDEX_NONE)
-			continue;
-		if (size)
-			*size = kv_file_index_size(d->tiers[k].idx, i);
-		return 1;
-	}
+	for (unsigned k = 0; k < d->ntiers; k++)
+		if (d->tiers[k].capacity &&
+		    kv_tier_bounded_find(d->tiers[k].tier, path, size, NULL) == 0)
+			return 1;
 	return 0;
 }
 
@@ -182,18 +167,16 @@ unsigned tiers_probe(struct offd *d, const char *path)
 	unsigned mask = 0;
 
 	for (unsigned k = 0; k < d->ntiers; k++) {
-		struct kv_file_index *x = d->tiers[k].idx;
-		uint32_t i;
+		int moving;
 
 		if (!d->tiers[k].capacity) {
 			mask |= 1u << k;
 			continue;
 		}
-		i = kv_file_index_find(x, path);
-		if (i == KV_FILE_INDEX_NONE)
+		if (kv_tier_bounded_find(d->tiers[k].tier, path, NULL, &moving) < 0)
 			continue;
 		mask |= 1u << k;
-		if (kv_file_index_moving(x, i))
+		if (moving)
 			mask |= ~0u << (k + 1) & ((1u << d->ntiers) - 1);
 	}
 	return mask;
@@ -201,22 +184,16 @@ unsigned tiers_probe(struct offd *d, const char *path)
 
 int tier_moving(struct offd *d, unsigned t, const char *path)
 {
-	uint32_t i;
+	int moving = 0;
 
-	if (!d->tiers[t].capacity)
-		return 0;
-	i = kv_file_index_find(d->tiers[t].idx, path);
-	return i != KV_FILE_INDEX_NONE && kv_file_index_moving(d->tiers[t].idx, i);
+	return d->tiers[t].capacity &&
+	       kv_tier_bounded_find(d->tiers[t].tier, path, NULL, &moving) == 0 && moving;
 }
 
 void tier_touch(struct offd *d, unsigned t, const char *path)
 {
-	struct kv_file_index *x = d->tiers[t].idx;
-	uint32_t i;
-
-	if (!d->tiers[t].capacity || (i = kv_file_index_find(x, path)) == KV_FILE_INDEX_NONE)
-		return;
-	kv_file_index_touch(x, i);
+	if (d->tiers[t].capacity)
+		kv_tier_bounded_used(d->tiers[t].tier, path);
 }
 
 void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, int wrote)
@@ -230,7 +207,7 @@ void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, in
 	}
 	if (!ft->capacity)
 		return;
-	if (kv_file_index_put(ft->idx, path, size)) {
+	if (kv_tier_bounded_stored(ft->tier, path, size)) {
 		/* Unindexed, it is never demoted: say so, once is enough. */
 		tool_err("cannot index '%s' in '%s': out of memory", path, ft->root);
 		return;
@@ -247,44 +224,48 @@ static int write_pending(struct offd *d, unsigned t, const char *path)
 	return i != KV_SLOT_NONE && d->slots[i].wb_pending && d->slots[i].wb_tier == t;
 }
 
+struct trim {
+	struct offd *d;
+	unsigned tier;
+};
+
+/* A block tier_trim's tier offers to move out: a DEMOTE job, while the
+ * queue has room. */
+static int demote_out(void *arg, const char *path, uint64_t size)
+{
+	struct trim *tr = arg;
+	struct offd *d = tr->d;
+	struct job j = { .kind = JOB_DEMOTE, .tier = tr->tier, .len = size, .dest = TIER_NONE };
+
+	if (d->wb_inflight >= d->wr.wcap)
+		return -EAGAIN;
+	if (write_pending(d, tr->tier, path))
+		return 1;
+	snprintf(j.path, sizeof(j.path), "%s", path);
+	if (writer_push(d, &j))
+		return -EAGAIN;
+	d->wb_inflight++;
+	return 0;
+}
+
 void tier_trim(struct offd *d, unsigned t)
 {
-	struct ftier *ft = &d->tiers[t];
-	struct kv_file_index *x = ft->idx;
-	struct kv_file_index_usage u;
-	uint32_t i;
+	struct trim tr = { .d = d, .tier = t };
 
-	if (!ft->capacity)
-		return;
-	for (i = kv_file_index_oldest(x); i != KV_FILE_INDEX_NONE && d->wb_inflight < d->wr.wcap;
-	     i = kv_file_index_newer(x, i)) {
-		const char *path = kv_file_index_path(x, i);
-		struct job j = { .kind = JOB_DEMOTE, .tier = t, .len = kv_file_index_size(x, i),
-				 .dest = TIER_NONE };
-
-		kv_file_index_usage(x, &u);
-		if (u.bytes - u.moving_bytes <= ft->capacity)
-			return;
-		if (kv_file_index_moving(x, i) || write_pending(d, t, path))
-			continue;
-		snprintf(j.path, sizeof(j.path), "%s", path);
-		if (writer_push(d, &j))
-			return;
-		kv_file_index_set_moving(x, i, 1);
-		d->wb_inflight++;
-	}
+	if (d->tiers[t].capacity)
+		kv_tier_bounded_trim(d->tiers[t].tier, demote_out, &tr);
 }
 
 void tier_demoted(struct offd *d, const struct job *j)
 {
 	struct ftier *from = &d->tiers[j->tier];
-	uint32_t i = kv_file_index_find(from->idx, j->path), s;
+	uint32_t s;
 
 	d->wb_inflight--;
 	for (unsigned k = 0; k < d->ntiers; k++)
 		if (j->refused & (1u << k))
 			d->tiers[k].st.errors++;
-	if (i == KV_FILE_INDEX_NONE)
+	if (kv_tier_bounded_moved(from->tier, j->path) < 0)
 		return;
 	if (j->result && j->result != -ENOENT) {
 		from->st.errors++;
@@ -293,7 +274,6 @@ void tier_demoted(struct offd *d, const struct job *j)
 	}
 	if (j->result != -ENOENT)
 		report_tier_event(d, "BlockRemoved", j->tier, j->path, j->len);
-	kv_file_index_remove(from->idx, i);
 	s = kv_slots_find(d->store, j->path);
 	if (s != KV_SLOT_NONE)
 		d->slots[s].held &= ~(1u << j->tier);

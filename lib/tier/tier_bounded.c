@@ -33,6 +33,16 @@ static struct bounded *B(struct kv_tier *t)
 	return (struct bounded *)t;
 }
 
+/* Over capacity, counting neither the blocks already on their way out
+ * nor need more bytes to come. */
+static int over(struct bounded *b, uint64_t need)
+{
+	struct kv_file_index_usage u;
+
+	kv_file_index_usage(b->idx, &u);
+	return u.bytes - u.moving_bytes + need > b->capacity_bytes;
+}
+
 /* Evict least recently used blocks other than keep until need more
  * bytes fit, each moved down (kv_tier_demote) and kept when no tier
  * below takes it. */
@@ -41,14 +51,10 @@ static int make_room(struct bounded *b, uint32_t keep, uint64_t need)
 	struct kv_tier *below[KV_TIER_DEPTH_MAX];
 	unsigned n = kvi_tier_spill_to(&b->base, below);
 	struct kv_tier_demotion m = { 0 };
-	struct kv_file_index_usage u;
 	uint32_t v = kv_file_index_oldest(b->idx);
 	int r = 0;
 
-	for (;;) {
-		kv_file_index_usage(b->idx, &u);
-		if (u.bytes + need <= b->capacity_bytes)
-			break;
+	while (over(b, need)) {
 		if (v == keep)
 			v = kv_file_index_newer(b->idx, v);
 		if (v == KV_FILE_INDEX_NONE) {
@@ -57,8 +63,8 @@ static int make_room(struct bounded *b, uint32_t keep, uint64_t need)
 		}
 		r = kv_tier_demote(b->files, below, n, kv_file_index_path(b->idx, v),
 				   KV_TIER_DEMOTE_KEEP, &m);
-		if (r < 0 && r != -ENOENT)
-			break;	/* vanished: only the index had it */
+		if (r < 0 && r != -ENOENT)	/* -ENOENT: only the index had it */
+			break;
 		if (r == 0)
 			kvi_tier_evicted(&b->base, &m);
 		kv_file_index_remove(b->idx, v);
@@ -262,13 +268,13 @@ int kv_tier_claim(const char *root, const char *holder, int *lockfd)
 	return 0;
 }
 
-int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
-			      uint64_t capacity_bytes, struct kv_tier **out)
+int kv_tier_file_open_bounded_by(const char *root, const struct kv_io_opts *opts,
+				 uint64_t capacity_bytes, const char *holder, struct kv_tier **out)
 {
 	struct bounded *b;
 	int r;
 
-	if (!root || !capacity_bytes)
+	if (!root || !capacity_bytes || !holder)
 		return -EINVAL;
 	b = calloc(1, sizeof(*b));
 	if (!b)
@@ -286,7 +292,7 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 	/* The index is the truth only while no other process writes the
 	 * root. */
 	if (r == 0)
-		r = kv_tier_claim(root, "bounded tier", &b->lockfd);
+		r = kv_tier_claim(root, holder, &b->lockfd);
 	if (r == 0)
 		r = kv_file_index_new(&b->idx);
 	if (r == 0)
@@ -302,4 +308,102 @@ int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 	}
 	*out = &b->base;
 	return 0;
+}
+
+int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
+			      uint64_t capacity_bytes, struct kv_tier **out)
+{
+	return kv_tier_file_open_bounded_by(root, opts, capacity_bytes, "bounded tier", out);
+}
+
+/* ---- a bounded tier whose blocks its caller moves on its own handles ---- */
+
+static struct bounded *as_bounded(struct kv_tier *t)
+{
+	return t && t->ops == &bounded_ops ? B(t) : NULL;
+}
+
+int kv_tier_bounded_find(struct kv_tier *t, const char *key, uint64_t *size, int *moving)
+{
+	struct bounded *b = as_bounded(t);
+	uint32_t id;
+
+	if (!b || !key)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	id = kv_file_index_find(b->idx, key);
+	if (id != KV_FILE_INDEX_NONE) {
+		if (size)
+			*size = kv_file_index_size(b->idx, id);
+		if (moving)
+			*moving = kv_file_index_moving(b->idx, id);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
+}
+
+int kv_tier_bounded_used(struct kv_tier *t, const char *key)
+{
+	struct bounded *b = as_bounded(t);
+	uint32_t id;
+
+	if (!b || !key)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	id = kv_file_index_find(b->idx, key);
+	if (id != KV_FILE_INDEX_NONE)
+		kv_file_index_touch(b->idx, id);
+	pthread_mutex_unlock(&b->lock);
+	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
+}
+
+int kv_tier_bounded_stored(struct kv_tier *t, const char *key, uint64_t size)
+{
+	struct bounded *b = as_bounded(t);
+	int r;
+
+	if (!b || !key)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	r = kv_file_index_put(b->idx, key, size);
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+int kv_tier_bounded_moved(struct kv_tier *t, const char *key)
+{
+	struct bounded *b = as_bounded(t);
+	uint32_t id;
+
+	if (!b || !key)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	id = kv_file_index_find(b->idx, key);
+	if (id != KV_FILE_INDEX_NONE)
+		kv_file_index_remove(b->idx, id);
+	pthread_mutex_unlock(&b->lock);
+	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
+}
+
+int kv_tier_bounded_trim(struct kv_tier *t, kv_tier_bounded_out_fn out, void *arg)
+{
+	struct bounded *b = as_bounded(t);
+	int r = 0;
+
+	if (!b || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	for (uint32_t v = kv_file_index_oldest(b->idx); v != KV_FILE_INDEX_NONE && over(b, 0);
+	     v = kv_file_index_newer(b->idx, v)) {
+		if (kv_file_index_moving(b->idx, v))
+			continue;
+		r = out(arg, kv_file_index_path(b->idx, v), kv_file_index_size(b->idx, v));
+		if (r < 0)
+			break;
+		if (r == 0)
+			kv_file_index_set_moving(b->idx, v, 1);
+		r = 0;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return r;
 }

@@ -3,7 +3,8 @@
  * spills that skip a copy already below, promotion on a second hit; the
  * bounded file tier's LRU by last use, rebuilt at reopen, its spills, a
  * failed spill that fails the put; kv_tier_demote's rule for a move
- * down, and three tiers under threads. */
+ * down; a bounded tier its caller moves blocks out of, and three tiers
+ * under threads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -692,6 +693,71 @@ static int check_demote(const char *base)
 	return 0;
 }
 
+struct offered {
+	char keys[8][256];
+	unsigned n, pass;	/* offers seen; pass the first this many */
+};
+
+static int offer(void *arg, const char *key, uint64_t size)
+{
+	struct offered *o = arg;
+
+	(void)size;
+	snprintf(o->keys[o->n % 8], sizeof(o->keys[0]), "%s", key);
+	return o->n++ < o->pass ? 1 : 0;
+}
+
+/* A bounded tier whose blocks its caller writes and moves through its
+ * own handles, as kvoffd does: the root claimed in the caller's name,
+ * the index told of writes and reads, trim offering the least recently
+ * used while over capacity, not those already moving, and moved
+ * removing them. */
+static int check_bounded_moves(const char *base)
+{
+	const char *root = subdir(base, "moves");
+	struct kv_tier *t, *files;
+	struct offered o = { .pass = 1 };
+	struct kv_tier_stat st;
+	char lock[512], text[256] = "";
+	uint64_t size = 0;
+	int moving = 0, fd;
+
+	CHECK(kv_tier_file_open_bounded_by(root, NULL, 3 * BLOCK, "socket /x.sock", &t) == 0,
+	      "open");
+	snprintf(lock, sizeof(lock), "%s/" KV_TIER_LOCK, root);
+	fd = open(lock, O_RDONLY);
+	CHECK(fd >= 0 && read(fd, text, sizeof(text) - 1) > 0 && strstr(text, " socket /x.sock"),
+	      "claim says '%s'", text);
+	if (fd >= 0)
+		close(fd);
+	CHECK(kv_tier_file_open(root, NULL, &files) == 0, "own handle");
+	for (int i = 0; i < 5; i++) {
+		CHECK(kv_tier_put(files, keys[i], data[i], BLOCK) == 0, "put %d", i);
+		CHECK(kv_tier_bounded_stored(t, keys[i], BLOCK) == 0, "stored %d", i);
+	}
+	CHECK(kv_tier_bounded_used(t, keys[0]) == 0, "used 0");
+	CHECK(kv_tier_bounded_find(t, keys[1], &size, &moving) == 0 && size == BLOCK && !moving,
+	      "find");
+	/* Two over: 1 and 2 are the oldest (0 was used); 1 is passed, so 2
+	 * and 3 are marked. */
+	CHECK(kv_tier_bounded_trim(t, offer, &o) == 0 && o.n == 3, "%u offered", o.n);
+	CHECK(!strcmp(o.keys[0], keys[1]) && !strcmp(o.keys[1], keys[2]) &&
+	      !strcmp(o.keys[2], keys[3]), "offered out of LRU order");
+	CHECK(kv_tier_bounded_find(t, keys[2], NULL, &moving) == 0 && moving, "2 not moving");
+	CHECK(kv_tier_bounded_find(t, keys[1], NULL, &moving) == 0 && !moving, "1 moving");
+	o.n = 0;
+	CHECK(kv_tier_bounded_trim(t, offer, &o) == 0 && o.n == 0, "moving ones offered again");
+	CHECK(kv_tier_bounded_moved(t, keys[2]) == 0 && kv_tier_bounded_moved(t, keys[3]) == 0,
+	      "moved");
+	CHECK(kv_tier_bounded_moved(t, keys[2]) == -ENOENT, "moved twice");
+	CHECK(kv_tier_stat(t, &st) == 0 && st.blocks == 3 && st.used_bytes == 3 * BLOCK,
+	      "stat: %llu blocks", (unsigned long long)st.blocks);
+	CHECK(kv_tier_bounded_find(files, keys[0], NULL, NULL) == -EINVAL, "not bounded");
+	kv_tier_close(files);
+	kv_tier_close(t);
+	return 0;
+}
+
 /* RAM over a bounded local tier over shared storage, as kvoffd stacks
  * them, under four threads: every block stays reachable and whole, and
  * the local tier within its capacity. */
@@ -748,6 +814,7 @@ int main(void)
 	check_bounded_spill(root);
 	check_bounded_failed_spill(root);
 	check_demote(root);
+	check_bounded_moves(root);
 	check_hierarchy(root);
 	check_user_memory(cpu);
 	check_del_beneath(root);

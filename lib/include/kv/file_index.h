@@ -3,7 +3,8 @@
  * hash index on the block path and libkv's LRU order (kv/lru.h) over one
  * array of entries, each with its size and a "moving" mark for a block
  * that is on its way out.  The bounded file tier
- * (kv_tier_file_open_bounded) and kvoffd's bounded tiers keep one each.
+ * (kv_tier_file_open_bounded) keeps one; kvoffd tells it what its
+ * workers move (kv_tier_bounded_*).
  * Not locked: callers serialise.
  */
 #ifndef KV_FILE_INDEX_H

@@ -240,6 +240,36 @@ int kv_tier_file_open(const char *root, const struct kv_io_opts *opts,
 int kv_tier_file_open_bounded(const char *root, const struct kv_io_opts *opts,
 			      uint64_t capacity_bytes, struct kv_tier **out);
 
+/* The same, the root claimed in holder's name (KV_TIER_LOCK says "pid
+ * PID holder"). */
+int kv_tier_file_open_bounded_by(const char *root, const struct kv_io_opts *opts,
+				 uint64_t capacity_bytes, const char *holder,
+				 struct kv_tier **out);
+/*
+ * A bounded tier whose caller writes, reads and moves its blocks through
+ * handles of its own on the root (unbounded file tiers, one per thread,
+ * as kvoffd's workers do) tells its index what they did, and the index
+ * says what to move out.  -EINVAL where t is not a bounded tier.
+ *   find: 0 and the size, and whether it is on its way out (moving;
+ *     either pointer may be NULL), or -ENOENT; no system call.
+ *   used: a read elsewhere: it is now the most recently used.
+ *   stored: a block written there elsewhere, the most recently used;
+ *     -ENOMEM leaves the index as it was.
+ *   trim: while the tier holds more than its capacity beside the
+ *     blocks already moving, offer the least recently used others,
+ *     oldest first, to out(): 0 marks it moving (the caller moves it, as
+ *     kv_tier_demote does, then says moved), 1 passes it, and an error
+ *     stops the walk and is returned.  out() runs under the tier's lock:
+ *     it must not call the tier.
+ *   moved: gone from the root (moved out, or found gone): out of the
+ *     index.  used and moved: -ENOENT if it was not indexed.
+ */
+int kv_tier_bounded_find(struct kv_tier *t, const char *key, uint64_t *size, int *moving);
+int kv_tier_bounded_used(struct kv_tier *t, const char *key);
+int kv_tier_bounded_stored(struct kv_tier *t, const char *key, uint64_t size);
+typedef int (*kv_tier_bounded_out_fn)(void *arg, const char *key, uint64_t size);
+int kv_tier_bounded_trim(struct kv_tier *t, kv_tier_bounded_out_fn out, void *arg);
+int kv_tier_bounded_moved(struct kv_tier *t, const char *key);
 /* The claim of a bounded tier's only writer on its root (the bounded
  * tier's while open, kvoffd's for the tiers it bounds): this file,
  * flock()ed exclusively, holding "pid PID ...".  A second claimant gets
