@@ -17,13 +17,15 @@
 #include "kvoffd.h"
 
 #define BATCH	32	/* loads, or writes to a bucket, one worker takes at once */
+#define BATCH_BYTES	(8u << 20)	/* ... and of moves, at most these bytes,
+					   each held in memory on their way */
 
 struct worker_arg {
 	struct offd *d;
 	unsigned idx;		/* its entry in the writer's active[] */
 	int prober;		/* runs probes only */
 	struct kv_tier **io;	/* one per file tier */
-	struct kv_tier_demotion move;	/* DEMOTE: its buffer, kept */
+	struct kv_tier_demotion *moves;	/* DEMOTE: BATCH, their buffers kept */
 	struct job *jobs;	/* BATCH taken at once ... */
 	struct kv_tier_req *reqs;	/* ... and their requests */
 };
@@ -306,20 +308,30 @@ void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 	}
 }
 
-/* Move a block out of tier j->tier down the tiers below it, by
- * libkv's one rule for that (kv_tier_demote). */
-static void run_demote(struct offd *d, struct worker_arg *a, struct job *j)
+/* Move blocks out of tier jobs[0].tier down the tiers below it, by
+ * libkv's one rule for that (kv_tier_demote_many): n of them at once
+ * where a bucket is next, so that it has their requests in flight. */
+static void run_demotes(struct offd *d, struct worker_arg *a, struct job *jobs, size_t n)
 {
-	unsigned below = j->tier + 1;
-	int r = kv_tier_demote(a->io[j->tier], a->io + below, d->ntiers - below, j->path, 0,
-			       &a->move);
+	unsigned from = jobs[0].tier, below = from + 1;
+	int64_t t0 = kv_monotonic_ns();
+	int r;
 
-	j->result = r;
-	j->existed = a->move.existed;
-	j->refused = a->move.refused << below;
-	j->dest = a->move.dest < 0 ? TIER_NONE : below + (unsigned)a->move.dest;
-	if (a->move.len)
-		j->len = a->move.len;
+	for (size_t k = 0; k < n; k++)
+		a->moves[k].key = jobs[k].path;
+	r = kv_tier_demote_many(a->io[from], a->io + below, d->ntiers - below, a->moves, n, 0);
+	for (size_t k = 0; k < n; k++) {
+		const struct kv_tier_demotion *m = &a->moves[k];
+		struct job *j = &jobs[k];
+
+		j->result = r < 0 ? r : m->result;
+		j->existed = m->existed;
+		j->refused = m->refused << below;
+		j->dest = m->dest < 0 ? TIER_NONE : below + (unsigned)m->dest;
+		if (m->len)
+			j->len = m->len;
+		j->ns = kv_monotonic_ns() - t0;
+	}
 }
 
 static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
@@ -335,7 +347,7 @@ static void run_job(struct offd *d, struct worker_arg *a, struct job *j)
 	} else if (j->kind == JOB_PROBE) {
 		probe_run(d, a->io, j->ask);
 	} else {
-		run_demote(d, a, j);
+		run_demotes(d, a, j, 1);
 	}
 	j->ns = kv_monotonic_ns() - t0;
 }
@@ -362,26 +374,78 @@ static int older_same_file(const struct writer *w, unsigned idx)
 	return 0;
 }
 
-/* Take the jobs at the ring's head, w->lock held: one, or for a write to
- * a bucket as many writes after it (at most BATCH) as go to the same
- * bucket, each a file the others are not.  (A DEMOTE goes alone.) */
+/* Whether a write or a move goes to a bucket (a move: to the next tier
+ * down, where it usually lands): such jobs batch, so that the bucket has
+ * their requests in flight together. */
+static int to_bucket(const struct offd *d, const struct job *j)
+{
+	unsigned dest = j->kind == JOB_DEMOTE ? j->tier + 1 : j->tier;
+
+	return dest < d->ntiers && kv_root_is_s3(d->tiers[dest].root);
+}
+
+/* Whether job next may join first, of a batch to a bucket. */
+static int joins(const struct job *first, const struct job *next)
+{
+	return next->kind == first->kind && next->tier == first->tier;
+}
+
+static int taken(const struct job *jobs, size_t n, const char *path)
+{
+	for (size_t k = 0; k < n; k++)
+		if (!strcmp(jobs[k].path, path))
+			return 1;
+	return 0;
+}
+
+/* Moves wait in the ring between writes, as each write landing in a
+ * bounded tier queues the move that makes its room: gather those that
+ * join jobs[0] from anywhere in the ring, the rest keeping their order. */
+static size_t gather_moves(struct writer *w, struct job *jobs, size_t n, uint64_t bytes)
+{
+	size_t kept = 0, count = w->wcount;
+
+	for (size_t q = 0; q < count; q++) {
+		const struct job *j = &w->writes[(w->whead + q) % w->wcap];
+
+		if (n < BATCH && joins(&jobs[0], j) && bytes + j->len <= BATCH_BYTES &&
+		    !taken(jobs, n, j->path)) {
+			jobs[n++] = *j;
+			bytes += j->len;
+			continue;
+		}
+		if (kept != q)
+			w->writes[(w->whead + kept) % w->wcap] = *j;
+		kept++;
+	}
+	w->wcount = kept;
+	return n;
+}
+
+/* Take the jobs at the ring's head, w->lock held: one, or as many after
+ * it (at most BATCH, and BATCH_BYTES of moves) as join it, each a file
+ * the others are not: the writes to a bucket that follow it, or the
+ * moves toward a bucket from anywhere in the ring. */
 static size_t take_writes(const struct offd *d, struct writer *w, struct job *jobs)
 {
 	size_t n = 0;
 
-	do {
+	jobs[n++] = w->writes[w->whead];
+	w->whead = (w->whead + 1) % w->wcap;
+	w->wcount--;
+	if (!w->wcount || !to_bucket(d, &jobs[0]))
+		return n;
+	if (jobs[0].kind == JOB_DEMOTE)
+		return gather_moves(w, jobs, n, jobs[0].len);
+	while (w->wcount && n < BATCH) {
 		const struct job *next = &w->writes[w->whead];
 
-		if (n && (jobs[0].kind != JOB_WRITE || next->kind != JOB_WRITE ||
-			  next->tier != jobs[0].tier || !kv_root_is_s3(d->tiers[next->tier].root)))
+		if (!joins(&jobs[0], next) || taken(jobs, n, next->path))
 			break;
-		for (size_t k = 0; k < n; k++)
-			if (!strcmp(jobs[k].path, next->path))
-				return n;
 		jobs[n++] = *next;
 		w->whead = (w->whead + 1) % w->wcap;
 		w->wcount--;
-	} while (w->wcount && n < BATCH);
+	}
 	return n;
 }
 
@@ -389,6 +453,18 @@ static size_t take_writes(const struct offd *d, struct writer *w, struct job *jo
 static size_t done_cap(const struct writer *w)
 {
 	return w->wcap + 2 * w->lcap;
+}
+
+static void worker_arg_free(struct worker_arg *a)
+{
+	if (!a)
+		return;
+	for (size_t k = 0; a->moves && k < BATCH; k++)
+		kv_io_buf_free(a->moves[k].buf);
+	free(a->moves);
+	free(a->jobs);
+	free(a->reqs);
+	free(a);
 }
 
 static void *worker(void *p)
@@ -435,6 +511,8 @@ static void *worker(void *p)
 			pthread_mutex_unlock(&w->lock);
 			if (n == 1)
 				run_job(d, a, &a->jobs[0]);
+			else if (a->jobs[0].kind == JOB_DEMOTE)
+				run_demotes(d, a, a->jobs, n);
 			else
 				run_writes(d, a, a->jobs, n);
 			pthread_mutex_lock(&w->lock);
@@ -463,10 +541,7 @@ static void *worker(void *p)
 		job_finished_locked(w, &j);
 	}
 	pthread_mutex_unlock(&w->lock);
-	kv_io_buf_free(a->move.buf);
-	free(a->jobs);
-	free(a->reqs);
-	free(a);
+	worker_arg_free(a);
 	return NULL;
 }
 
@@ -516,13 +591,10 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		if (a) {
 			a->jobs = calloc(BATCH, sizeof(*a->jobs));
 			a->reqs = calloc(BATCH, sizeof(*a->reqs));
+			a->moves = calloc(BATCH, sizeof(*a->moves));
 		}
-		if (!a || !a->jobs || !a->reqs) {
-			if (a) {
-				free(a->jobs);
-				free(a->reqs);
-			}
-			free(a);
+		if (!a || !a->jobs || !a->reqs || !a->moves) {
+			worker_arg_free(a);
 			return -ENOMEM;
 		}
 		a->d = d;
@@ -531,9 +603,7 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 		a->prober = i == nthreads;
 		err = pthread_create(&w->threads[i], NULL, worker, a);
 		if (err) {
-			free(a->jobs);
-			free(a->reqs);
-			free(a);
+			worker_arg_free(a);
 			return -err;
 		}
 		if (a->prober)

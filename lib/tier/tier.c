@@ -72,50 +72,159 @@ static int tier_size(struct kv_tier *t, const char *key, uint64_t *size)
 	return t->ops->size ? t->ops->size(t, key, size) : tier_has(t, key);
 }
 
-/* Where a block's bytes come from when a move needs them: at hand, or
- * read on first need. */
-struct bytes {
+/*
+ * A block being moved down: m names it and says where it went; its
+ * bytes are at hand (at) or read from the tier it leaves on first need.
+ */
+struct placing {
+	struct kv_tier_demotion *m;
 	const void *at;
-	int (*fetch)(struct bytes *b, const char *key, size_t len);
+	int err;		/* reading its bytes failed: not placed */
+	int open;		/* still to place */
+	struct kv_tier_req req;
 };
 
-/*
- * The one rule for moving a block down: it goes to the first of below[]
- * that has a copy of the same size (a key names its content, the block
- * hash, so nothing is written again) or takes one; a tier that refuses
- * it (full, too small, failing) is passed for the next.  Returns 0, or
- * the error fetching its bytes; m says where it went.
- */
-static int place(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
-		 const char *key, uint64_t len, struct bytes *b, struct kv_tier_demotion *m)
+static void placing_init(struct placing *p, struct kv_tier_demotion *m, const void *at)
 {
-	int r;
-
+	*p = (struct placing){ .m = m, .at = at, .open = 1 };
 	m->dest = -1;
 	m->existed = 0;
 	m->refused = 0;
 	m->refusal = 0;
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t size;
+}
 
-		if (tier_size(below[i], key, &size) == 0 && size == len) {
-			m->dest = (int)i;
-			m->existed = 1;
-			return 0;
+/* Read p's bytes from the tier it leaves into m's buffer, grown to fit
+ * (and to O_DIRECT's rounding). */
+static int fetch(struct kv_tier *from, struct placing *p)
+{
+	struct kv_tier_demotion *m = p->m;
+	size_t need = (size_t)m->len + KV_IO_ALIGN, got;
+	int r;
+
+	if (need > m->cap) {
+		kv_io_buf_free(m->buf);
+		m->cap = 0;
+		m->buf = kv_io_buf_alloc(need);
+		if (!m->buf)
+			return -ENOMEM;
+		m->cap = need;
+	}
+	r = from->ops->get(from, m->key, m->buf, m->cap, &got);
+	if (r < 0)
+		return r;
+	if (got != m->len)
+		return -KV_ESHORT;	/* rewritten under the move */
+	p->at = m->buf;
+	return 0;
+}
+
+/* One request per open entry, as a tier's batch takes them. */
+struct pass {
+	struct placing *p;
+	size_t count, at;
+	enum kv_tier_op op;
+};
+
+#define REQ_PENDING	1	/* not answered: its batch stopped first */
+
+static int pass_next(void *arg, struct kv_tier_req **out)
+{
+	struct pass *ps = arg;
+
+	while (ps->at < ps->count) {
+		struct placing *p = &ps->p[ps->at++];
+
+		if (!p->open)
+			continue;
+		p->req = (struct kv_tier_req){ .op = ps->op, .key = p->m->key, .result = REQ_PENDING };
+		if (ps->op == KV_TIER_OP_PUT) {
+			p->req.buf = (void *)p->at;
+			p->req.len = (size_t)p->m->len;
 		}
-		if (!b->at && (r = b->fetch(b, key, (size_t)len)) < 0)
-			return r;
-		r = kv_tier_put(below[i], key, b->at, (size_t)len);
-		if (r == 0) {
-			m->dest = (int)i;
-			carry_config(below[i], from, key);
-			return 0;
-		}
-		m->refused |= 1u << i;
-		if (!m->refusal)
-			m->refusal = r;
+		*out = &p->req;
+		return 1;
 	}
 	return 0;
+}
+
+static void pass_done(void *arg, struct kv_tier_req *req)
+{
+	(void)arg, (void)req;
+}
+
+/* Ask t about (op) every open entry: as one batch where there are
+ * several, so a bucket has them in flight together, else alone.  Each
+ * req.result is 0, -errno, or REQ_PENDING (the batch stopped first). */
+static void ask(struct kv_tier *t, struct placing *p, size_t count, enum kv_tier_op op)
+{
+	struct pass ps = { .p = p, .count = count, .op = op };
+
+	/* A batch on a chained tier asks its chain: a size must be t's own. */
+	if (count > 1 && (op == KV_TIER_OP_PUT || !t->lower)) {
+		kv_tier_batch_stream(t, pass_next, pass_done, &ps);
+		return;
+	}
+	for (size_t k = 0; k < count; k++) {
+		uint64_t size = 0;
+
+		if (!p[k].open)
+			continue;
+		p[k].req.result = op == KV_TIER_OP_PUT ?
+				  kv_tier_put(t, p[k].m->key, p[k].at, (size_t)p[k].m->len) :
+				  tier_size(t, p[k].m->key, &size);
+		p[k].req.done = op == KV_TIER_OP_PUT ? (size_t)p[k].m->len :
+				size == KV_TIER_SIZE_UNKNOWN ? SIZE_MAX : (size_t)size;
+	}
+}
+
+/*
+ * The one rule for moving blocks down: each goes to the first of below[]
+ * that has a copy of the same size (a key names its content, the block
+ * hash, so nothing is written again) or takes one; a tier that refuses
+ * it (full, too small, failing) is passed for the next.
+ */
+static void place(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+		  struct placing *p, size_t count)
+{
+	for (unsigned i = 0; i < n; i++) {
+		size_t open = 0;
+
+		ask(below[i], p, count, KV_TIER_OP_HAS);
+		for (size_t k = 0; k < count; k++) {
+			struct kv_tier_demotion *m = p[k].m;
+
+			if (!p[k].open)
+				continue;
+			if (p[k].req.result == 0 && p[k].req.done == m->len) {
+				m->dest = (int)i;
+				m->existed = 1;
+				p[k].open = 0;
+			} else if (!p[k].at && (p[k].err = fetch(from, &p[k])) < 0) {
+				p[k].open = 0;
+			} else {
+				open++;
+			}
+		}
+		if (!open)
+			return;
+		ask(below[i], p, count, KV_TIER_OP_PUT);
+		for (size_t k = 0; k < count; k++) {
+			struct kv_tier_demotion *m = p[k].m;
+			int r = p[k].req.result == REQ_PENDING ? -ECONNRESET : p[k].req.result;
+
+			if (!p[k].open)
+				continue;
+			if (r == 0) {
+				m->dest = (int)i;
+				p[k].open = 0;
+				carry_config(below[i], from, m->key);
+				continue;
+			}
+			m->refused |= 1u << i;
+			if (!m->refusal)
+				m->refusal = r;
+		}
+	}
 }
 
 unsigned kvi_tier_spill_to(struct kv_tier *t, struct kv_tier **below)
@@ -135,87 +244,32 @@ void kvi_tier_evicted(struct kv_tier *t, const struct kv_tier_demotion *m)
 	atomic_fetch_add(&t->evictions, 1);
 }
 
-static int fetch_none(struct bytes *b, const char *key, size_t len)
-{
-	(void)b, (void)key, (void)len;
-	return -EINVAL;
-}
-
 int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
 		      size_t len)
 {
 	struct kv_tier *below[KV_TIER_DEPTH_MAX];
-	struct kv_tier_demotion m;
-	struct bytes b = { .at = buf, .fetch = fetch_none };
-	unsigned n = kvi_tier_spill_to(t, below);
-	int r = place(t, below, n, key, len, &b, &m);
+	struct kv_tier_demotion m = { .key = key, .len = len };
+	struct placing p;
 
-	if (r == 0 && m.dest < 0 && m.refused)
-		r = m.refusal;	/* kept here: a put fails rather than lose it */
-	if (r == 0)
-		kvi_tier_evicted(t, &m);
-	return r;
-}
-
-/* kv_tier_demote's bytes: read from the tier it leaves into m's
- * buffer, grown to fit (and to O_DIRECT's rounding). */
-struct demote_bytes {
-	struct bytes b;
-	struct kv_tier *from;
-	struct kv_tier_demotion *m;
-};
-
-static int fetch_from(struct bytes *b, const char *key, size_t len)
-{
-	struct demote_bytes *d = (struct demote_bytes *)b;
-	struct kv_tier_demotion *m = d->m;
-	size_t need = len + KV_IO_ALIGN, got;
-	int r;
-
-	if (need > m->cap) {
-		kv_io_buf_free(m->buf);
-		m->cap = 0;
-		m->buf = kv_io_buf_alloc(need);
-		if (!m->buf)
-			return -ENOMEM;
-		m->cap = need;
-	}
-	r = d->from->ops->get(d->from, key, m->buf, m->cap, &got);
-	if (r < 0)
-		return r;
-	if (got != len)
-		return -KV_ESHORT;	/* rewritten under the move */
-	b->at = m->buf;
+	placing_init(&p, &m, buf);
+	place(t, below, kvi_tier_spill_to(t, below), &p, 1);
+	if (m.dest < 0 && m.refused)
+		return m.refusal;	/* kept here: a put fails rather than lose it */
+	kvi_tier_evicted(t, &m);
 	return 0;
 }
 
-int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
-		   const char *key, unsigned flags, struct kv_tier_demotion *m)
+/* After place: keep or remove the block where it was, and say so. */
+static int leave(struct kv_tier *from, struct placing *p, unsigned flags)
 {
-	struct demote_bytes d = { .b.fetch = fetch_from, .from = from, .m = m };
-	uint64_t size;
-	int r, gone;
+	struct kv_tier_demotion *m = p->m;
+	int r = p->err, gone;
 
-	if (!from || bad_key(key) || !m || (n && !below) || n > KV_TIER_DEPTH_MAX ||
-	    (flags & ~KV_TIER_DEMOTE_KEEP))
-		return -EINVAL;
-	m->len = 0;
-	m->dest = -1;
-	m->existed = 0;
-	m->refused = 0;
-	m->refusal = 0;
-	r = tier_size(from, key, &size);
-	if (r < 0)
-		return r;
-	if (size == KV_TIER_SIZE_UNKNOWN)
-		return -EOPNOTSUPP;
-	m->len = size;
-	r = place(from, below, n, key, size, &d.b, m);
 	if ((flags & KV_TIER_DEMOTE_KEEP) && (r < 0 || (m->dest < 0 && m->refused)))
 		return r < 0 ? r : m->refusal;
 	/* Unreadable (damaged, or gone bad), it leaves too: nothing could
 	 * ever read it through again. */
-	gone = from->ops->del(from, key);
+	gone = from->ops->del(from, m->key);
 	if (gone == -ENOENT && m->dest < 0 && !m->refused)
 		return -ENOENT;	/* removed by someone else: nothing moved */
 	if (r == -ENOENT)
@@ -224,6 +278,55 @@ int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned 
 		r = gone;
 	kvi_tier_evicted(from, m);
 	return r;
+}
+
+int kv_tier_demote_many(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+			struct kv_tier_demotion *m, size_t count, unsigned flags)
+{
+	struct placing one, *p = count == 1 ? &one : calloc(count, sizeof(*p));
+	int failed = 0;
+
+	if (!from || !m || (n && !below) || n > KV_TIER_DEPTH_MAX ||
+	    (flags & ~KV_TIER_DEMOTE_KEEP)) {
+		if (p != &one)
+			free(p);
+		return -EINVAL;
+	}
+	if (!p)
+		return -ENOMEM;
+	for (size_t k = 0; k < count; k++) {
+		uint64_t size;
+		int r = bad_key(m[k].key) ? -EINVAL : tier_size(from, m[k].key, &size);
+
+		placing_init(&p[k], &m[k], NULL);
+		m[k].len = 0;
+		m[k].result = r < 0 ? r : size == KV_TIER_SIZE_UNKNOWN ? -EOPNOTSUPP : 0;
+		if (m[k].result < 0)
+			p[k].open = 0;	/* -ENOENT: nothing to move */
+		else
+			m[k].len = size;
+	}
+	place(from, below, n, p, count);
+	for (size_t k = 0; k < count; k++) {
+		if (m[k].result == 0)
+			m[k].result = leave(from, &p[k], flags);
+		failed += m[k].result < 0;
+	}
+	if (p != &one)
+		free(p);
+	return failed;
+}
+
+int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+		   const char *key, unsigned flags, struct kv_tier_demotion *m)
+{
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	m->key = key;
+	r = kv_tier_demote_many(from, below, n, m, 1, flags);
+	return r < 0 ? r : m->result;
 }
 
 int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,

@@ -674,6 +674,30 @@ static int check_demote(const char *base)
 	      "too deep");
 	kv_io_buf_free(m.buf);
 
+	/* Several at once: each tier below asked about all of them in one
+	 * batch; one missing, one found below already. */
+	{
+		struct kv_tier_demotion many[4] = { { .key = keys[7] }, { .key = keys[8] },
+						    { .key = keys[9] }, { .key = keys[10] } };
+
+		for (int i = 7; i < 10; i++)
+			CHECK(kv_tier_put(from, keys[i], data[i], BLOCK) == 0, "put %d", i);
+		CHECK(kv_tier_put(shared, keys[8], data[8], BLOCK) == 0, "put 8 below");
+		below[0] = tiny;
+		below[1] = shared;
+		r = kv_tier_demote_many(from, below, 2, many, 4, 0);
+		CHECK(r == 1 && many[3].result == -ENOENT, "%d failed, missing one %d", r,
+		      many[3].result);
+		for (int k = 0; k < 3; k++) {
+			CHECK(many[k].result == 0 && many[k].dest == 1 && many[k].existed == (k == 1) &&
+			      many[k].refused == 1, "block %d: %d, dest %d, refused %u",
+			      7 + k, many[k].result, many[k].dest, many[k].refused);
+			CHECK(kv_tier_has(from, keys[7 + k]) == -ENOENT && expect(shared, 7 + k, BLOCK) == 0,
+			      "block %d not moved", 7 + k);
+			kv_io_buf_free(many[k].buf);
+		}
+	}
+
 	/* A bounded tier over the tiny tier over the shared root: its
 	 * evictions land in the shared root. */
 	CHECK(kv_tier_file_open_bounded(subdir(base, "demote-up"), NULL, 2 * BLOCK, &up) == 0,

@@ -179,6 +179,7 @@ int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
 #define KV_TIER_DEPTH_MAX	16
 #define KV_TIER_DEMOTE_KEEP	(1u << 0)
 struct kv_tier_demotion {
+	const char *key;	/* kv_tier_demote_many: the block (in) */
 	void *buf;		/* scratch for the bytes, grown as needed
 				   (kv_io_buf_alloc): start NULL and 0,
 				   reuse, then kv_io_buf_free */
@@ -189,9 +190,17 @@ struct kv_tier_demotion {
 	int existed;		/* out: below[dest] had it already */
 	unsigned refused;	/* out: below[] that refused it, a bit each */
 	int refusal;		/* out: the first refusal's error */
+	int result;		/* kv_tier_demote_many: what kv_tier_demote
+				   would return for it (out) */
 };
 int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
 		   const char *key, unsigned flags, struct kv_tier_demotion *m);
+/* The same for count blocks, m[k].key each, by the same rule: each tier
+ * below is asked about all of them at once (a bucket has their HEADs,
+ * then their PUTs, in flight together).  Returns how many failed (their
+ * m[k].result), or -EINVAL. */
+int kv_tier_demote_many(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
+			struct kv_tier_demotion *m, size_t count, unsigned flags);
 /* Close one tier (not the ones below it). */
 void kv_tier_close(struct kv_tier *t);
 
