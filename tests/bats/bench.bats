@@ -191,6 +191,15 @@ needs_latfs() {
 	assert_output --partial "ratios, peer time / kvtools time"
 }
 
+@test "bench/offd-s3.sh runs (COUNT=200, RAM=1M, RUNS=1)" {
+	# It starts its own gateway (tests/s3/s3server.sh); exit 77 is one
+	# line saying what is missing: Ceph, rclone or boto3.
+	run env COUNT=200 RAM=1M RUNS=1 "$REPO/bench/offd-s3.sh" "$SCRATCH"
+	[ "$status" -ne 77 ] || skip "$(tail -n 1 <<< "$output")"
+	assert_success
+	assert_output --regexp "ratio moving [1-9][0-9]* x 16K into the bucket: rclone move / kvoffd = [0-9.]+"
+}
+
 @test "bench/offd-batch.sh runs (SMOKE=1)" {
 	requires redis-server redis-benchmark
 	run env SMOKE=1 REPEAT=1 "$REPO/bench/offd-batch.sh"
