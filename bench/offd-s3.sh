@@ -29,6 +29,7 @@
 #   moves the wrong count of objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/s3_bench.bash
 
 COUNT=${COUNT:-3000}
 SIZE=${SIZE:-16K}
@@ -56,49 +57,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rc=0
-tests/s3/s3server.sh start "$SRV" > /dev/null 2> "$SCRATCH/s3server.err" < /dev/null || rc=$?
-if [ "$rc" -ne 0 ]; then
-	echo "offd-s3.sh: no S3 server: $(tail -n 1 "$SCRATCH/s3server.err")"
-	[ "$rc" -eq 77 ] && exit 77
-	exit 1
-fi
-# shellcheck disable=SC1091
-. "$SRV/env"
-unset AWS_CA_BUNDLE	# rclone 1.60 refuses any; the endpoint is plain http
-: > "$SCRATCH/rclone.conf"
-export RCLONE_CONFIG=$SCRATCH/rclone.conf RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Ceph \
-	RCLONE_CONFIG_S3_ENDPOINT=$AWS_ENDPOINT_URL RCLONE_CONFIG_S3_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID \
-	RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 B=kvoffds3
-
-# s3util mk|count|rm [PREFIX]: make the bucket, or "objects bytes" under
-# PREFIX/, or delete them.
-s3util() {
-	"$PY" - "$B" "$@" <<'PY'
-import os, sys, boto3
-from botocore.config import Config
-bucket, op = sys.argv[1], sys.argv[2]
-s3 = boto3.session.Session().client(
-    "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ["AWS_REGION"],
-    config=Config(s3={"addressing_style": "path"}))
-if op == "mk":
-    s3.create_bucket(Bucket=bucket)
-    sys.exit(0)
-n = size = 0
-keys = []
-for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=sys.argv[3] + "/"):
-    for o in page.get("Contents", []):
-        n += 1
-        size += o["Size"]
-        keys.append(o["Key"])
-if op == "rm":
-    for i in range(0, len(keys), 1000):
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]],
-                                                 "Quiet": True})
-print(n, size)
-PY
-}
+s3_bench_start offd-s3.sh "$SRV"
 s3util mk
 
 min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }'; }

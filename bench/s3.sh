@@ -49,6 +49,7 @@
 #   verifies it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/s3_bench.bash
 
 OBJECTS=${OBJECTS:-20000}
 RANKS=${RANKS:-4}
@@ -79,59 +80,18 @@ KEEP_SCRATCH=
 cleanup() {
 	[ ! -d "$SRV" ] || tests/s3/s3server.sh stop "$SRV" > /dev/null 2>&1 || true
 	if [ -n "${KEEP_SCRATCH:-}" ]; then
-		rm -rf "$SRV" "$SCRATCH"/src-* "$SCRATCH/out" "$SCRATCH"/*.out "$SCRATCH/rclone.conf"
+		rm -rf "$SRV" "$SRV".* "$SCRATCH"/src-* "$SCRATCH/out" "$SCRATCH"/*.out
 	else
 		rm -rf "$SCRATCH"
 	fi
 }
 trap cleanup EXIT
 
-rc=0
-tests/s3/s3server.sh start "$SRV" > /dev/null 2> "$SCRATCH/s3server.err" < /dev/null || rc=$?
-if [ "$rc" -ne 0 ]; then
-	# s3server.sh's reason is its last line.
-	echo "s3.sh: no S3 server: $(tail -n 1 "$SCRATCH/s3server.err")"
-	[ "$rc" -eq 77 ] && exit 77
-	exit 1
-fi
-# shellcheck disable=SC1091
-. "$SRV/env"
-# rclone 1.60's AWS SDK refuses any AWS_CA_BUNDLE ("LoadCustomCABundleError:
-# ... unsupported transport"); the endpoint is plain http anyway.
-unset AWS_CA_BUNDLE
+s3_bench_start s3.sh "$SRV"
 export KV_S3_INFLIGHT=$INFLIGHT
-: > "$SCRATCH/rclone.conf"
-export RCLONE_CONFIG=$SCRATCH/rclone.conf RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Ceph \
-	RCLONE_CONFIG_S3_ENDPOINT=$AWS_ENDPOINT_URL RCLONE_CONFIG_S3_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID \
-	RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
 
 B=kvbench
 P=list
-
-# s3util count|rm PREFIX: "objects bytes" under PREFIX/, or delete them.
-s3util() {
-	"$PY" - "$B" "$@" <<'PY'
-import os, sys, boto3
-from botocore.config import Config
-bucket, op, prefix = sys.argv[1], sys.argv[2], sys.argv[3] + "/"
-s3 = boto3.session.Session().client(
-    "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ["AWS_REGION"],
-    config=Config(s3={"addressing_style": "path"}))
-n = size = 0
-keys = []
-for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-    for o in page.get("Contents", []):
-        n += 1
-        size += o["Size"]
-        keys.append(o["Key"])
-if op == "rm":
-    for i in range(0, len(keys), 1000):
-        r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
-        if r.get("Errors"):
-            sys.exit("s3.sh: delete failed: %s" % r["Errors"][:3])
-print(n, size)
-PY
-}
 
 # timed CMD: run the command line CMD (eval'd, so quoted as echoed), its
 # wall time in seconds in T; fails the script when it fails.

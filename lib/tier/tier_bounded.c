@@ -323,26 +323,10 @@ static struct bounded *as_bounded(struct kv_tier *t)
 	return t && t->ops == &bounded_ops ? B(t) : NULL;
 }
 
-int kv_tier_bounded_find(struct kv_tier *t, const char *key, uint64_t *size, int *moving)
-{
-	struct bounded *b = as_bounded(t);
-	uint32_t id;
-
-	if (!b || !key)
-		return -EINVAL;
-	pthread_mutex_lock(&b->lock);
-	id = kv_file_index_find(b->idx, key);
-	if (id != KV_FILE_INDEX_NONE) {
-		if (size)
-			*size = kv_file_index_size(b->idx, id);
-		if (moving)
-			*moving = kv_file_index_moving(b->idx, id);
-	}
-	pthread_mutex_unlock(&b->lock);
-	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
-}
-
-int kv_tier_bounded_used(struct kv_tier *t, const char *key)
+/* act on key's index entry, under the lock: 0, or -ENOENT when it is not
+ * indexed. */
+static int on_entry(struct kv_tier *t, const char *key,
+		    void (*act)(struct kv_file_index *x, uint32_t id, void *arg), void *arg)
 {
 	struct bounded *b = as_bounded(t);
 	uint32_t id;
@@ -352,9 +336,48 @@ int kv_tier_bounded_used(struct kv_tier *t, const char *key)
 	pthread_mutex_lock(&b->lock);
 	id = kv_file_index_find(b->idx, key);
 	if (id != KV_FILE_INDEX_NONE)
-		kv_file_index_touch(b->idx, id);
+		act(b->idx, id, arg);
 	pthread_mutex_unlock(&b->lock);
 	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
+}
+
+struct found {
+	uint64_t *size;
+	int *moving;
+};
+
+static void read_entry(struct kv_file_index *x, uint32_t id, void *arg)
+{
+	struct found *f = arg;
+
+	if (f->size)
+		*f->size = kv_file_index_size(x, id);
+	if (f->moving)
+		*f->moving = kv_file_index_moving(x, id);
+}
+
+static void touch_entry(struct kv_file_index *x, uint32_t id, void *arg)
+{
+	(void)arg;
+	kv_file_index_touch(x, id);
+}
+
+static void remove_entry(struct kv_file_index *x, uint32_t id, void *arg)
+{
+	(void)arg;
+	kv_file_index_remove(x, id);
+}
+
+int kv_tier_bounded_find(struct kv_tier *t, const char *key, uint64_t *size, int *moving)
+{
+	struct found f = { .size = size, .moving = moving };
+
+	return on_entry(t, key, read_entry, &f);
+}
+
+int kv_tier_bounded_used(struct kv_tier *t, const char *key)
+{
+	return on_entry(t, key, touch_entry, NULL);
 }
 
 int kv_tier_bounded_stored(struct kv_tier *t, const char *key, uint64_t size)
@@ -372,17 +395,7 @@ int kv_tier_bounded_stored(struct kv_tier *t, const char *key, uint64_t size)
 
 int kv_tier_bounded_moved(struct kv_tier *t, const char *key)
 {
-	struct bounded *b = as_bounded(t);
-	uint32_t id;
-
-	if (!b || !key)
-		return -EINVAL;
-	pthread_mutex_lock(&b->lock);
-	id = kv_file_index_find(b->idx, key);
-	if (id != KV_FILE_INDEX_NONE)
-		kv_file_index_remove(b->idx, id);
-	pthread_mutex_unlock(&b->lock);
-	return id == KV_FILE_INDEX_NONE ? -ENOENT : 0;
+	return on_entry(t, key, remove_entry, NULL);
 }
 
 int kv_tier_bounded_trim(struct kv_tier *t, kv_tier_bounded_out_fn out, void *arg)
