@@ -123,6 +123,7 @@ struct pass {
 	struct placing *p;
 	size_t count, at;
 	enum kv_tier_op op;
+	int keep;		/* PUT: keep what is there already */
 };
 
 #define REQ_PENDING	1	/* not answered: its batch stopped first */
@@ -140,6 +141,7 @@ static int pass_next(void *arg, struct kv_tier_req **out)
 		if (ps->op == KV_TIER_OP_PUT) {
 			p->req.buf = (void *)p->at;
 			p->req.len = (size_t)p->m->len;
+			p->req.keep = ps->keep;
 		}
 		*out = &p->req;
 		return 1;
@@ -152,15 +154,24 @@ static void pass_done(void *arg, struct kv_tier_req *req)
 	(void)arg, (void)req;
 }
 
-/* Ask t about (op) every open entry: as one batch where there are
- * several, so a bucket has them in flight together, else alone.  Each
- * req.result is 0, -errno, or REQ_PENDING (the batch stopped first). */
-static void ask(struct kv_tier *t, struct placing *p, size_t count, enum kv_tier_op op)
+/* Whether t's put keeps a block already there in the same request (a
+ * bucket's If-None-Match): then it is not asked first, the put says. */
+static int put_keeps(const struct kv_tier *t)
 {
-	struct pass ps = { .p = p, .count = count, .op = op };
+	return (t->ops->flags & KVI_TIER_PUT_KEEPS) && t->ops->batch_stream && !t->lower;
+}
+
+/* Ask t about (op) every open entry: as one batch where there are
+ * several, or where the put keeps, so a bucket has them in flight
+ * together; else alone.  Each req.result is 0, -errno, or REQ_PENDING
+ * (the batch stopped first). */
+static void ask(struct kv_tier *t, struct placing *p, size_t count, enum kv_tier_op op,
+		int keep)
+{
+	struct pass ps = { .p = p, .count = count, .op = op, .keep = keep };
 
 	/* A batch on a chained tier asks its chain: a size must be t's own. */
-	if (count > 1 && (op == KV_TIER_OP_PUT || !t->lower)) {
+	if ((count > 1 || keep) && (op == KV_TIER_OP_PUT || !t->lower)) {
 		kv_tier_batch_stream(t, pass_next, pass_done, &ps);
 		return;
 	}
@@ -169,6 +180,7 @@ static void ask(struct kv_tier *t, struct placing *p, size_t count, enum kv_tier
 
 		if (!p[k].open)
 			continue;
+		p[k].req.existed = 0;
 		p[k].req.result = op == KV_TIER_OP_PUT ?
 				  kv_tier_put(t, p[k].m->key, p[k].at, (size_t)p[k].m->len) :
 				  tier_size(t, p[k].m->key, &size);
@@ -181,21 +193,25 @@ static void ask(struct kv_tier *t, struct placing *p, size_t count, enum kv_tier
  * The one rule for moving blocks down: each goes to the first of below[]
  * that has a copy of the same size (a key names its content, the block
  * hash, so nothing is written again) or takes one; a tier that refuses
- * it (full, too small, failing) is passed for the next.
+ * it (full, too small, failing) is passed for the next.  A bucket's
+ * objects are whole or absent, so there its conditional put is the
+ * question and the write at once.
  */
 static void place(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
 		  struct placing *p, size_t count)
 {
 	for (unsigned i = 0; i < n; i++) {
+		int keeps = put_keeps(below[i]);
 		size_t open = 0;
 
-		ask(below[i], p, count, KV_TIER_OP_HAS);
+		if (!keeps)
+			ask(below[i], p, count, KV_TIER_OP_HAS, 0);
 		for (size_t k = 0; k < count; k++) {
 			struct kv_tier_demotion *m = p[k].m;
 
 			if (!p[k].open)
 				continue;
-			if (p[k].req.result == 0 && p[k].req.done == m->len) {
+			if (!keeps && p[k].req.result == 0 && p[k].req.done == m->len) {
 				m->dest = (int)i;
 				m->existed = 1;
 				p[k].open = 0;
@@ -207,7 +223,7 @@ static void place(struct kv_tier *from, struct kv_tier *const *below, unsigned n
 		}
 		if (!open)
 			return;
-		ask(below[i], p, count, KV_TIER_OP_PUT);
+		ask(below[i], p, count, KV_TIER_OP_PUT, keeps);
 		for (size_t k = 0; k < count; k++) {
 			struct kv_tier_demotion *m = p[k].m;
 			int r = p[k].req.result == REQ_PENDING ? -ECONNRESET : p[k].req.result;
@@ -216,6 +232,7 @@ static void place(struct kv_tier *from, struct kv_tier *const *below, unsigned n
 				continue;
 			if (r == 0) {
 				m->dest = (int)i;
+				m->existed = keeps && p[k].req.existed;
 				p[k].open = 0;
 				carry_config(below[i], from, m->key);
 				continue;

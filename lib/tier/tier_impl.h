@@ -8,7 +8,12 @@
 #include <stdatomic.h>
 #include <kv/tier.h>
 
+/* kv_tier_ops.flags */
+#define KVI_TIER_PUT_KEEPS	(1u << 0)	/* a batch PUT with keep is one
+						   request, the block there or not */
+
 struct kv_tier_ops {
+	unsigned flags;
 	int (*put)(struct kv_tier *t, const char *key, const void *buf,
 		   size_t len);
 	int (*get)(struct kv_tier *t, const char *key, void *buf, size_t cap,

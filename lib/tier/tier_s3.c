@@ -348,7 +348,7 @@ static int batch_next(void *arg, struct kvi_s3_op **out)
 				hex16(kv_xxh3(req->buf, req->len), r->sum);
 				r->op.xxh3 = r->sum;
 			}
-			if (!(b->st->flags & KV_IO_REPLACE))
+			if (!(b->st->flags & KV_IO_REPLACE) || req->keep)
 				r->op.flags = KVI_S3_IF_NONE_MATCH;
 			break;
 		case KV_TIER_OP_GET:
@@ -442,6 +442,7 @@ static int s3_batch(struct kv_tier *t, kv_tier_next_fn next, kv_tier_done_fn don
 }
 
 static const struct kv_tier_ops s3_ops = {
+	.flags = KVI_TIER_PUT_KEEPS,
 	.put = s3_put,
 	.get = s3_get,
 	.has = s3_has,

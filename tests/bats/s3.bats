@@ -211,26 +211,36 @@ print([g == open(h, 'rb').read() for g, h in zip(got[:-1], hs)], got[-1])"
 	[ "${#lines[@]}" -eq 8 ] || fail "$output"
 }
 
-@test "s3: kvoffd moves blocks out of a full local tier into a bucket with their PUTs in flight together" {
-	local h hs=
+@test "s3: kvoffd moves blocks out of a full local tier into a bucket with their PUTs in flight together, one conditional PUT each" {
+	local h hs= moved written
 	SOCK=$BATS_TEST_TMPDIR/offd.sock
 	mkdir "$BATS_TEST_TMPDIR/local"
-	s3_proxy_start --delay-ms 200
-	# RAM holds 16 blocks and the local tier 4: each put past them moves
-	# one block out of the local tier.  One worker: one at a time, no two
-	# of its requests would overlap.
-	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:40K" \
-		--tier "shared:s3://$B/fleet" --cpu-bytes 256K --slot-bytes 16K --write-threads 1
 	for h in $(seq -f 'abcd%04g' 1 40); do
 		head -c 10000 /dev/urandom > "$h"
 		printf '{"hash":"%s","file":"%s"}\n' "$h" "$BATS_TEST_TMPDIR/$h"
 		hs+=" $h"
 	done > manifest
+	# Another node wrote the first five into the bucket already.
+	head -5 manifest > first
+	kvput --root "s3://$B/fleet" --config "$CFG" --batch first
+	s3_proxy_start --delay-ms 200
+	# RAM holds 16 blocks and the local tier 4: each put past them moves
+	# one block out of the local tier.  One worker: one at a time, no two
+	# of its requests would overlap.
+	AWS_ENDPOINT_URL=$S3_PROXY_URL start_kvoffd --tier "local:$BATS_TEST_TMPDIR/local:40K" \
+		--tier "shared:s3://$B/fleet" --cpu-bytes 256K --slot-bytes 16K --write-threads 1 \
+		--metrics-file "$BATS_TEST_TMPDIR/metrics"
 	run kvput --daemon "$SOCK" --model-dir "$MD" --batch manifest
 	assert_success
 	stop_daemon
 	[ "$DRC" -eq 0 ]
 	at_once_at_least PUT 3
+	# Each move is one PUT that keeps what is there: no HEAD asks first.
+	! grep -E "HEAD [^ ]+\.bin " "$S3_PROXY_LOG" || fail "a move asked the bucket first"
+	# The five the bucket had were moved out without being written.
+	moved=$(awk '/^kv_offload_tier_demotions_total\{tier="0"/ { print $2 }' "$BATS_TEST_TMPDIR/metrics")
+	written=$(awk '/^kv_offload_tier_writes_total\{tier="1"/ { print $2 }' "$BATS_TEST_TMPDIR/metrics")
+	[ "$moved" -eq $((written + 5)) ] || fail "$moved moved, $written written"
 	[ "$(find "$BATS_TEST_TMPDIR/local" -name '*.bin' | wc -l)" -le 4 ]
 	# Every block is in one tier or the other, whole.
 	run keys

@@ -94,8 +94,12 @@ struct kv_tier_req {
 	size_t len;		/* PUT/GET_TAIL: bytes; GET: capacity */
 	size_t done;		/* out: bytes moved (HAS: the size) */
 	int result;		/* out: 0 or -errno / -KV_E* */
-	int existed;		/* out: PUT found the block in a file tier and
-				   kept it (see kv_io_put) */
+	int existed;		/* out: PUT found the block and kept it (a
+				   file tier's: see kv_io_put) */
+	int keep;		/* PUT: keep a block already there, as a handle
+				   opened without KV_IO_REPLACE does; a bucket
+				   asks in the same request (If-None-Match), a
+				   file tier goes by its handle's flags */
 	void *user;
 };
 
@@ -173,7 +177,8 @@ int kv_tier_chain(struct kv_tier *upper, struct kv_tier *lower,
  * what no lower tier takes), unless flags has KV_TIER_DEMOTE_KEEP: then a
  * block no tier took stays and the first refusal is returned.  Each tier
  * is asked alone (not through its chain), so the caller may give its own
- * handles, one per thread.  0 and *m, -ENOENT if from lacks it (nothing
+ * handles, one per thread.  A bucket is asked with one conditional PUT
+ * (If-None-Match): an object at the key is the copy, whatever its size.  0 and *m, -ENOENT if from lacks it (nothing
  * done), or the error reading it (an unreadable block is removed
  * too, without KV_TIER_DEMOTE_KEEP) or removing it. */
 #define KV_TIER_DEPTH_MAX	16
@@ -196,9 +201,8 @@ struct kv_tier_demotion {
 int kv_tier_demote(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
 		   const char *key, unsigned flags, struct kv_tier_demotion *m);
 /* The same for count blocks, m[k].key each, by the same rule: each tier
- * below is asked about all of them at once (a bucket has their HEADs,
- * then their PUTs, in flight together).  Returns how many failed (their
- * m[k].result), or -EINVAL. */
+ * below is asked about all of them at once (in flight together on a
+ * bucket).  Returns how many failed (their m[k].result), or -EINVAL. */
 int kv_tier_demote_many(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
 			struct kv_tier_demotion *m, size_t count, unsigned flags);
 /* Close one tier (not the ones below it). */
