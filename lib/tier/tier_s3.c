@@ -390,6 +390,15 @@ static void batch_done(void *arg, struct kvi_s3_op *op)
 		b->again = r;
 		return;
 	}
+	/* A server without conditional writes (501, 400): this handle
+	 * replaces anyway, keep only saved a write, so put it plainly. */
+	if (req->op == KV_TIER_OP_PUT && rc == -KV_ES3 && req->keep &&
+	    (b->st->flags & KV_IO_REPLACE) && (r->op.flags & KVI_S3_IF_NONE_MATCH)) {
+		r->op.flags &= ~KVI_S3_IF_NONE_MATCH;
+		r->next = b->again;
+		b->again = r;
+		return;
+	}
 	if (req->op == KV_TIER_OP_PUT && rc == -EEXIST) {
 		rc = 0;
 		req->existed = 1;

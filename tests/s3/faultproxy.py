@@ -18,6 +18,9 @@ gives it to every K-th request instead (K, 2K, ...); there a count of 0
 means without end.  --delay-ms D holds each request (each K-th with
 --every) D ms before it is handled.
 
+--no-conditional answers every request that carries If-None-Match with
+501 NotImplemented, as a server without conditional writes does.
+
 --control FILE holds the same settings, one per line ("slowdown 2",
 "every 3", "delay-ms 50", "reset 1", "error500 1"); when its contents
 change they replace the flags and the plan is armed again from the next
@@ -124,6 +127,11 @@ class Faults:
                 self.counts["forwarded"] += 1
             self.write_stats()
             return n, kind, delay
+
+    def refuse_conditional(self):
+        with self.lock:
+            self.counts["not_implemented"] = self.counts.get("not_implemented", 0) + 1
+            self.write_stats()
 
     def enter(self, method):
         with self.lock:
@@ -332,6 +340,14 @@ class Handler(socketserver.BaseRequestHandler):
             c.sendall(resp)
             self.linger_close(cr)
             return False
+        if self.server.no_conditional and "if-none-match" in hdrs:
+            faults.refuse_conditional()
+            faults.log(f"{n} {first} not-implemented")
+            c.sendall(error_response(501, "Not Implemented", "NotImplemented",
+                                     "A header you provided implies functionality "
+                                     "that is not implemented.", method))
+            self.linger_close(cr)
+            return False
         faults.log(f"{n} {first} forward")
         if not self.forward(cr, head, hdrs, method):
             return False
@@ -450,6 +466,7 @@ def main():
         ap.add_argument("--" + k, dest=k, type=int, action=Plan, metavar="N")
     ap.add_argument("--every", type=int, metavar="K")
     ap.add_argument("--delay-ms", type=int, default=0)
+    ap.add_argument("--no-conditional", action="store_true")
     ap.set_defaults(plan=None)
     args = ap.parse_args()
     if not args.upstream:
@@ -459,6 +476,7 @@ def main():
         ap.error("--upstream takes http://HOST:PORT")
     srv = Server(("127.0.0.1", args.port), Handler)
     srv.upstream = (u.hostname, u.port or 80)
+    srv.no_conditional = args.no_conditional
     srv.faults = Faults(args)
     srv.faults.reread_control()
     srv.faults.write_stats()
