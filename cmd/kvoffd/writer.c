@@ -361,15 +361,19 @@ static int older_same_file(const struct writer *w, unsigned idx)
 	for (size_t m = 0; m < w->nactive[idx]; m++) {
 		const struct job *j = &w->active[idx][m];
 
-		for (unsigned k = 0; j->kind == JOB_WRITE && k < w->nthreads; k++)
-			for (size_t q = 0; k != idx && w->ticket[k] < w->ticket[idx] &&
-					   q < w->nactive[k]; q++) {
+		if (j->kind != JOB_WRITE)
+			continue;
+		for (unsigned k = 0; k < w->nthreads; k++) {
+			if (k == idx || w->ticket[k] >= w->ticket[idx])
+				continue;
+			for (size_t q = 0; q < w->nactive[k]; q++) {
 				const struct job *o = &w->active[k][q];
 
 				if (o->kind == JOB_WRITE && o->tier == j->tier &&
 				    !strcmp(o->path, j->path))
 					return 1;
 			}
+		}
 	}
 	return 0;
 }
@@ -527,15 +531,11 @@ static void *worker(void *p)
 		} else {
 			break;
 		}
+		/* A probe: it writes nothing, so older_same_file need not see it. */
 		w->running++;
-		w->active[a->idx] = &j;
-		w->nactive[a->idx] = 1;
-		w->ticket[a->idx] = w->next_ticket++;
 		pthread_mutex_unlock(&w->lock);
 		run_job(d, a, &j);
 		pthread_mutex_lock(&w->lock);
-		w->active[a->idx] = NULL;
-		w->nactive[a->idx] = 0;
 		pthread_cond_broadcast(&w->cond);
 		w->running--;
 		job_finished_locked(w, &j);

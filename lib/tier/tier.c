@@ -300,16 +300,13 @@ static int leave(struct kv_tier *from, struct placing *p, unsigned flags)
 int kv_tier_demote_many(struct kv_tier *from, struct kv_tier *const *below, unsigned n,
 			struct kv_tier_demotion *m, size_t count, unsigned flags)
 {
-	struct placing one, *p = count == 1 ? &one : calloc(count, sizeof(*p));
+	struct placing one, *p = &one;
 	int failed = 0;
 
 	if (!from || !m || (n && !below) || n > KV_TIER_DEPTH_MAX ||
-	    (flags & ~KV_TIER_DEMOTE_KEEP)) {
-		if (p != &one)
-			free(p);
+	    (flags & ~KV_TIER_DEMOTE_KEEP))
 		return -EINVAL;
-	}
-	if (!p)
+	if (count > 1 && !(p = calloc(count, sizeof(*p))))
 		return -ENOMEM;
 	for (size_t k = 0; k < count; k++) {
 		uint64_t size;
