@@ -17,6 +17,40 @@ void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops)
 	t->ops = ops;
 }
 
+/* The one place a tier's change is counted and reported. */
+static void report(struct kv_tier *t, enum kv_tier_change change, const char *key,
+		   uint64_t size)
+{
+	struct kv_tier_report r = { .change = change, .key = key, .size = size };
+
+	switch (change) {
+	case KV_TIER_STORED:
+		atomic_fetch_add(&t->puts, 1);
+		break;
+	case KV_TIER_PROMOTED:
+		atomic_fetch_add(&t->promotions, 1);
+		break;
+	case KV_TIER_MOVED:
+		atomic_fetch_add(&t->spills, 1);
+		/* fall through: a spill is an eviction too */
+	case KV_TIER_DROPPED:
+		atomic_fetch_add(&t->evictions, 1);
+		break;
+	case KV_TIER_DELETED:
+		break;
+	}
+	if (t->report)
+		t->report(t->report_arg, t, &r);
+}
+
+void kv_tier_report_to(struct kv_tier *t, kv_tier_report_fn fn, void *arg)
+{
+	if (!t)
+		return;
+	t->report = fn;
+	t->report_arg = fn ? arg : NULL;
+}
+
 static int bad_key(const char *key)
 {
 	return !key || !*key;
@@ -256,9 +290,7 @@ unsigned kvi_tier_spill_to(struct kv_tier *t, struct kv_tier **below)
 
 void kvi_tier_evicted(struct kv_tier *t, const struct kv_tier_demotion *m)
 {
-	if (m->dest >= 0)
-		atomic_fetch_add(&t->spills, 1);
-	atomic_fetch_add(&t->evictions, 1);
+	report(t, m->dest >= 0 ? KV_TIER_MOVED : KV_TIER_DROPPED, m->key, m->len);
 }
 
 int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
@@ -293,7 +325,8 @@ static int leave(struct kv_tier *from, struct placing *p, unsigned flags)
 		r = 0;
 	if (r == 0 && gone < 0 && gone != -ENOENT)
 		r = gone;
-	kvi_tier_evicted(from, m);
+	if (gone == 0)	/* else still there, or someone else's removal */
+		kvi_tier_evicted(from, m);
 	return r;
 }
 
@@ -353,7 +386,7 @@ int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 	r = t->ops->put(t, key, buf, len);
 	if (r < 0)
 		return r;
-	atomic_fetch_add(&t->puts, 1);
+	report(t, KV_TIER_STORED, key, len);
 	if (t->lower && (t->flags & KV_TIER_WRITE_THROUGH)) {
 		r = kv_tier_put(t->lower, key, buf, len);
 		if (r == 0)
@@ -391,7 +424,7 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	/* A block that cannot be promoted (too big, a failed spill) is
 	 * still a good answer from below. */
 	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0) {
-		atomic_fetch_add(&t->promotions, 1);
+		report(t, KV_TIER_PROMOTED, key, *len);
 		carry_config(t, t->lower, key);
 	}
 	return r;
@@ -468,9 +501,35 @@ static int run_req(struct kv_tier *t, struct kv_tier_req *req)
 	return -EINVAL;
 }
 
+/* A tier's own batch, its caller's callbacks behind these, so that each
+ * block a PUT stores is reported as kv_tier_put's would be. */
+struct reporting {
+	struct kv_tier *t;
+	kv_tier_next_fn next;
+	kv_tier_done_fn done;
+	void *arg;
+};
+
+static int reporting_next(void *arg, struct kv_tier_req **req)
+{
+	struct reporting *rp = arg;
+
+	return rp->next(rp->arg, req);
+}
+
+static void reporting_done(void *arg, struct kv_tier_req *req)
+{
+	struct reporting *rp = arg;
+
+	if (req->op == KV_TIER_OP_PUT && req->result == 0 && !req->existed)
+		report(rp->t, KV_TIER_STORED, req->key, req->len);
+	rp->done(rp->arg, req);
+}
+
 int kv_tier_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
 			 kv_tier_done_fn done, void *arg)
 {
+	struct reporting rp = { .t = t, .next = next, .done = done, .arg = arg };
 	struct kv_tier_req *req;
 	int r, failed = 0;
 
@@ -478,7 +537,7 @@ int kv_tier_batch_stream(struct kv_tier *t, kv_tier_next_fn next,
 		return -EINVAL;
 	/* A chain moves block by block: its spills and promotions are. */
 	if (t->ops->batch_stream && !t->lower)
-		return t->ops->batch_stream(t, next, done, arg);
+		return t->ops->batch_stream(t, reporting_next, reporting_done, &rp);
 	while ((r = next(arg, &req)) == 1) {
 		req->result = run_req(t, req);
 		if (req->result < 0)
@@ -515,6 +574,8 @@ int kv_tier_del(struct kv_tier *t, const char *key)
 	r = t->ops->del(t, key);
 	if (r < 0 && r != -ENOENT)
 		return r;
+	if (r == 0)
+		report(t, KV_TIER_DELETED, key, 0);
 	if (!t->lower)
 		return r;
 	rl = kv_tier_del(t->lower, key);

@@ -47,6 +47,8 @@ struct kv_tier {
 	unsigned flags;		/* KV_TIER_* toward lower */
 	struct kv_hits *first_hits;	/* KV_TIER_PROMOTE_SECOND_HIT */
 	atomic_uint_least64_t hits, misses, puts, evictions, spills, promotions;
+	kv_tier_report_fn report;	/* kv_tier_report_to */
+	void *report_arg;
 };
 
 void kvi_tier_init(struct kv_tier *t, const struct kv_tier_ops *ops);
@@ -61,7 +63,8 @@ int kvi_tier_evicting(struct kv_tier *t, const char *key, const void *buf,
  * has KV_TIER_SPILL; else none. */
 unsigned kvi_tier_spill_to(struct kv_tier *t, struct kv_tier **below);
 
-/* Count an eviction of t that m says where it went. */
+/* Report that m's block left t, for the tier below m names or for
+ * none. */
 void kvi_tier_evicted(struct kv_tier *t, const struct kv_tier_demotion *m);
 
 /* 0 if key is a layout block path, the only keys a file tier takes (they

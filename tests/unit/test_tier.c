@@ -3,8 +3,8 @@
  * spills that skip a copy already below, promotion on a second hit; the
  * bounded file tier's LRU by last use, rebuilt at reopen, its spills, a
  * failed spill that fails the put; kv_tier_demote's rule for a move
- * down; a bounded tier its caller moves blocks out of, and three tiers
- * under threads. */
+ * down; a bounded tier its caller moves blocks out of, three tiers
+ * under threads, and what each tier reports of its changes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -782,6 +782,110 @@ static int check_bounded_moves(const char *base)
 	return 0;
 }
 
+/* What tiers reported, in order. */
+struct reports {
+	size_t n;
+	struct {
+		struct kv_tier *t;
+		enum kv_tier_change change;
+		char key[256];
+		uint64_t size;
+	} r[64];
+};
+
+static void record(void *arg, struct kv_tier *t, const struct kv_tier_report *r)
+{
+	struct reports *log = arg;
+
+	if (log->n == sizeof(log->r) / sizeof(log->r[0]))
+		return;
+	log->r[log->n].t = t;
+	log->r[log->n].change = r->change;
+	snprintf(log->r[log->n].key, sizeof(log->r[0].key), "%s", r->key);
+	log->r[log->n].size = r->size;
+	log->n++;
+}
+
+/* The next report must be this one. */
+static int reported(struct reports *log, size_t *at, struct kv_tier *t,
+		    enum kv_tier_change change, int i, uint64_t size)
+{
+	CHECK(*at < log->n, "report %zu missing (change %d of block %d)", *at, change, i);
+	CHECK(log->r[*at].t == t && log->r[*at].change == change &&
+	      !strcmp(log->r[*at].key, keys[i]) && log->r[*at].size == size,
+	      "report %zu: change %d of '%s', %llu bytes; want change %d of block %d", *at,
+	      log->r[*at].change, log->r[*at].key, (unsigned long long)log->r[*at].size,
+	      change, i);
+	(*at)++;
+	return 0;
+}
+
+/* Each tier of a chain reports its own changes, whoever makes them, and
+ * its counters count the same reports. */
+static int check_reports(const char *root)
+{
+	static struct batch b;
+	struct kv_tier_mem_opts mo = { .slot_bytes = BLOCK, .slots = 2 };
+	struct kv_tier *mem, *file;
+	struct kv_tier_demotion m = { 0 };
+	struct kv_tier_stat ms, fs;
+	struct reports log = { 0 };
+	size_t at = 0;
+
+	CHECK(kv_tier_mem_open(&mo, &mem) == 0 && kv_tier_file_open(root, NULL, &file) == 0,
+	      "open");
+	CHECK(kv_tier_chain(mem, file, KV_TIER_SPILL | KV_TIER_PROMOTE) == 0, "chain");
+	kv_tier_report_to(mem, record, &log);
+	kv_tier_report_to(file, record, &log);
+	for (int i = 0; i < 3; i++)
+		CHECK(kv_tier_put(mem, keys[i], data[i], BLOCK) == 0, "put %d", i);
+	reported(&log, &at, mem, KV_TIER_STORED, 0, BLOCK);
+	reported(&log, &at, mem, KV_TIER_STORED, 1, BLOCK);
+	reported(&log, &at, file, KV_TIER_STORED, 0, BLOCK);	/* the spill lands ... */
+	reported(&log, &at, mem, KV_TIER_MOVED, 0, BLOCK);	/* ... then it leaves */
+	reported(&log, &at, mem, KV_TIER_STORED, 2, BLOCK);
+	/* A hit below: promoted, evicting the oldest, 1. */
+	CHECK(expect(mem, 0, BLOCK) == 0, "get 0");
+	reported(&log, &at, file, KV_TIER_STORED, 1, BLOCK);
+	reported(&log, &at, mem, KV_TIER_MOVED, 1, BLOCK);
+	reported(&log, &at, mem, KV_TIER_PROMOTED, 0, BLOCK);
+	/* The file tier's own batch: stored, and kept where it was there. */
+	b.reqs[0] = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = keys[5], .buf = data[5],
+					  .len = BLOCK };
+	b.reqs[1] = (struct kv_tier_req){ .op = KV_TIER_OP_PUT, .key = keys[1], .buf = data[1],
+					  .len = BLOCK };
+	b.n = 2;
+	CHECK(kv_tier_batch_stream(file, batch_next, batch_done, &b) == 0 && b.done == 2,
+	      "batch");
+	CHECK(b.reqs[1].existed, "a present block rewritten");
+	reported(&log, &at, file, KV_TIER_STORED, 5, BLOCK);
+	/* Deleted through the chain: each tier that had it. */
+	CHECK(kv_tier_del(mem, keys[0]) == 0, "del");
+	reported(&log, &at, mem, KV_TIER_DELETED, 0, 0);
+	reported(&log, &at, file, KV_TIER_DELETED, 0, 0);
+	/* Demoted with no tier below: dropped. */
+	CHECK(kv_tier_demote(file, NULL, 0, keys[5], 0, &m) == 0 && m.dest < 0, "drop");
+	reported(&log, &at, file, KV_TIER_DROPPED, 5, BLOCK);
+	CHECK(at == log.n, "%zu reports, %zu expected", log.n, at);
+	CHECK(kv_tier_stat(mem, &ms) == 0 && kv_tier_stat(file, &fs) == 0, "stat");
+	CHECK(ms.puts == 3 && ms.promotions == 1 && ms.spills == 2 && ms.evictions == 2,
+	      "mem counts %llu puts, %llu promotions, %llu spills, %llu evictions",
+	      (unsigned long long)ms.puts, (unsigned long long)ms.promotions,
+	      (unsigned long long)ms.spills, (unsigned long long)ms.evictions);
+	CHECK(fs.puts == 3 && fs.evictions == 1 && fs.spills == 0, "file counts %llu puts, "
+	      "%llu evictions", (unsigned long long)fs.puts, (unsigned long long)fs.evictions);
+	/* Told to report to no one, it does not. */
+	kv_tier_report_to(mem, NULL, &log);
+	CHECK(kv_tier_put(mem, keys[6], data[6], BLOCK) == 0 &&
+	      kv_tier_put(mem, keys[7], data[7], BLOCK) == 0, "put 6, 7");
+	reported(&log, &at, file, KV_TIER_STORED, 2, BLOCK);	/* file still reports */
+	CHECK(at == log.n, "%zu reports from mem after", log.n - at);
+	kv_io_buf_free(m.buf);
+	kv_tier_close(mem);
+	kv_tier_close(file);
+	return 0;
+}
+
 /* RAM over a bounded local tier over shared storage, as kvoffd stacks
  * them, under four threads: every block stays reachable and whole, and
  * the local tier within its capacity. */
@@ -840,6 +944,7 @@ int main(void)
 	check_demote(root);
 	check_bounded_moves(root);
 	check_hierarchy(root);
+	check_reports(subdir(root, "reports"));
 	check_user_memory(cpu);
 	check_del_beneath(root);
 	if (kv_tier_gpu_open(cpu, &go, &t) != -KV_ENODEV) {

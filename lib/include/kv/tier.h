@@ -161,8 +161,32 @@ int kv_tier_verify(struct kv_tier *t, const char *key);
  * tiers calls it. */
 int kv_tier_copy_config(struct kv_tier *dst, struct kv_tier *src, const char *key);
 
-/* This tier's counters (not its chain's). */
+/* This tier's counters (not its chain's): puts, promotions, evictions
+ * and spills count its reports (kv_tier_report_to), hits and misses
+ * its gets. */
 int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
+
+/* What a tier reports of a block of its own as it changes. */
+enum kv_tier_change {
+	KV_TIER_STORED,		/* a put took it (a batch's that found it
+				   there and kept it: not) */
+	KV_TIER_PROMOTED,	/* copied up into it on a hit below */
+	KV_TIER_MOVED,		/* left it for a tier below: a spill, a demotion */
+	KV_TIER_DROPPED,	/* left it for room, no tier below taking it */
+	KV_TIER_DELETED,	/* removed by kv_tier_del */
+};
+struct kv_tier_report {
+	enum kv_tier_change change;
+	const char *key;
+	uint64_t size;		/* bytes; 0 for KV_TIER_DELETED (not known) */
+};
+typedef void (*kv_tier_report_fn)(void *arg, struct kv_tier *t,
+				  const struct kv_tier_report *r);
+/* Have t report each change to fn (NULL: to no one), whoever made it: a
+ * caller's put or del, the chain's spills and promotions, kv_tier_demote.
+ * fn runs on the thread that made the change, maybe with t's lock held:
+ * it must not call into t.  Each tier of a chain reports its own. */
+void kv_tier_report_to(struct kv_tier *t, kv_tier_report_fn fn, void *arg);
 
 /* Put lower below upper with KV_TIER_* flags; lower may have its own
  * lower.  -ELOOP if that would make a cycle, -EINVAL for both
