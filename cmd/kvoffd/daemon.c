@@ -1768,7 +1768,7 @@ static void write_done(struct offd *d, const struct job *j)
 			d->st.spill_bytes += j->len;
 			report_transfer(d, DIR_SPILL, j->len, j->ns);
 		}
-		tier_stored(d, j->tier, j->path, j->len, 1);
+		tier_stored(d, j->tier, j->path, j->len);
 	} else if (j->result == -KV_ECHECKSUM) {
 		drop_altered(d, j->slot);
 	} else if ((j->result == -ENOSPC || j->result == -EDQUOT) && !j->promote &&
@@ -1809,6 +1809,8 @@ static void jobs_done(struct offd *d)
 		else
 			write_done(d, &j);
 	}
+	/* After the jobs: each one's handle reported before it finished. */
+	report_tier_changes(d);
 	if (d->draining) {
 		drain_step(d);
 	} else {

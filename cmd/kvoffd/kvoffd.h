@@ -176,6 +176,20 @@ struct ftier {
 };
 
 
+/* A change of a block that a worker's tier handle reported
+ * (kv_tier_report_to), on its way to the loop. */
+struct tier_change {
+	unsigned tier;
+	enum kv_tier_change change;
+	uint64_t size;
+	char path[PATH_BYTES];
+};
+
+struct tier_changes {
+	struct tier_change *v;
+	size_t n, cap;
+};
+
 /* Directions of the transfer metrics. */
 enum dir { DIR_PUT, DIR_GET, DIR_SPILL, DIR_READTHROUGH, DIR_COUNT };
 #define HIST_BUCKETS	10	/* 4 KiB x 4^i, i < 9, then +Inf */
@@ -205,6 +219,12 @@ struct writer {
 	pthread_cond_t pcond;	/* the prober's */
 	int prober;		/* started */
 	struct kv_tier **handles;	/* (nthreads + 1) x ntiers */
+	struct tier_changes changes;	/* the handles' reports, for the loop */
+	uint64_t changes_lost;	/* ... not kept, out of memory */
+	struct reporter {
+		struct writer *w;
+		unsigned tier;
+	} reporters[FILE_TIERS_MAX];	/* what each tier's handles report to */
 };
 
 /* Read-through size memory (daemon.c, size_hint). */
@@ -274,6 +294,7 @@ struct offd {
 	const char *events_endpoint;	/* --events tcp://|ipc://, or $KV_EVENTS */
 	struct kv_events *publisher;	/* KV events for llm-d's indexer */
 	int rootfd;			/* the publisher's model names */
+	struct tier_changes changes;	/* the last taken from the writer */
 	struct kv_offd_stats st;
 	double seconds[DIR_COUNT];
 	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
@@ -298,9 +319,9 @@ unsigned tiers_unbounded(const struct offd *d);
 /* Whether a write of path into tier t must wait: a DEMOTE holds it. */
 int tier_moving(struct offd *d, unsigned t, const char *path);
 /* A block landed in tier t (write-behind, write-through, promotion,
- * demotion): the one place that counts it (wrote: its bytes were written
- * there, not found there already), says BlockStored and indexes it. */
-void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, int wrote);
+ * demotion): a bounded tier indexes it, and moves out what that puts
+ * over its capacity.  (The handle that wrote it reported it.) */
+void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size);
 /* Queue DEMOTE jobs while tier t is over its capacity. */
 void tier_trim(struct offd *d, unsigned t);
 /* A DEMOTE job finished. */
@@ -315,6 +336,10 @@ int writer_push(struct offd *d, const struct job *job);
 /* Take one finished job; 0 if one was returned, -EAGAIN if none. */
 int writer_pop_done(struct offd *d, struct job *out);
 size_t writer_queued(struct offd *d);
+/* Take the changes the workers' handles reported so far, giving back
+ * the emptied array of the last call (*mine).  Returns how many were
+ * lost since (not kept, out of memory). */
+uint64_t writer_take_changes(struct offd *d, struct tier_changes *mine);
 /* Ask p's tiers through handles io (one per tier). */
 void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p);
 void writer_stop(struct offd *d);
@@ -323,9 +348,9 @@ void writer_stop(struct offd *d);
 int report_open_events(struct offd *d);
 /* tier: TIER_NONE for RAM, else a file tier. */
 void report_event(struct offd *d, const char *event, unsigned tier, uint32_t i);
-/* The same for a block of file tier t known by its path only. */
-void report_tier_event(struct offd *d, const char *event, unsigned t, const char *path,
-		       uint64_t size);
+/* Count and announce (BlockStored, BlockRemoved) the changes the file
+ * tiers reported since the last call: the one path for both. */
+void report_tier_changes(struct offd *d);
 /* AllBlocksCleared for each model the RAM tier held, as it goes away. */
 void report_ram_cleared(struct offd *d);
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);

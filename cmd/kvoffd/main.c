@@ -501,6 +501,7 @@ int main(int argc, char **argv)
 	if (d.lfd >= 0)
 		unlink(d.socket_path);
 	writer_stop(&d);
+	report_tier_changes(&d);	/* those of jobs the loop did not see end */
 	report_ram_cleared(&d);
 	tool_events_close(d.publisher);
 	if (err) {

@@ -104,14 +104,42 @@ void report_event(struct offd *d, const char *event, unsigned tier, uint32_t i)
 	emit(d, event, tier, &d->slots[i].ref, kv_slots_len(d->store, i));
 }
 
-void report_tier_event(struct offd *d, const char *event, unsigned t, const char *path,
-		       uint64_t size)
+/* One change a file tier reported: its counters, and its event. */
+static void tier_changed(struct offd *d, const struct tier_change *c)
 {
+	struct tier_stats *st = &d->tiers[c->tier].st;
 	struct kv_block_ref ref;
+	const char *event = "BlockRemoved";
 
-	if ((!d->publisher && !d->events) || kv_layout_block_parse(path, &ref))
-		return;
-	emit(d, event, t, &ref, size);
+	switch (c->change) {
+	case KV_TIER_STORED:
+	case KV_TIER_PROMOTED:
+		st->writes++;
+		st->write_bytes += c->size;
+		event = "BlockStored";
+		break;
+	case KV_TIER_MOVED:
+		st->demotions++;
+		break;
+	case KV_TIER_DROPPED:
+		st->drops++;
+		break;
+	case KV_TIER_DELETED:
+		break;
+	}
+	if ((d->publisher || d->events) && !kv_layout_block_parse(c->path, &ref))
+		emit(d, event, c->tier, &ref, c->size);
+}
+
+void report_tier_changes(struct offd *d)
+{
+	uint64_t lost = writer_take_changes(d, &d->changes);
+
+	for (size_t k = 0; k < d->changes.n; k++)
+		tier_changed(d, &d->changes.v[k]);
+	if (lost)
+		tool_err("%llu changes of file tiers not counted or announced: out of memory",
+			 (unsigned long long)lost);
 }
 
 void report_ram_cleared(struct offd *d)

@@ -196,15 +196,10 @@ void tier_touch(struct offd *d, unsigned t, const char *path)
 		kv_tier_bounded_used(d->tiers[t].tier, path);
 }
 
-void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size, int wrote)
+void tier_stored(struct offd *d, unsigned t, const char *path, uint64_t size)
 {
 	struct ftier *ft = &d->tiers[t];
 
-	if (wrote) {
-		ft->st.writes++;
-		ft->st.write_bytes += size;
-		report_tier_event(d, "BlockStored", t, path, size);
-	}
 	if (!ft->capacity)
 		return;
 	if (kv_tier_bounded_stored(ft->tier, path, size)) {
@@ -272,21 +267,17 @@ void tier_demoted(struct offd *d, const struct job *j)
 		tool_err("cannot move '%s' out of '%s': %s", j->path, from->root,
 			 kv_strerror(j->result));
 	}
-	if (j->result != -ENOENT)
-		report_tier_event(d, "BlockRemoved", j->tier, j->path, j->len);
 	s = kv_slots_find(d->store, j->path);
 	if (s != KV_SLOT_NONE)
 		d->slots[s].held &= ~(1u << j->tier);
 	if (j->result == -ENOENT)
 		return;	/* removed by someone else: nothing to move */
 	if (j->dest == TIER_NONE) {
-		from->st.drops++;
 		tool_err("dropped '%s' from '%s': no lower tier took it", j->path, from->root);
 		return;
 	}
-	from->st.demotions++;
 	if (s != KV_SLOT_NONE)
 		d->slots[s].held |= 1u << j->dest;
-	tier_stored(d, j->dest, j->path, j->len, !j->existed);
+	tier_stored(d, j->dest, j->path, j->len);
 	tier_trim(d, j->tier);
 }

@@ -42,6 +42,55 @@ static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const 
 
 static size_t done_cap(const struct writer *w);
 
+/* A worker's handle on a tier changed a block: kept for the loop, which
+ * counts and announces it (report_tier_changes).  Its job finishes
+ * after, so the loop never sees a job end before its changes. */
+static void handle_reported(void *arg, struct kv_tier *t, const struct kv_tier_report *r)
+{
+	const struct reporter *rp = arg;
+	struct writer *w = rp->w;
+	struct tier_changes *c = &w->changes;
+	struct tier_change *at;
+
+	(void)t;
+	pthread_mutex_lock(&w->lock);
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		struct tier_change *v = realloc(c->v, cap * sizeof(*v));
+
+		if (!v) {
+			w->changes_lost++;
+			pthread_mutex_unlock(&w->lock);
+			return;
+		}
+		c->v = v;
+		c->cap = cap;
+	}
+	at = &c->v[c->n++];
+	at->tier = rp->tier;
+	at->change = r->change;
+	at->size = r->size;
+	snprintf(at->path, sizeof(at->path), "%s", r->key);
+	pthread_mutex_unlock(&w->lock);
+}
+
+uint64_t writer_take_changes(struct offd *d, struct tier_changes *mine)
+{
+	struct writer *w = &d->wr;
+	struct tier_changes taken;
+	uint64_t lost;
+
+	pthread_mutex_lock(&w->lock);
+	taken = w->changes;
+	mine->n = 0;
+	w->changes = *mine;
+	*mine = taken;
+	lost = w->changes_lost;
+	w->changes_lost = 0;
+	pthread_mutex_unlock(&w->lock);
+	return lost;
+}
+
 /* Hand a finished job to the loop, w->lock held. */
 static void job_finished_locked(struct writer *w, const struct job *j)
 {
@@ -586,6 +635,8 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 			err = tier_open_handle(d, t, KV_IO_REPLACE, &io[t]);
 			if (err)
 				return err;
+			w->reporters[t] = (struct reporter){ .w = w, .tier = t };
+			kv_tier_report_to(io[t], handle_reported, &w->reporters[t]);
 		}
 		a = calloc(1, sizeof(*a));
 		if (a) {
