@@ -24,6 +24,8 @@ struct stier {
 	struct kv_tier base;
 	struct kvi_s3 *s3;
 	unsigned flags;		/* KV_IO_REPLACE, KV_IO_NO_CHECKSUM */
+	atomic_int unconditional;	/* the server refused If-None-Match:
+					   a put that keeps asks first */
 };
 
 static struct stier *S(struct kv_tier *t)
@@ -79,26 +81,53 @@ static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, ch
 static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, char *key,
 		   size_t len);
 
+/*
+ * A server without conditional writes answers a PUT with If-None-Match
+ * 501 (or 400): from then on this handle keeps a block by asking first,
+ * a HEAD in either key form, then a plain PUT.  (Two writers may both
+ * find it absent and both write it: the same bytes, as the key names
+ * them.)
+ */
+static int condition_refused(struct stier *st, const struct kvi_s3_op *op)
+{
+	if (!(op->flags & KVI_S3_IF_NONE_MATCH) || op->result != -KV_ES3 ||
+	    (op->status != 501 && op->status != 400))
+		return 0;
+	atomic_store(&st->unconditional, 1);
+	return 1;
+}
+
+static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, char *key,
+		   size_t len);
+
 static int s3_put(struct kv_tier *t, const char *rel, const void *buf, size_t len)
 {
 	struct stier *st = S(t);
 	char key[KVI_S3_KEY_MAX + 1], sum[17];
-	struct kvi_s3_op op = { .method = KVI_S3_PUT, .body = buf, .body_len = len };
-	int rc = check_key(rel);
+	struct kvi_s3_op op;
+	int keep = !(st->flags & KV_IO_REPLACE), rc = check_key(rel);
 
 	if (rc < 0)
 		return rc;
-	if ((rc = kvi_s3_key(st->s3, rel, 1, key, sizeof(key))) < 0)
-		return rc;
-	op.key = key;
-	if (!(st->flags & KV_IO_NO_CHECKSUM)) {
+	if (!(st->flags & KV_IO_NO_CHECKSUM))
 		hex16(kv_xxh3(buf, len), sum);
-		op.xxh3 = sum;
-	}
-	if (!(st->flags & KV_IO_REPLACE))
-		op.flags |= KVI_S3_IF_NONE_MATCH;
-	rc = kvi_s3_do(st->s3, &op);
-	free(op.resp);
+	do {
+		if (keep && atomic_load(&st->unconditional)) {
+			rc = head_of(st, rel, &op, key, sizeof(key));
+			if (rc != -ENOENT)
+				return rc;	/* 0: there already, kept */
+		}
+		if ((rc = kvi_s3_key(st->s3, rel, 1, key, sizeof(key))) < 0)
+			return rc;
+		op = (struct kvi_s3_op){ .method = KVI_S3_PUT, .key = key, .body = buf,
+					 .body_len = len };
+		if (!(st->flags & KV_IO_NO_CHECKSUM))
+			op.xxh3 = sum;
+		if (keep && !atomic_load(&st->unconditional))
+			op.flags |= KVI_S3_IF_NONE_MATCH;
+		rc = kvi_s3_do(st->s3, &op);
+		free(op.resp);
+	} while (condition_refused(st, &op));
 	/* Already there: kept, as the file tier keeps it. */
 	return rc == -EEXIST ? 0 : rc;
 }
@@ -283,6 +312,7 @@ struct sreq {
 	char key[KVI_S3_KEY_MAX + 1];
 	char sum[17];
 	int slash;		/* the key form being tried */
+	int asking, asked;	/* PUT: a HEAD first (condition_refused) */
 	struct sreq *next;	/* free list, or the queue to try again */
 };
 
@@ -295,6 +325,37 @@ struct sbatch {
 	int stop;
 	int failed;		/* answered here */
 };
+
+/* r's PUT as its handle and the server allow: with If-None-Match where
+ * it keeps a block there already; on a server without conditional
+ * writes a HEAD first where the handle keeps, a plain PUT where it
+ * replaces anyway (keep only saved a write). */
+static void start_put(struct sbatch *b, struct sreq *r)
+{
+	struct kv_tier_req *req = r->req;
+	int replace = b->st->flags & KV_IO_REPLACE;
+	int keeps = !replace || req->keep;
+	int unconditional = atomic_load(&b->st->unconditional);
+
+	/* At vLLM's key: where a PUT goes, and a HEAD asks first. */
+	(void)kvi_s3_key(b->st->s3, req->key, 1, r->key, sizeof(r->key));
+	r->slash = 1;
+	memset(&r->op, 0, sizeof(r->op));
+	r->op.key = r->key;
+	r->op.priv = r;
+	r->asking = keeps && unconditional && !replace && !r->asked;
+	if (r->asking) {
+		r->op.method = KVI_S3_HEAD;
+		return;
+	}
+	r->op.method = KVI_S3_PUT;
+	r->op.body = req->buf;
+	r->op.body_len = req->len;
+	if (!(b->st->flags & KV_IO_NO_CHECKSUM))
+		r->op.xxh3 = r->sum;
+	if (keeps && !unconditional)
+		r->op.flags = KVI_S3_IF_NONE_MATCH;
+}
 
 static int batch_next(void *arg, struct kvi_s3_op **out)
 {
@@ -337,19 +398,14 @@ static int batch_next(void *arg, struct kvi_s3_op **out)
 		memset(&r->op, 0, sizeof(r->op));
 		r->req = req;
 		r->slash = 1;
+		r->asking = r->asked = 0;
 		r->op.key = r->key;
 		r->op.priv = r;
 		switch (req->op) {
 		case KV_TIER_OP_PUT:
-			r->op.method = KVI_S3_PUT;
-			r->op.body = req->buf;
-			r->op.body_len = req->len;
-			if (!(b->st->flags & KV_IO_NO_CHECKSUM)) {
+			if (!(b->st->flags & KV_IO_NO_CHECKSUM))
 				hex16(kv_xxh3(req->buf, req->len), r->sum);
-				r->op.xxh3 = r->sum;
-			}
-			if (!(b->st->flags & KV_IO_REPLACE) || req->keep)
-				r->op.flags = KVI_S3_IF_NONE_MATCH;
+			start_put(b, r);
 			break;
 		case KV_TIER_OP_GET:
 			r->op.method = KVI_S3_GET;
@@ -383,23 +439,25 @@ static void batch_done(void *arg, struct kvi_s3_op *op)
 	free(op->resp);
 	op->resp = NULL;
 	/* Not at vLLM's key: try the other form before saying so. */
-	if (rc == -ENOENT && r->slash && req->op != KV_TIER_OP_PUT &&
+	if (rc == -ENOENT && r->slash && (req->op != KV_TIER_OP_PUT || r->asking) &&
 	    kvi_s3_key(b->st->s3, req->key, 0, r->key, sizeof(r->key)) == 0) {
 		r->slash = 0;
 		r->next = b->again;
 		b->again = r;
 		return;
 	}
-	/* A server without conditional writes (501, 400): this handle
-	 * replaces anyway, keep only saved a write, so put it plainly. */
-	if (req->op == KV_TIER_OP_PUT && rc == -KV_ES3 && req->keep &&
-	    (b->st->flags & KV_IO_REPLACE) && (r->op.flags & KVI_S3_IF_NONE_MATCH)) {
-		r->op.flags &= ~KVI_S3_IF_NONE_MATCH;
+	/* Asked first and absent in either form, or the server refused the
+	 * condition: the PUT (again) as start_put makes it now. */
+	if ((r->asking && rc == -ENOENT) ||
+	    (req->op == KV_TIER_OP_PUT && condition_refused(b->st, op))) {
+		r->asked = r->asking;
+		start_put(b, r);
 		r->next = b->again;
 		b->again = r;
 		return;
 	}
-	if (req->op == KV_TIER_OP_PUT && rc == -EEXIST) {
+	/* There already (412, or found when asked first): kept. */
+	if (req->op == KV_TIER_OP_PUT && (rc == -EEXIST || (r->asking && rc == 0))) {
 		rc = 0;
 		req->existed = 1;
 	}
