@@ -98,9 +98,9 @@ void tool_tiers_check(const struct tool_tier *tiers, unsigned n);
 const char *tool_tier_kind_name(enum tool_tier_kind kind);
 
 /* --promote first-hit|second-hit|never: when a hit below the first tier
- * is copied up to it. */
-enum tool_promote { PROMOTE_NEVER, PROMOTE_FIRST_HIT, PROMOTE_SECOND_HIT };
-enum tool_promote tool_parse_promote(const char *text);
+ * is copied up to it, as libkv's flags (KV_TIER_PROMOTE,
+ * KV_TIER_PROMOTE_SECOND_HIT or 0; kv_tier_promotes). */
+unsigned tool_parse_promote(const char *text);
 
 /* The one store a program works on (cmd/tool_store.c). */
 struct tool_store {
@@ -123,7 +123,7 @@ void tool_store_close(struct tool_store *s);
  * spilled down as the bounded ones fill and hits below copied up by
  * promote; says why and exits 3 when a tier cannot be opened. */
 void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, unsigned n,
-			   enum tool_promote promote, const struct kv_io_opts *opts);
+			   unsigned promote, const struct kv_io_opts *opts);
 
 /* --config FILE, repeatable: the configs of model dirs that hold no
  * config.json (a bucket's), for tables and event topics. */

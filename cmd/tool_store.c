@@ -144,24 +144,20 @@ void tool_tiers_check(const struct tool_tier *tiers, unsigned n)
 	}
 }
 
-enum tool_promote tool_parse_promote(const char *text)
+unsigned tool_parse_promote(const char *text)
 {
 	if (!strcmp(text, "first-hit"))
-		return PROMOTE_FIRST_HIT;
+		return KV_TIER_PROMOTE;
 	if (!strcmp(text, "second-hit"))
-		return PROMOTE_SECOND_HIT;
+		return KV_TIER_PROMOTE_SECOND_HIT;
 	if (!strcmp(text, "never"))
-		return PROMOTE_NEVER;
+		return 0;
 	tool_usage_fail("invalid --promote '%s' (first-hit, second-hit or never)", text);
 }
 
 void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, unsigned n,
-			   enum tool_promote promote, const struct kv_io_opts *opts)
+			   unsigned promote, const struct kv_io_opts *opts)
 {
-	static const unsigned promote_flags[] = {
-		[PROMOTE_NEVER] = 0, [PROMOTE_FIRST_HIT] = KV_TIER_PROMOTE,
-		[PROMOTE_SECOND_HIT] = KV_TIER_PROMOTE_SECOND_HIT,
-	};
 	int err = 0;
 
 	memset(s, 0, sizeof(*s));
@@ -186,7 +182,7 @@ void tool_store_open_tiers(struct tool_store *s, const struct tool_tier *tiers, 
 			 "%s'%s'", k ? ", " : "", root);
 		if (k)
 			err = kv_tier_chain(s->chain[k - 1], s->chain[k],
-					    KV_TIER_SPILL | promote_flags[promote]);
+					    KV_TIER_SPILL | promote);
 		if (err < 0) {
 			tool_err("cannot chain '%s' below '%s': %s", root, tiers[k - 1].root,
 				 kv_strerror(err));

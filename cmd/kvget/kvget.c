@@ -753,7 +753,7 @@ int main(int argc, char **argv)
 	const char *daemon_opt = NULL, *daemon;
 	struct tool_tier tiers[TOOL_TIERS_MAX];
 	unsigned ntiers = 0;
-	enum tool_promote promote = PROMOTE_FIRST_HIT;
+	unsigned promote = KV_TIER_PROMOTE;
 	int promote_opt = 0;
 	uint64_t blocks = 0, block_bytes = 0;
 	struct get get = { .archive = { .rootfd = -1, .fd = -1 },

@@ -1684,16 +1684,6 @@ static void wake_waiters(struct offd *d, struct client *w, int status, int detac
 	}
 }
 
-/* Whether a block read through from below goes up to the first file
- * tier: PROMOTE_SECOND_HIT asks libkv's memory of first hits, as the
- * tier chain's KV_TIER_PROMOTE_SECOND_HIT does. */
-static int want_promote(struct offd *d, const char *path)
-{
-	if (d->promote == PROMOTE_FIRST_HIT)
-		return 1;
-	return d->promote == PROMOTE_SECOND_HIT && kv_hits_second(d->first_hits, path);
-}
-
 static void load_done(struct offd *d, const struct job *j)
 {
 	struct slot *s = &d->slots[j->slot];
@@ -1725,7 +1715,8 @@ static void load_done(struct offd *d, const struct job *j)
 			report_event(d, "BlockStored", TIER_NONE, j->slot);
 			/* Served first, copied up after: the copy is a write
 			 * like write-behind, skipped when the queue is full. */
-			if (j->tier > 0 && d->tiers[0].capacity && want_promote(d, j->path))
+			if (j->tier > 0 && d->tiers[0].capacity &&
+			    kv_tier_promotes(d->promote, d->first_hits, j->path))
 				queue_write(d, j->slot, 0, 1);
 		}
 	} else if (j->result == -EFBIG && j->len > j->cap &&

@@ -239,8 +239,8 @@ struct offd {
 	/* configuration */
 	struct ftier tiers[FILE_TIERS_MAX];	/* --tier, in order; --root: one */
 	unsigned ntiers;
-	enum tool_promote promote;
-	struct kv_hits *first_hits;	/* PROMOTE_SECOND_HIT */
+	unsigned promote;		/* --promote: KV_TIER_PROMOTE* */
+	struct kv_hits *first_hits;	/* KV_TIER_PROMOTE_SECOND_HIT */
 	const char *socket_path;
 	const char *metrics_path;
 	const char *events_path;

@@ -304,7 +304,7 @@ int main(int argc, char **argv)
 	tool_init("kvoffd");
 	d.slot_bytes = DEFAULT_SLOT_BYTES;
 	d.write_flags = KV_TIER_SPILL;
-	d.promote = PROMOTE_FIRST_HIT;
+	d.promote = KV_TIER_PROMOTE;
 	d.pin_timeout_ns = DEFAULT_PIN_TIMEOUT_S * 1000000000ULL;
 	d.socket_path = getenv("KV_DAEMON");
 	opterr = 0;
@@ -404,7 +404,7 @@ int main(int argc, char **argv)
 		d.tiers[k] = (struct ftier){ .kind = specs[k].kind, .root = specs[k].root,
 					     .capacity = specs[k].capacity };
 	d.ntiers = nspecs;
-	if (d.promote == PROMOTE_SECOND_HIT && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
+	if ((d.promote & KV_TIER_PROMOTE_SECOND_HIT) && kv_hits_new(KV_HITS_SLOTS, &d.first_hits))
 		tool_usage_fail("out of memory");
 	d.events_endpoint = tool_events_endpoint(d.events_endpoint);
 	if (!d.socket_path || !*d.socket_path)

@@ -396,12 +396,12 @@ int kv_tier_put(struct kv_tier *t, const char *key, const void *buf,
 	return 0;
 }
 
-/* Whether a block read through from below is copied up into t. */
-static int want_promote(struct kv_tier *t, const char *key)
+int kv_tier_promotes(unsigned flags, struct kv_hits *first_hits, const char *key)
 {
-	if (t->flags & KV_TIER_PROMOTE)
+	if (flags & KV_TIER_PROMOTE)
 		return 1;
-	return (t->flags & KV_TIER_PROMOTE_SECOND_HIT) && kv_hits_second(t->first_hits, key);
+	return (flags & KV_TIER_PROMOTE_SECOND_HIT) && first_hits &&
+	       kv_hits_second(first_hits, key);
 }
 
 int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
@@ -423,7 +423,8 @@ int kv_tier_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 	r = kv_tier_get(t->lower, key, buf, cap, len);
 	/* A block that cannot be promoted (too big, a failed spill) is
 	 * still a good answer from below. */
-	if (r == 0 && want_promote(t, key) && t->ops->put(t, key, buf, *len) == 0) {
+	if (r == 0 && kv_tier_promotes(t->flags, t->first_hits, key) &&
+	    t->ops->put(t, key, buf, *len) == 0) {
 		report(t, KV_TIER_PROMOTED, key, *len);
 		carry_config(t, t->lower, key);
 	}

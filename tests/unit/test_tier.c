@@ -224,6 +224,19 @@ static int check_second_hit(const char *root)
 	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE | KV_TIER_PROMOTE_SECOND_HIT) == -EINVAL,
 	      "both promotions taken");
 	CHECK(kv_tier_chain(mem, file, KV_TIER_PROMOTE_SECOND_HIT) == 0, "chain");
+	/* The rule alone, as kvoffd asks it. */
+	{
+		struct kv_hits *h;
+
+		CHECK(kv_hits_new(8, &h) == 0, "hits");
+		CHECK(kv_tier_promotes(KV_TIER_PROMOTE, NULL, keys[6]) == 1 &&
+		      kv_tier_promotes(0, h, keys[6]) == 0 &&
+		      kv_tier_promotes(KV_TIER_PROMOTE_SECOND_HIT, h, keys[6]) == 0 &&
+		      kv_tier_promotes(KV_TIER_PROMOTE_SECOND_HIT, h, keys[6]) == 1 &&
+		      kv_tier_promotes(KV_TIER_PROMOTE_SECOND_HIT, h, keys[6]) == 0,
+		      "first hit, second hit, never");
+		kv_hits_free(h);
+	}
 	CHECK(kv_tier_put(file, keys[6], data[6], BLOCK) == 0, "put below");
 	CHECK(expect(mem, 6, BLOCK) == 0, "first get");
 	CHECK(kv_tier_stat(mem, &st) == 0 && st.blocks == 0 && st.promotions == 0,

@@ -246,6 +246,12 @@ void kv_hits_free(struct kv_hits *h);
  * again), else 0 (and remembered). */
 int kv_hits_second(struct kv_hits *h, const char *key);
 
+/* Whether a block a get found below a tier is copied up into it, by
+ * promotion flags: always with KV_TIER_PROMOTE, on its second miss with
+ * KV_TIER_PROMOTE_SECOND_HIT (first_hits remembering the first), else
+ * never.  The chain's rule, for a caller that moves blocks itself. */
+int kv_tier_promotes(unsigned flags, struct kv_hits *first_hits, const char *key);
+
 struct kv_tier_mem_opts {
 	size_t slot_bytes;	/* the largest block; rounded up to 4096 */
 	unsigned slots;
