@@ -275,6 +275,11 @@ static int create_new(const struct kvi_round *r, const char *name)
 	if (r->s3) {
 		rc = s3_on(r, &op, name);
 		free(op.resp);
+		/* Without them two shards could both think they made it. */
+		if (rc == -KV_ES3 && (op.status == 501 || op.status == 400))
+			rc = kvi_fail(-EOPNOTSUPP, "%s does not take conditional writes "
+				      "(If-None-Match: HTTP %ld), which shards on a bucket "
+				      "need to agree", kvi_s3_where(r->s3), op.status);
 		return rc;
 	}
 	fd = openat(r->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -432,6 +437,10 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 			found = at;
 			break;
 		}
+		if (made == -EOPNOTSUPP) {
+			rc = made;	/* create_new said why */
+			goto fail;
+		}
 		if (made < 0 && made != -EEXIST) {
 			rc = kvi_fail(made, "opening round '%s/%s'", KV_EVICT_STATE_DIR, name);
 			goto fail;
@@ -477,6 +486,11 @@ static int write_state(const struct kvi_round *r, const char *name,
 	if (r->s3) {
 		rc = s3_on(r, &op, name);
 		free(op.resp);
+		/* Without them two shards could both think they made it. */
+		if (rc == -KV_ES3 && (op.status == 501 || op.status == 400))
+			rc = kvi_fail(-EOPNOTSUPP, "%s does not take conditional writes "
+				      "(If-None-Match: HTTP %ld), which shards on a bucket "
+				      "need to agree", kvi_s3_where(r->s3), op.status);
 		return rc;
 	}
 	rc = kv_layout_temp_name(name, tmp, sizeof(tmp));

@@ -541,6 +541,17 @@ with kvtools.Tiers(['s3://$B/p']) as t:
 	keys s//.kvevict/ | grep -q 'round\.'
 }
 
+@test "s3: kvevict --shard on a bucket without conditional writes: a clear error, nothing deleted" {
+	s3_fill --bucket "$B" --prefix s --models 1 --blocks 20 --size 1000 --threads 8
+	s3_proxy_start --no-conditional
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvevict --root "s3://$B/s" --max-bytes 10000 \
+		--low-bytes 5000 --hot 0 --shard 0/2 --shard-wait 5s
+	assert_failure 3
+	assert_output --partial "does not take conditional writes"
+	[ "${#lines[@]}" -eq 1 ] || fail "$output"
+	[ "$(keys s/ | grep -c '\.bin$')" -eq 20 ]
+}
+
 @test "s3: a missing bucket, wrong keys or no endpoint: exit 3, one line naming them, no secret" {
 	run kvls --root s3://no-such-bucket-here
 	assert_failure 3
