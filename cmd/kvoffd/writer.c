@@ -43,8 +43,9 @@ static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const 
 static size_t done_cap(const struct writer *w);
 
 /* A worker's handle on a tier changed a block: kept for the loop, which
- * counts and announces it (report_tier_changes).  Its job finishes
- * after, so the loop never sees a job end before its changes. */
+ * counts and announces it (report_tier_changes, after each pass over
+ * finished jobs).  Its job finishes after, so the pass that sees the job
+ * end takes its changes too. */
 static void handle_reported(void *arg, struct kv_tier *t, const struct kv_tier_report *r)
 {
 	const struct reporter *rp = arg;

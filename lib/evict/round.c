@@ -486,11 +486,6 @@ static int write_state(const struct kvi_round *r, const char *name,
 	if (r->s3) {
 		rc = s3_on(r, &op, name);
 		free(op.resp);
-		/* Without them two shards could both think they made it. */
-		if (rc == -KV_ES3 && (op.status == 501 || op.status == 400))
-			rc = kvi_fail(-EOPNOTSUPP, "%s does not take conditional writes "
-				      "(If-None-Match: HTTP %ld), which shards on a bucket "
-				      "need to agree", kvi_s3_where(r->s3), op.status);
 		return rc;
 	}
 	rc = kv_layout_temp_name(name, tmp, sizeof(tmp));

@@ -78,9 +78,6 @@ static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, ch
 	return kvi_s3_do(st->s3, op);
 }
 
-static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, char *key,
-		   size_t len);
-
 /*
  * A server without conditional writes answers a PUT with If-None-Match
  * 501 (or 400): from then on this handle keeps a block by asking first,
