@@ -532,6 +532,16 @@ class _TierStat(ctypes.Structure):
         "evictions", "spills", "promotions", "block_max_bytes")]
 
 
+class _TierReport(ctypes.Structure):
+    _fields_ = [("change", ctypes.c_int), ("key", ctypes.c_char_p), ("size", ctypes.c_uint64)]
+
+
+_REPORT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.POINTER(_TierReport))
+# kv/tier.h's enum kv_tier_change, in order.
+_CHANGES = ("stored", "promoted", "moved", "dropped", "deleted")
+
+
 class Tiers(_Closes):
     """A hierarchy of file tiers chained in libkv, in this process: no
     daemon.  ``tiers`` lists them fastest first, each a root or a (root,
@@ -543,13 +553,29 @@ class Tiers(_Closes):
     A bounded tier claims its root while open (.kvoffd.lock): a root that
     kvoffd or another bounded tier keeps the LRU of raises KvError EBUSY.
 
+    ``on_change(tier, change, key, size)``, if given, is called as each
+    tier changes a block, whoever made the change (libkv's
+    kv_tier_report_to): ``tier`` its place, fastest first; ``change``
+    "stored", "promoted", "moved" (down to a lower tier), "dropped" or
+    "deleted"; ``key`` the block's path in the layout; ``size`` its
+    bytes (0 for "deleted").  What a connector needs to announce
+    BlockStored and BlockRemoved.  It runs inside the call that made the
+    change and must not call back into these Tiers; what it raises is
+    printed, not raised.
+
         with kvtools.Tiers([("/nvme/kv", 200 << 30), "/mnt/kv"]) as t:
             t.put(model_dir, "5f1c9a44e0b2", data)
             data = t.get(model_dir, "5f1c9a44e0b2")
     """
 
-    def __init__(self, tiers, promote="first-hit"):
+    def __init__(self, tiers, promote="first-hit", on_change=None):
         self._tiers = []
+        self._report = None
+        if on_change is not None:
+            def report(arg, _tier, r):
+                on_change(arg or 0, _CHANGES[r.contents.change], r.contents.key.decode(),
+                          r.contents.size)
+            self._report = _REPORT_FN(report)
         if promote not in _PROMOTE:
             raise ValueError("promote: first-hit, second-hit or never, not %r" % promote)
         if not tiers:
@@ -572,6 +598,8 @@ class Tiers(_Closes):
                     rc = lib.kv_tier_file_open(root, None, ctypes.byref(t))
                 _check(rc, "open %s" % os.fsdecode(root))
                 self._tiers.append(t)
+                if self._report:
+                    lib.kv_tier_report_to(t, ctypes.cast(self._report, ctypes.c_void_p), k)
                 if k:
                     _check(lib.kv_tier_chain(self._tiers[k - 1], t,
                                              _TIER_SPILL | _PROMOTE[promote]),

@@ -98,6 +98,7 @@ for _name, _res, _args in [
     ("kv_tier_size", _I, [_P, ctypes.c_char_p, _P]),
     ("kv_tier_del", _I, [_P, ctypes.c_char_p]),
     ("kv_tier_stat", _I, [_P, _P]),
+    ("kv_tier_report_to", None, [_P, _P, _P]),
 ]:
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args

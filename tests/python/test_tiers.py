@@ -82,3 +82,27 @@ def test_a_claimed_root_is_refused(tmp_path):
         assert e.value.errno_name == "EBUSY"
     # Closed, the claim is gone.
     kvtools.Tiers([(str(local), 1 << 20), str(shared)]).close()
+
+
+def test_each_tier_reports_its_changes(dirs):
+    local, shared = dirs
+    seen = []
+    with kvtools.Tiers([(local, 700000), shared],
+                       on_change=lambda *c: seen.append(c)) as t:
+        for i in range(3):
+            t.put(MD, "abcdef%04d" % i, bytes([i]) * 300000)
+        key = [c[2] for c in seen if c[:2] == (1, "stored")]
+        assert len(key) == 1 and key[0].endswith("/abcdef0000.bin")
+        # The spill lands below before the block leaves the local tier.
+        assert [(c[0], c[1], c[3]) for c in seen] == [
+            (0, "stored", 300000), (0, "stored", 300000),
+            (1, "stored", 300000), (0, "moved", 300000), (0, "stored", 300000)]
+        del seen[:]
+        assert t.get(MD, "abcdef0000") == bytes([0]) * 300000
+        assert [c[:2] for c in seen] == [(1, "stored"), (0, "moved"), (0, "promoted")]
+        del seen[:]
+        assert t.delete(MD, "abcdef0000")
+        assert [c[:2] + (c[3],) for c in seen] == [(0, "deleted", 0), (1, "deleted", 0)]
+        # The counters count the same reports.
+        st = t.stats()
+        assert (st[0]["puts"], st[0]["spills"], st[0]["promotions"]) == (3, 2, 1)
