@@ -116,6 +116,12 @@ struct kvi_s3_object;
 typedef int (*kvi_s3_object_fn)(const struct kvi_s3_object *o, void *arg);
 int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg);
 
+/* Whether the root's top level has a dir in the single-slash key form
+ * ("PREFIX/<dir>/", as other clients write): 1, 0 none (every key is
+ * vLLM's "PREFIX//..."), or -errno where it cannot be listed.  One
+ * ListObjectsV2 page. */
+int kvi_s3_other_form(struct kvi_s3 *s);
+
 /* ---- listings (s3_xml.c) ---- */
 
 struct kvi_s3_object {

@@ -373,6 +373,41 @@ int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn
 	return rc;
 }
 
+/* A CommonPrefix of the root's top level other than vLLM's "PREFIX//". */
+static int other_dir(const char *prefix, void *arg)
+{
+	const char *vllm = arg;
+
+	return strcmp(prefix, vllm) != 0;
+}
+
+static int no_object(const struct kvi_s3_object *o, void *arg)
+{
+	(void)o, (void)arg;
+	return 0;
+}
+
+int kvi_s3_other_form(struct kvi_s3 *s)
+{
+	char q[QUERY_MAX], vllm[KVI_S3_KEY_MAX + 2], *token = NULL;
+	struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
+	int truncated = 0, rc;
+
+	snprintf(vllm, sizeof(vllm), "%s/", kvi_s3_prefix(s));
+	rc = list_query(q, sizeof(q), kvi_s3_prefix(s), 1, NULL, NULL);
+	if (rc == 0)
+		rc = kvi_s3_do(s, &op);
+	if (rc == 0)
+		rc = kvi_s3_list_parse(op.resp, op.got, no_object, other_dir, vllm, &truncated,
+				       &token);
+	free(op.resp);
+	free(token);
+	if (rc < 0)
+		return rc;
+	/* A page that stops short holds 1,000 names: more than one dir. */
+	return rc != 0 || truncated;
+}
+
 /* The .uses objects in the journal dirs the top levels named. */
 static int load_journals(struct listing *l, struct kv_uses **uses)
 {

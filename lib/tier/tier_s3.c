@@ -8,6 +8,7 @@
  * recorded in the root's journals (kv/lastuse.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <kv/integrity.h>
 #include <kv/lastuse.h>
 #include <kv/layout.h>
+#include <kv/units.h>
 #include "store/s3.h"
 #include "tier_impl.h"
 #include "util/error.h"
@@ -26,7 +28,16 @@ struct stier {
 	unsigned flags;		/* KV_IO_REPLACE, KV_IO_NO_CHECKSUM */
 	atomic_int unconditional;	/* the server refused If-None-Match:
 					   a put that keeps asks first */
+	pthread_mutex_t forms_lock;	/* one look at the key forms at a time */
+	_Atomic int64_t forms_at;	/* when the root's top level was last
+					   listed; 0: never */
+	atomic_int one_form;		/* ... and held vLLM's "PREFIX//" alone */
+	atomic_int missed;		/* a batch has missed at vLLM's key */
 };
+
+/* How long a look at the root's key forms holds: a client that starts
+ * writing single-slash keys is seen within this. */
+#define FORMS_TTL_NS	1000000000LL
 
 static struct stier *S(struct kv_tier *t)
 {
@@ -59,6 +70,41 @@ static int verify(const struct stier *st, const struct kvi_s3_op *op, const char
 	return 0;
 }
 
+/*
+ * A block is at vLLM's key ("PREFIX//<path>") or, sent by another client,
+ * at the single-slash form.  A miss at the first asks the second only
+ * while the root's top level has a single-slash dir: one listing of it
+ * (a page with the delimiter) saves a HEAD per miss on a bucket only vLLM
+ * fills.  A root that cannot be listed (no ListBucket right) is asked in
+ * both forms.
+ */
+static int forms_stale(struct stier *st)
+{
+	int64_t at = atomic_load(&st->forms_at);
+
+	return !at || kv_monotonic_ns() - at >= FORMS_TTL_NS;
+}
+
+static int other_form(struct stier *st)
+{
+	return forms_stale(st) || !atomic_load(&st->one_form);
+}
+
+/* List the top level again where the last look is stale: one thread at
+ * a time, the others going on by the last answer.  Never inside a batch
+ * (kvi_s3_run): s3_batch looks before one, once a batch has missed, and
+ * after one that missed. */
+static void forms_look(struct stier *st)
+{
+	if (!forms_stale(st) || pthread_mutex_trylock(&st->forms_lock))
+		return;
+	if (forms_stale(st)) {
+		atomic_store(&st->one_form, kvi_s3_other_form(st->s3) == 0);
+		atomic_store(&st->forms_at, kv_monotonic_ns());
+	}
+	pthread_mutex_unlock(&st->forms_lock);
+}
+
 /* Run op on key's vLLM form, then, if absent there, on the other. */
 static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, char *key,
 		     size_t len)
@@ -70,6 +116,9 @@ static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, ch
 	op->key = key;
 	rc = kvi_s3_do(st->s3, op);
 	if (rc != -ENOENT)
+		return rc;
+	forms_look(st);
+	if (!other_form(st))
 		return rc;
 	free(op->resp);
 	op->resp = NULL;
@@ -261,6 +310,7 @@ static void s3_close(struct kv_tier *t)
 	struct stier *st = S(t);
 
 	kvi_s3_close(st->s3);
+	pthread_mutex_destroy(&st->forms_lock);
 	free(st);
 }
 
@@ -321,6 +371,7 @@ struct sbatch {
 	struct sreq *free, *again;
 	int stop;
 	int failed;		/* answered here */
+	int missed;		/* a miss at vLLM's key: forms_look after */
 };
 
 /* r's PUT as its handle and the server allow: with If-None-Match where
@@ -436,12 +487,15 @@ static void batch_done(void *arg, struct kvi_s3_op *op)
 	free(op->resp);
 	op->resp = NULL;
 	/* Not at vLLM's key: try the other form before saying so. */
-	if (rc == -ENOENT && r->slash && (req->op != KV_TIER_OP_PUT || r->asking) &&
-	    kvi_s3_key(b->st->s3, req->key, 0, r->key, sizeof(r->key)) == 0) {
-		r->slash = 0;
-		r->next = b->again;
-		b->again = r;
-		return;
+	if (rc == -ENOENT && r->slash && (req->op != KV_TIER_OP_PUT || r->asking)) {
+		b->missed = 1;
+		if (other_form(b->st) &&
+		    kvi_s3_key(b->st->s3, req->key, 0, r->key, sizeof(r->key)) == 0) {
+			r->slash = 0;
+			r->next = b->again;
+			b->again = r;
+			return;
+		}
 	}
 	/* Asked first and absent in either form, or the server refused the
 	 * condition: the PUT (again) as start_put makes it now. */
@@ -491,7 +545,13 @@ static int s3_batch(struct kv_tier *t, kv_tier_next_fn next, kv_tier_done_fn don
 	struct sreq *r;
 	int rc;
 
+	if (atomic_load(&b.st->missed))
+		forms_look(b.st);
 	rc = kvi_s3_run(b.st->s3, 0, batch_next, batch_done, &b);
+	if (b.missed) {
+		atomic_store(&b.st->missed, 1);
+		forms_look(b.st);
+	}
 	while ((r = b.free)) {
 		b.free = r->next;
 		free(r);
@@ -534,6 +594,7 @@ int kv_tier_s3_open(const char *url, const struct kv_io_opts *opts, struct kv_ti
 	}
 	kvi_tier_init(&st->base, &s3_ops);
 	st->flags = opts ? opts->flags : 0;
+	pthread_mutex_init(&st->forms_lock, NULL);
 	*out = &st->base;
 	return 0;
 }

@@ -370,6 +370,49 @@ with kvtools.Tiers(['s3://$B/p']) as t:
 		fail "$(cat "$S3_PROXY_LOG")"
 }
 
+@test "s3: a miss asks vLLM's key alone where the root has no single-slash dir, both forms where it has one" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	local h
+	for h in abcdef41 abcdef42 abcdef43; do
+		head -c 3000 /dev/urandom > "$h"
+		kvput --root "s3://$B/fleet" --config "$CFG" "$h" "$h"
+	done
+	s3_proxy_start
+	export AWS_ENDPOINT_URL=$S3_PROXY_URL
+	kvtools_run "
+with kvtools.Tiers(['s3://$B/fleet']) as t:
+    print([t.has('$MD', h) for h in ['abcdef41', 'abcdef42', 'abcdef43',
+                                     'abcdef4a', 'abcdef4b', 'abcdef4c', 'abcdef4d']])"
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_output "[True, True, True, False, False, False, False]"
+	# One HEAD a block: a listing of the top level, not a second HEAD a miss.
+	[ "$(grep -c ' HEAD [^ ]*\.bin ' "$S3_PROXY_LOG")" -eq 7 ] || fail "$(cat "$S3_PROXY_LOG")"
+	grep -q ' GET [^ ]*list-type=2' "$S3_PROXY_LOG"
+	# Another client sends one at the single-slash form: asked there too.
+	head -c 2000 /dev/urandom > abcdef44
+	s3_aws s3api put-object --bucket "$B" --key "$(vllm_key fleet abcdef44 | sed 's|//|/|')" \
+		--body abcdef44 > /dev/null
+	: > "$S3_PROXY_LOG"
+	kvtools_run "
+with kvtools.Tiers(['s3://$B/fleet']) as t:
+    print(t.has('$MD', 'abcdef44'), t.get('$MD', 'abcdef44') == open('abcdef44', 'rb').read(),
+          t.has('$MD', 'abcdef4a'))"
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_output "True True False"
+	[ "$(grep -c ' HEAD [^ ]*abcdef4a\.bin ' "$S3_PROXY_LOG")" -eq 2 ] || fail "$(cat "$S3_PROXY_LOG")"
+	# And through kvoffd's batches, twice (a listing between them).
+	SOCK=$BATS_TEST_TMPDIR/offd.sock
+	start_kvoffd --root "s3://$B/fleet" --cpu-bytes 1M --slot-bytes 512K
+	kvtools_run "
+with kvtools.connect('$SOCK') as c:
+    for _ in range(2):
+        print(c.has_many('$MD', ['abcdef41', 'abcdef44', 'abcdef4a']))"
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_output "$(printf '[2, 2, 0]\n[2, 2, 0]')"
+	stop_daemon
+	[ "$DRC" -eq 0 ]
+}
+
 @test "s3: readers and listers find the single-slash keys another client sent" {
 	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 5 --single-slash --print > filled
 	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 4 --seed 9 --print >> filled
