@@ -168,8 +168,9 @@ int kv_tier_stat(struct kv_tier *t, struct kv_tier_stat *st);
 
 /* What a tier reports of a block of its own as it changes. */
 enum kv_tier_change {
-	KV_TIER_STORED,		/* a put took it (a batch's that found it
-				   there and kept it: not) */
+	KV_TIER_STORED,		/* a put took it (a batch PUT that found it
+				   there and kept it: not reported; a single
+				   put that kept it: reported) */
 	KV_TIER_PROMOTED,	/* copied up into it on a hit below */
 	KV_TIER_MOVED,		/* left it for a tier below: a spill, a demotion */
 	KV_TIER_DROPPED,	/* left it for room, no tier below taking it */
