@@ -364,12 +364,13 @@ void probe_run(const struct offd *d, struct kv_tier *const *io, struct probe *p)
 static void run_demotes(struct offd *d, struct worker_arg *a, struct job *jobs, size_t n)
 {
 	unsigned from = jobs[0].tier, below = from + 1;
-	int64_t t0 = kv_monotonic_ns();
+	int64_t t0 = kv_monotonic_ns(), ns;
 	int r;
 
 	for (size_t k = 0; k < n; k++)
 		a->moves[k].key = jobs[k].path;
 	r = kv_tier_demote_many(a->io[from], a->io + below, d->ntiers - below, a->moves, n, 0);
+	ns = kv_monotonic_ns() - t0;
 	for (size_t k = 0; k < n; k++) {
 		const struct kv_tier_demotion *m = &a->moves[k];
 		struct job *j = &jobs[k];
@@ -380,7 +381,7 @@ static void run_demotes(struct offd *d, struct worker_arg *a, struct job *jobs, 
 		j->dest = m->dest < 0 ? TIER_NONE : below + (unsigned)m->dest;
 		if (m->len)
 			j->len = m->len;
-		j->ns = kv_monotonic_ns() - t0;
+		j->ns = ns;
 	}
 }
 
@@ -625,6 +626,8 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
 		return -errno;
+	for (unsigned t = 0; t < d->ntiers; t++)
+		w->reporters[t] = (struct reporter){ .w = w, .tier = t };
 	/* The last one started is the prober. */
 	for (unsigned i = 0; i <= nthreads; i++) {
 		struct kv_tier **io = w->handles + (size_t)i * d->ntiers;
@@ -636,7 +639,6 @@ int writer_start(struct offd *d, unsigned nthreads, size_t wcap)
 			err = tier_open_handle(d, t, KV_IO_REPLACE, &io[t]);
 			if (err)
 				return err;
-			w->reporters[t] = (struct reporter){ .w = w, .tier = t };
 			kv_tier_report_to(io[t], handle_reported, &w->reporters[t]);
 		}
 		a = calloc(1, sizeof(*a));

@@ -276,7 +276,7 @@ static int create_new(const struct kvi_round *r, const char *name)
 		rc = s3_on(r, &op, name);
 		free(op.resp);
 		/* Without them two shards could both think they made it. */
-		if (rc == -KV_ES3 && (op.status == 501 || op.status == 400))
+		if (kvi_s3_condition_refused(&op))
 			rc = kvi_fail(-EOPNOTSUPP, "%s does not take conditional writes "
 				      "(If-None-Match: HTTP %ld), which shards on a bucket "
 				      "need to agree", kvi_s3_where(r->s3), op.status);
@@ -428,6 +428,7 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 	 * state: a round that ended within the second is not reopened. */
 	for (int64_t at = now_s; !found && at <= now_s + SKEW_S; at++) {
 		name_marker(r, at, name);
+		kvi_error_clear();
 		made = create_new(r, name);
 		if (full(-made)) {
 			/* A full volume is when eviction matters most: go on in
@@ -437,12 +438,13 @@ int kvi_round_join(int rootfd, const struct kvi_round_opts *o, struct kvi_round 
 			found = at;
 			break;
 		}
-		if (made == -EOPNOTSUPP) {
-			rc = made;	/* create_new said why */
-			goto fail;
-		}
 		if (made < 0 && made != -EEXIST) {
-			rc = kvi_fail(made, "opening round '%s/%s'", KV_EVICT_STATE_DIR, name);
+			char why[512];
+
+			/* Keep what the store said (the server's answer). */
+			snprintf(why, sizeof(why), "%s", kv_error_detail());
+			rc = kvi_fail(made, "opening round '%s/%s'%s%s", KV_EVICT_STATE_DIR, name,
+				      *why ? ": " : "", why);
 			goto fail;
 		}
 		r->round_s = at;

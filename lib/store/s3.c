@@ -365,6 +365,12 @@ const char *kvi_s3_where(const struct kvi_s3 *s)
 	return s->where;
 }
 
+int kvi_s3_condition_refused(const struct kvi_s3_op *op)
+{
+	return (op->flags & KVI_S3_IF_NONE_MATCH) && op->result == -KV_ES3 &&
+	       (op->status == 501 || op->status == 400);
+}
+
 const char *kvi_s3_prefix(const struct kvi_s3 *s)
 {
 	return s->prefix;

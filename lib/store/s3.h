@@ -81,6 +81,10 @@ const char *kvi_s3_prefix(const struct kvi_s3 *s);
 /* Run one request (retried as any). */
 int kvi_s3_do(struct kvi_s3 *s, struct kvi_s3_op *op);
 
+/* Whether op, sent with KVI_S3_IF_NONE_MATCH, met a server without
+ * conditional writes: it answered 501, or 400. */
+int kvi_s3_condition_refused(const struct kvi_s3_op *op);
+
 /* Many requests, up to inflight at once (0: the engine's default):
  * next() gives the next (1), none for now (0: asked again after each
  * done()) or stops (-errno); done() gets each as it ends.  Returns the

@@ -136,8 +136,7 @@ static int on_either(struct stier *st, const char *rel, struct kvi_s3_op *op, ch
  */
 static int condition_refused(struct stier *st, const struct kvi_s3_op *op)
 {
-	if (!(op->flags & KVI_S3_IF_NONE_MATCH) || op->result != -KV_ES3 ||
-	    (op->status != 501 && op->status != 400))
+	if (!kvi_s3_condition_refused(op))
 		return 0;
 	atomic_store(&st->unconditional, 1);
 	return 1;
@@ -385,8 +384,10 @@ static void start_put(struct sbatch *b, struct sreq *r)
 	int keeps = !replace || req->keep;
 	int unconditional = atomic_load(&b->st->unconditional);
 
-	/* At vLLM's key: where a PUT goes, and a HEAD asks first. */
-	(void)kvi_s3_key(b->st->s3, req->key, 1, r->key, sizeof(r->key));
+	/* At vLLM's key (again, after a HEAD at the other): where a PUT
+	 * goes, and a HEAD asks first. */
+	if (!r->slash)
+		(void)kvi_s3_key(b->st->s3, req->key, 1, r->key, sizeof(r->key));
 	r->slash = 1;
 	memset(&r->op, 0, sizeof(r->op));
 	r->op.key = r->key;
