@@ -26,8 +26,17 @@ struct kv_offd {
 	size_t slot_bytes;	/* the largest class's */
 	uint32_t slots;
 	unsigned char *payload;	/* a BATCH request's entries, made once */
+	unsigned char *spayload; /* a pipeline's second op's entries, sent with
+				    the next first op's */
 	unsigned char *results;	/* a BATCH reply's results, made once */
+	unsigned char *rbuf;	/* replies read ahead: [rpos, rlen) not yet taken */
+	size_t rpos, rlen;
 };
+
+/* Replies are read RECV_AHEAD bytes at a time where they have come, so
+ * the two or three a pipeline has in flight cost one recv, not two each
+ * (frame, then results). */
+#define RECV_AHEAD	(64u << 10)
 
 /* SO_SNDTIMEO / SO_RCVTIMEO ran out: the daemon did not answer in time. */
 static int deadline_err(int e)
@@ -65,13 +74,27 @@ static int send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int recv_all(int fd, void *buf, size_t len)
+/* len bytes of the reply stream: first what was read ahead, then the
+ * socket's, read ahead into c->rbuf unless the rest is that large. */
+static int recv_all(struct kv_offd *c, void *buf, size_t len)
 {
 	char *p = buf;
 
 	while (len) {
-		ssize_t n = recv(fd, p, len, 0);
+		size_t ahead = c->rlen - c->rpos;
+		ssize_t n;
 
+		if (ahead) {
+			size_t take = ahead < len ? ahead : len;
+
+			memcpy(p, c->rbuf + c->rpos, take);
+			c->rpos += take;
+			p += take;
+			len -= take;
+			continue;
+		}
+		n = len >= RECV_AHEAD ? recv(c->fd, p, len, 0)
+				      : recv(c->fd, c->rbuf, RECV_AHEAD, 0);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -79,8 +102,13 @@ static int recv_all(int fd, void *buf, size_t len)
 		}
 		if (n == 0)
 			return -ECONNRESET;
-		p += n;
-		len -= (size_t)n;
+		if (len >= RECV_AHEAD) {
+			p += n;
+			len -= (size_t)n;
+		} else {
+			c->rpos = 0;
+			c->rlen = (size_t)n;
+		}
 	}
 	return 0;
 }
@@ -118,7 +146,10 @@ int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
 	if (err)
 		goto fail;
 	c = calloc(1, sizeof(*c));
-	if (!c) {
+	if (c)
+		c->rbuf = malloc(RECV_AHEAD);
+	if (!c || !c->rbuf) {
+		free(c);
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -126,6 +157,7 @@ int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
 		       pool_fd, 0);
 	if (c->pool == MAP_FAILED) {
 		err = -errno;
+		free(c->rbuf);
 		free(c);
 		goto fail;
 	}
@@ -150,7 +182,9 @@ void kv_offd_close(struct kv_offd *c)
 	munmap(c->pool, c->pool_bytes);
 	close(c->fd);
 	free(c->payload);
+	free(c->spayload);
 	free(c->results);
+	free(c->rbuf);
 	free(c);
 }
 
@@ -185,7 +219,7 @@ static int request(struct kv_offd *c, const struct kv_offd_frame *req,
 		return err;
 	err = send_all(c->fd, buf, sizeof(buf));
 	if (!err)
-		err = recv_all(c->fd, buf, sizeof(buf));
+		err = recv_all(c, buf, sizeof(buf));
 	/* A reply that comes after we gave up would answer the next request. */
 	if (err == -ETIMEDOUT)
 		c->broken = err;
@@ -455,23 +489,28 @@ int kv_offd_list(struct kv_offd *c,
 
 /* ---- batches ---- */
 
-/* Send a BATCH frame and the payload of its head->len entries, already
- * in c->payload (which is free again once this returns). */
-static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
+/* Send count (1 or 2) BATCH frames in one call, each followed by the
+ * payload of its head->len entries, already in payloads[i] (free again
+ * once this returns): one wake-up of the daemon for a pipeline's two. */
+static int batches_send(struct kv_offd *c, const struct kv_offd_frame *const *heads,
+			unsigned char *const *payloads, unsigned count)
 {
-	unsigned char buf[KV_OFFD_FRAME_BYTES];
-	struct iovec iov[2] = {
-		{ .iov_base = buf, .iov_len = sizeof(buf) },
-		{ .iov_base = c->payload, .iov_len = kv_offd_batch_bytes(head) },
-	};
-	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	unsigned char buf[2][KV_OFFD_FRAME_BYTES];
+	struct iovec iov[4];
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 * count };
 	int err;
 
 	if (c->broken)
 		return c->broken;
-	err = kv_offd_frame_encode(head, buf, sizeof(buf));
-	if (err)
-		return err;
+	if (count > 2)
+		return -EINVAL;
+	for (unsigned i = 0; i < count; i++) {
+		err = kv_offd_frame_encode(heads[i], buf[i], sizeof(buf[i]));
+		if (err)
+			return err;
+		iov[2 * i] = (struct iovec){ buf[i], sizeof(buf[i]) };
+		iov[2 * i + 1] = (struct iovec){ payloads[i], kv_offd_batch_bytes(heads[i]) };
+	}
 	while (msg.msg_iovlen) {
 		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 
@@ -495,6 +534,12 @@ static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
 	return 0;
 }
 
+/* Send a BATCH frame and its entries, already in c->payload. */
+static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
+{
+	return batches_send(c, &head, &c->payload, 1);
+}
+
 /* The reply to a BATCH frame sent with head, its results into res.
  * Results that name a slot or bytes outside the pool are a protocol
  * error; so is anything that leaves the stream out of step, which
@@ -509,14 +554,14 @@ static int batch_recv(struct kv_offd *c, const struct kv_offd_frame *head,
 
 	if (c->broken)
 		return c->broken;
-	err = recv_all(c->fd, buf, sizeof(buf));
+	err = recv_all(c, buf, sizeof(buf));
 	if (!err)
 		err = kv_offd_frame_decode(buf, sizeof(buf), &rep);
 	if (!err && (rep.type != (KV_OFFD_BATCH | KV_OFFD_REPLY) ||
 		     (!rep.status && (rep.len != head->len || rep.arg != head->arg))))
 		err = -KV_EPROTO;
 	if (!err)
-		err = recv_all(c->fd, c->results, kv_offd_batch_bytes(&rep));
+		err = recv_all(c, c->results, kv_offd_batch_bytes(&rep));
 	for (size_t i = 0; !err && i < rep.len; i++) {
 		struct kv_offd_result *r = &res[i];
 
@@ -548,9 +593,11 @@ static int payload_ready(struct kv_offd *c)
 	/* The largest request payload, and the largest reply's results. */
 	if (!c->payload)
 		c->payload = malloc(KV_OFFD_BATCH_MAX * (8 + KV_OFFD_HASH_MAX));
+	if (!c->spayload)
+		c->spayload = malloc(KV_OFFD_BATCH_MAX * (8 + KV_OFFD_HASH_MAX));
 	if (!c->results)
 		c->results = malloc(KV_OFFD_BATCH_MAX * KV_OFFD_RESULT_BYTES);
-	return c->payload && c->results ? 0 : -ENOMEM;
+	return c->payload && c->spayload && c->results ? 0 : -ENOMEM;
 }
 
 /* A hash's length if it is hex of a length the protocol takes, else 0. */
@@ -905,13 +952,13 @@ static int put_pass(struct kv_offd *c, const struct kv_offd_keys *k, size_t *idx
 	return err;
 }
 
-/* Send the slots of piece [at, at + n) whose first op succeeded, as a
- * BATCH of op: COMMITs with the sums taken here, RELEASEs marked
- * altered where the bytes read did not match; their key indices go to
- * idx.  0 sent nothing. */
-static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
-			 const struct kv_offd_result *res, const uint64_t *sums,
-			 const unsigned char *altered, size_t at, size_t n, size_t *idx, int *err)
+/* The slots of piece [at, at + n) whose first op succeeded, as a BATCH
+ * of op into head and c->spayload: COMMITs with the sums taken here,
+ * RELEASEs marked altered where the bytes read did not match; their key
+ * indices go to idx.  How many (0: nothing to send). */
+static size_t encode_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned op,
+			   const struct kv_offd_result *res, const uint64_t *sums,
+			   const unsigned char *altered, size_t at, size_t n, size_t *idx)
 {
 	struct kv_offd_batch_entry e = { 0 };
 
@@ -927,9 +974,8 @@ static size_t send_slots(struct kv_offd *c, struct kv_offd_frame *head, unsigned
 		} else {
 			e.flags = altered[idx[j]] ? KV_OFFD_RELEASE_ALTERED : 0;
 		}
-		kv_offd_batch_encode(head, c->payload, j, &e);
+		kv_offd_batch_encode(head, c->spayload, j, &e);
 	}
-	*err = head->len ? batch_send(c, head) : 0;
 	return head->len;
 }
 
@@ -972,7 +1018,9 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 	/* Sums of what a put copied in; reads of a get that did not match. */
 	uint64_t *sums = calloc(n ? n : 1, sizeof(*sums));
 	unsigned char *altered = calloc(n ? n : 1, 1);
-	unsigned fsent = 0, fdone = 0;
+	const struct kv_offd_frame *heads[2];
+	unsigned char *payloads[2];
+	unsigned fsent = 0, fdone = 0, count;
 	int err = res && sres && idx && sums && altered ? payload_ready(c) : -ENOMEM;
 
 	/* Pieces of about PIECE_BYTES: small enough that the bytes this side
@@ -1029,9 +1077,15 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 		for (size_t j = 0; !err && sent_s && j < sh.len; j++)
 			if (!status[idx[j]])
 				status[idx[j]] = sres[j].status;
-		if (!err)
-			sent_s = send_slots(c, &sh, sop, res, sums, altered, at, m, idx, &err);
-		if (!err && next < n) {
+		if (err)
+			break;
+		/* This piece's second op and the first op of the piece after
+		 * next, in one send. */
+		sent_s = encode_slots(c, &sh, sop, res, sums, altered, at, m, idx);
+		heads[0] = &sh;
+		payloads[0] = c->spayload;
+		count = sent_s ? 1 : 0;
+		if (next < n) {
 			struct kv_offd_frame *f = &fh[fsent % 2];
 
 			if (seen)
@@ -1040,9 +1094,12 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 			fill_keys(c, f, fop, k, put ? sizes : NULL, next, piece);
 			fat[fsent % 2] = next;
 			next += f->len;
-			err = batch_send(c, f);
+			heads[count] = f;
+			payloads[count++] = c->payload;
 			fsent++;
 		}
+		if (count)
+			err = batches_send(c, heads, payloads, count);
 	}
 	if (!err && sent_s) {
 		err = batch_recv(c, &sh, sres);

@@ -181,6 +181,21 @@ clean() {
 	[ "$(stat_of slots_used)" -eq 305 ]
 }
 
+@test "kvoffd batches: a pipeline sends each piece's second op with a later piece's first, one sendmsg for both" {
+	requires strace
+	start_daemon --cpu-bytes 128M --size-classes 16K
+	# 1,024 x 16 KiB is 16 pieces of 1 MiB; a warm-up round and one
+	# more: two put_many and two get_many.  Each sends its first two
+	# pieces' first ops, then one message per piece (32 apart: 64).
+	strace -f -e trace=sendmsg,sendto,write -o "$BATS_TEST_TMPDIR/strace" \
+		"$OFFD_CLIENT" batch "$SOCK" "$MODEL" 0 1024 1 16384 > "$BATS_TEST_TMPDIR/out"
+	jq -e '.bytes == 2 * 1024 * 16384' "$BATS_TEST_TMPDIR/out"
+	sends=$(grep -c '^[0-9]* *sendmsg(' "$BATS_TEST_TMPDIR/strace")
+	[ "$sends" -eq $((4 * (2 + 16))) ] || fail "$sends sendmsg calls, not $((4 * 18))"
+	[ "$(stat_of protocol_errors)" -eq 0 ]
+	[ "$(stat_of pins)" -eq 0 ]
+}
+
 @test "kvoffd batches: has_many finds every block put, in RAM" {
 	start_daemon --cpu-bytes 128M --size-classes 16K
 	run client has "$SOCK" "$MODEL" 0 5000 3
