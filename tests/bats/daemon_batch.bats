@@ -20,10 +20,6 @@ teardown() {
 	common_teardown
 }
 
-stat_of() {
-	kvoffd --stats "$SOCK" | jq -r ".$1"
-}
-
 # The model dir vLLM names for $CFG.
 cfg_model_dir() {
 	echo "meta-llama_Llama-3.1-8B_$(py_fingerprint "$CFG")"

@@ -38,10 +38,7 @@ start_sub() {
 	$PY "$SUB" "$@" --ready "$ready" > "$BATS_TEST_TMPDIR/sub.out" \
 		2> "$BATS_TEST_TMPDIR/sub.err" &
 	SPID=$!
-	while [ ! -e "$ready" ]; do
-		kill -0 "$SPID" || fail "subscriber died: $(cat "$BATS_TEST_TMPDIR/sub.err")"
-		sleep 0.05
-	done
+	wait_ready "$ready" "$SPID" "$BATS_TEST_TMPDIR/sub.err"
 }
 
 # stop_sub: it drains what it was sent, then exits.

@@ -58,10 +58,6 @@ client() {
 	"$OFFD_CLIENT" "$@"
 }
 
-stat_of() {
-	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
-
 # put_block NAME HASH BYTES: random content kept in $BATS_TEST_TMPDIR/NAME.
 put_block() {
 	random_file "$BATS_TEST_TMPDIR/$1" "$3"

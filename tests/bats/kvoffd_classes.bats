@@ -28,21 +28,12 @@ client() {
 	"$OFFD_CLIENT" "$@"
 }
 
-stat_of() {
-	kvoffd --stats "$SOCK" | jq ".$1"
-}
-
 # clean: wait until every block in RAM is on disk too (--write-policy
 # always writes each at once).  A put then takes room where the oldest
 # blocks are, not the oldest of those already written, which is all a
 # put may take while the older ones' writes are still on their way.
 clean() {
-	local n=0
-	until [ "$(stat_of dirty_blocks)" -eq 0 ]; do
-		sleep 0.05
-		n=$((n + 1))
-		[ "$n" -lt 2000 ] || fail "the blocks never reached the disk"
-	done
+	wait_for stat_is dirty_blocks 0
 }
 
 @test "kvoffd --size-classes: usage errors" {

@@ -44,10 +44,6 @@ start_held_daemon() {
 		--events "$EVENTS" --metrics-file "$METRICS" "$@"
 }
 
-stat_of() {
-	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
-
 metric_of() {
 	sed -n "s/^$1 //p" "$METRICS"
 }
@@ -130,21 +126,6 @@ assert_disk() {
 	run kvls --verify --root "$KV_ROOT"
 	assert_success
 	assert_output --partial "$n blocks: $n verified, 0 mismatched, 0 without checksum"
-}
-
-# wait_for CMD...: poll until CMD succeeds; the bound, about ten
-# minutes, only stops a test whose daemon never gets there.
-wait_for() {
-	local n
-	for n in $(seq 6000); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	fail "never true: $*"
-}
-
-stat_is() {
-	[ "$(stat_of "$1")" = "$2" ]
 }
 
 @test "kvoffd queue: the injector holds block writes until the gate opens" {

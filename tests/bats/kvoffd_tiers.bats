@@ -68,24 +68,15 @@ tier_stat() {
 		python3 -c "import json,sys; print(json.load(sys.stdin)['tiers'][$1]['$2'])"
 }
 
-stat_of() {
-	kvoffd --stats "$SOCK" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
-
 # settle: until no write, load or move is queued or running.
 # trace_lookups: strace the daemon's threads' path lookups into
 # $BATS_TEST_TMPDIR/strace, each line led by its thread's id (the loop
 # thread's is $DPID); untrace stops it.
 trace_lookups() {
-	local n=0
 	strace -f -p "$DPID" -e trace=%file,%stat,statx -o "$BATS_TEST_TMPDIR/strace" \
 		2>"$BATS_TEST_TMPDIR/strace.err" &
 	SPID=$!
-	until grep -q attached "$BATS_TEST_TMPDIR/strace.err"; do
-		sleep 0.05
-		n=$((n + 1))
-		[ "$n" -lt 2000 ] || fail "strace never attached"
-	done
+	wait_for grep -q attached "$BATS_TEST_TMPDIR/strace.err"
 }
 
 untrace() {
@@ -94,12 +85,7 @@ untrace() {
 }
 
 settle() {
-	local n=0
-	while [ "$(stat_of wb_queue_depth)" != 0 ]; do
-		sleep 0.05
-		n=$((n + 1))
-		[ "$n" -lt 2000 ] || fail "the write queue never drained"
-	done
+	wait_for stat_is wb_queue_depth 0
 }
 
 count_blocks() {

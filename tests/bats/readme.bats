@@ -228,7 +228,7 @@ run_daemon_examples() {
 	/usr/bin/python3 "$top/tests/fixtures/kvsub.py" --bind "ipc://$W/indexer.sock" \
 		--ready "$W/sub.ready" > "$W/sub.out" &
 	SPID=$!
-	until [ -e "$W/sub.ready" ]; do kill -0 "$SPID"; sleep 0.05; done
+	wait_ready "$W/sub.ready" "$SPID" /dev/null
 	while IFS= read -r line; do
 		n=$((n + 1))
 		line=${line//tcp:\/\/kv-indexer:5557/connect:ipc:\/\/$W\/indexer.sock}

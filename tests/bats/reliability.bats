@@ -412,11 +412,6 @@ decoy_tree() {
 	[ -z "$(ls -A "$MNT")" ] || fail "left behind: $(ls -A "$MNT")"
 }
 
-# stat_field NAME: one counter from kvoffd --stats on $SOCK.
-stat_field() {
-	kvoffd --stats "$SOCK" | grep -o "\"$1\":[0-9]*" | cut -d: -f2
-}
-
 @test "kvoffd writing behind onto a full filesystem: errors counted, no partial file, RAM still serves" {
 	requires kvoffd
 	client=$KV_BIN/../bench/offd_client
@@ -433,8 +428,8 @@ stat_field() {
 		"$client" put "$SOCK" "$model" 0 0 "abcdef000$i" "$BATS_TEST_TMPDIR/b$i"
 	done
 	# The queue drains on its own; wait for it rather than for a time.
-	until [ "$(stat_field wb_queue_depth)" -eq 0 ]; do sleep 0.1; done
-	[ "$(stat_field wb_errors)" -ge 1 ] || fail "no write-behind error counted on a full tier"
+	wait_for stat_is wb_queue_depth 0
+	[ "$(stat_of wb_errors)" -ge 1 ] || fail "no write-behind error counted on a full tier"
 	for i in 1 2 3 4; do
 		"$client" get "$SOCK" "$model" 0 0 "abcdef000$i" > "$BATS_TEST_TMPDIR/got"
 		cmp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/b$i"

@@ -683,7 +683,7 @@ with kvtools.connect('$SOCK') as c:
 	/usr/bin/python3 "$BATS_TEST_DIRNAME/../fixtures/kvsub.py" --bind "tcp://127.0.0.1:$port" \
 		--ready "$ready" > sub.out 2> sub.err &
 	spid=$!
-	while [ ! -e "$ready" ]; do kill -0 "$spid" || fail "$(cat sub.err)"; sleep 0.05; done
+	wait_ready "$ready" "$spid" sub.err
 	for i in 1 2 3; do
 		head -c 1000 /dev/urandom > "p$i"
 		printf '{"hash":"abcde0000%d","file":"%s/p%d"}\n' "$i" "$PWD" "$i"
@@ -754,7 +754,7 @@ with kvtools.connect('$SOCK') as c:
 	/usr/bin/python3 "$BATS_TEST_DIRNAME/../fixtures/kvsub.py" --bind "tcp://127.0.0.1:$port" \
 		--ready ready > sub.out 2> sub.err &
 	spid=$!
-	while [ ! -e ready ]; do kill -0 "$spid" || fail "$(cat sub.err)"; sleep 0.05; done
+	wait_ready ready "$spid" sub.err
 	run kvevict --root "s3://$B/c" --max-bytes 1500 --low-bytes 1000 --hot 0 \
 		--events "tcp://127.0.0.1:$port" --config "$CFG"
 	assert_success

@@ -51,6 +51,37 @@ requires() {
 	done
 }
 
+# wait_for CMD...: poll until CMD succeeds; the bound, about ten
+# minutes, only stops a test whose daemon never gets there.
+wait_for() {
+	local n
+	for n in $(seq 6000); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	fail "never true: $*"
+}
+
+# stat_of NAME: kvoffd's statistic NAME (a jq path) from the daemon on
+# $SOCK; fails where there is none.
+stat_of() {
+	kvoffd --stats "$SOCK" | jq -er ".$1"
+}
+
+# stat_is NAME VALUE: whether that statistic is VALUE now.
+stat_is() {
+	[ "$(stat_of "$1")" = "$2" ]
+}
+
+# wait_ready FILE PID LOG: wait until process PID has made FILE; if it
+# exits first, fail with what it wrote to LOG.
+wait_ready() {
+	until [ -e "$1" ]; do
+		kill -0 "$2" 2>/dev/null || fail "process $2 exited before making $1: $(cat "$3" 2>/dev/null)"
+		sleep 0.05
+	done
+}
+
 # mount_tmpfs SIZE: a small tmpfs at $MNT, unmounted in teardown.
 mount_tmpfs() {
 	requires mount
