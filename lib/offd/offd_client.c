@@ -996,10 +996,10 @@ static size_t piece_keys(const struct kv_offd *c, uint64_t avg)
 }
 
 /*
- * put_many and get_many as a pipeline of pieces: the ALLOC (LOOKUP) of
- * piece k + 2 and the COMMIT (RELEASE) of piece k go out as piece k + 1
- * is copied, so the daemon checksums one piece while this side copies
- * the next.  Requests F0 F1 | S0 F2 | S1 F3 ..., replies in that order.
+ * put_many and get_many as a pipeline of pieces: once piece k is copied,
+ * its COMMIT (RELEASE) and the ALLOC (LOOKUP) of piece k + 2 go out in
+ * one message, and the daemon answers them while this side copies piece
+ * k + 1.  Requests F0 F1 | S0 F2 | S1 F3 ..., replies in that order.
  * Entries that would have to wait (-EAGAIN) or found their class full
  * (-ENOSPC) keep that status for the one-at-a-time path to take.
  */
@@ -1023,11 +1023,10 @@ static int pipeline(struct kv_offd *c, int put, const struct kv_offd_keys *k,
 	unsigned fsent = 0, fdone = 0, count;
 	int err = res && sres && idx && sums && altered ? payload_ready(c) : -ENOMEM;
 
-	/* Pieces of about PIECE_BYTES: small enough that the bytes this side
-	 * copies are still in cache when the daemon checksums them (and the
-	 * other way round for gets), and that the two sides overlap.  A
-	 * put knows its sizes; a get guesses from its buffers (no block
-	 * is over the largest class) until the first replies tell. */
+	/* Pieces of about PIECE_BYTES: small enough that the two sides
+	 * overlap, large enough that the messages stay few.  A put knows
+	 * its sizes; a get guesses from its buffers (no block is over the
+	 * largest class) until the first replies tell. */
 	for (size_t i = 0; i < n; i++)
 		total += put || sizes[i] < c->slot_bytes ? sizes[i] : c->slot_bytes;
 	piece = piece_keys(c, n ? total / n : 0);
