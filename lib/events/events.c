@@ -233,8 +233,49 @@ static void pack_str(msgpack_packer *pk, const char *s)
 	msgpack_pack_str_body(pk, s, len);
 }
 
-/* Encode t's batch as [ts, [events...]] and empty it. */
-static struct message *encode(struct topic *t)
+/* One event as vLLM's self-describing map (vLLM #42892: a "type" key
+ * and named fields), which carries the tier's locality. */
+static void pack_map_event(msgpack_packer *pk, const struct pending_event *e,
+			   const char *locality)
+{
+	static const char *const types[] = {
+		[KV_EVENT_BLOCK_STORED] = "BlockStored", [KV_EVENT_BLOCK_REMOVED] = "BlockRemoved",
+		[KV_EVENT_ALL_CLEARED] = "AllBlocksCleared",
+	};
+	int stored = e->kind == KV_EVENT_BLOCK_STORED;
+
+	if (e->kind == KV_EVENT_ALL_CLEARED) {
+		msgpack_pack_map(pk, 1);
+		pack_str(pk, "type");
+		pack_str(pk, types[e->kind]);
+		return;
+	}
+	msgpack_pack_map(pk, stored ? 8 : 4);
+	pack_str(pk, "type");
+	pack_str(pk, types[e->kind]);
+	pack_str(pk, "block_hashes");
+	msgpack_pack_array(pk, (uint32_t)e->n);
+	for (size_t k = 0; k < e->n; k++)
+		msgpack_pack_fix_uint64(pk, e->hashes[k]);
+	if (stored) {
+		pack_str(pk, "parent_block_hash");
+		msgpack_pack_nil(pk);
+		pack_str(pk, "token_ids");
+		msgpack_pack_array(pk, 0);
+		pack_str(pk, "block_size");
+		msgpack_pack_unsigned_int(pk, e->block_size);
+		pack_str(pk, "lora_id");
+		msgpack_pack_nil(pk);
+	}
+	pack_str(pk, "medium");
+	pack_str(pk, e->medium);
+	pack_str(pk, "locality");
+	pack_str(pk, locality);
+}
+
+/* Encode t's batch as [ts, [events...]] and empty it: positional events,
+ * or maps where the publisher has a locality to say. */
+static struct message *encode(struct topic *t, const char *locality)
 {
 	struct message *m = calloc(1, sizeof(*m));
 	msgpack_sbuffer sb;
@@ -250,6 +291,10 @@ static struct message *encode(struct topic *t)
 	for (size_t i = 0; i < t->nev; i++) {
 		struct pending_event *e = &t->ev[i];
 
+		if (locality) {
+			pack_map_event(&pk, e, locality);
+			continue;
+		}
 		switch (e->kind) {
 		case KV_EVENT_BLOCK_STORED:
 			msgpack_pack_array(&pk, 7);
@@ -322,7 +367,7 @@ static int enqueue(struct kv_events *ev, struct topic *t)
 		}
 	}
 	ev->npending--;
-	m = encode(t);
+	m = encode(t, ev->o.locality);
 	if (!m || ev->qlen == ev->o.queue_max) {
 		/* The sequence number is spent: the gap tells subscribers. */
 		ev->st.messages_dropped++;

@@ -54,6 +54,10 @@ struct kv_events_opts {
 	/* When the queue is full, wait for room while a subscriber is there
 	 * to make it (a bulk announce) instead of dropping. */
 	int backpressure;
+	/* The tier's locality ("LOCAL", "REMOTE"): events go as vLLM's
+	 * self-describing maps (a "type" key, named fields) with a
+	 * "locality" field.  NULL: positional events, no locality. */
+	const char *locality;
 };
 
 struct kv_events_stats {

@@ -55,6 +55,7 @@ int kv_write_full(int fd, const void *buf, size_t len);
 #include <kv/file_index.h>
 #include <kv/slots.h>
 #include <kv/tier.h>
+#include <kv/xfer.h>
 #include <kv/gds.h>
 #include <kv/archive.h>
 

@@ -85,6 +85,47 @@ int kv_uses_journal_open_bucket(const char *root, const char *node,
 int kv_uses_journal_sync(struct kv_uses_journal *j, int (*keep)(const char *relpath, void *arg),
 			 void *arg);
 
+/*
+ * Recording a use, the one rule every recorder follows (kvwatch, the
+ * vLLM tier, kvget on a bucket): stamp the block's atime (atime now,
+ * mtime untouched), resolved beneath the root with no symlink followed;
+ * where the filesystem refuses that for good (EPERM, EACCES, EROFS,
+ * ENOTSUP: a root-squashed export, a read-only mount), append it to this
+ * node's journal; on a bucket ("s3://..."), record it in the journal
+ * object, written by kv_use_recorder_sync.  A block whose atime or
+ * journaled use is within resolution_ns of now is left as it is.
+ * Thread-safe.
+ */
+#define KV_USES_NODE_MAX	64
+
+enum kv_use_outcome {
+	KV_USE_STAMPED = 1,	/* its atime */
+	KV_USE_JOURNALED,	/* this node's journal */
+	KV_USE_SKIPPED,		/* used within the resolution already */
+};
+
+struct kv_use_recorder;
+
+/* The journal name of node (NULL: this host's name): letters, digits,
+ * '.', '_' and '-', every other byte '_', at most KV_USES_NODE_MAX. */
+void kv_uses_node_name(const char *node, char out[KV_USES_NODE_MAX + 1]);
+
+int kv_use_recorder_open(const char *root, const char *node, int64_t resolution_ns,
+			 struct kv_use_recorder **out);
+/* Record a use of the block at relpath at now_ns: a KV_USE_* outcome,
+ * -ENOENT when no regular file is there, -EINVAL for a path outside the
+ * layout, or the -errno that kept it from being recorded anywhere.  fd,
+ * when >= 0, is the block open (its stat and stamp go through it). */
+int kv_use_record(struct kv_use_recorder *r, const char *relpath, int fd, int64_t now_ns);
+/* A bucket's journal object written if a use was recorded since, keeping
+ * the blocks keep() says are still there (NULL: all); 0 at once on a
+ * filesystem, whose journal each record appended to. */
+int kv_use_recorder_sync(struct kv_use_recorder *r, int (*keep)(const char *relpath, void *arg),
+			 void *arg);
+int kv_use_recorder_is_bucket(const struct kv_use_recorder *r);
+/* Sync (a bucket's journal) and close. */
+void kv_use_recorder_close(struct kv_use_recorder *r);
+
 #ifdef __cplusplus
 }
 #endif
