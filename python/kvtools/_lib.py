@@ -99,6 +99,23 @@ for _name, _res, _args in [
     ("kv_tier_del", _I, [_P, ctypes.c_char_p]),
     ("kv_tier_stat", _I, [_P, _P]),
     ("kv_tier_report_to", None, [_P, _P, _P]),
+    ("kv_tier_daemon_open", _I, [ctypes.c_char_p, ctypes.c_uint, _P]),
+    ("kv_error_detail", ctypes.c_char_p, []),
+    ("kv_config_parse", _I, [ctypes.c_char_p, _SZ, _P]),
+    ("kv_config_free", None, [_P]),
+    ("kv_config_ensure_model_dir", _I, [_I, _P, ctypes.c_char_p, _SZ]),
+    ("kv_use_recorder_open", _I, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, _P]),
+    ("kv_use_recorder_close", None, [_P]),
+    ("kv_events_open", _I, [ctypes.c_char_p, _P, _P]),
+    ("kv_events_name_model_dir", _I, [_P, ctypes.c_char_p, _P]),
+    ("kv_events_close", None, [_P, _P]),
+    ("kv_xfer_open", _I, [_P, ctypes.c_uint, _P, _P]),
+    ("kv_xfer_submit", _I, [_P, _P]),
+    ("kv_xfer_poll", _SZ, [_P, _P, _SZ]),
+    ("kv_xfer_pending", _SZ, [_P]),
+    ("kv_xfer_drain", None, [_P]),
+    ("kv_xfer_stats", None, [_P, _P]),
+    ("kv_xfer_close", None, [_P]),
 ]:
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
