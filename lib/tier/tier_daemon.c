@@ -158,8 +158,152 @@ static void daemon_close(struct kv_tier *t)
 	free(d);
 }
 
-/* No batch_stream: tier.c's loop runs a batch over the one connection
- * and stops it when the connection is lost. */
+/* What a gather may hold of the caller's buffers: each is in hand until
+ * its done(), and a reader's are as big as the largest slot. */
+#define GATHER_BYTES	(64u << 20)
+
+/* The requests of one batch_stream, gathered to go in few round trips. */
+struct dbatch {
+	struct kv_tier_req *req[KV_OFFD_BATCH_MAX];
+	struct kv_block_ref ref[KV_OFFD_BATCH_MAX];
+	const char *hash[KV_OFFD_BATCH_MAX];
+	void *buf[KV_OFFD_BATCH_MAX];
+	size_t len[KV_OFFD_BATCH_MAX];
+	size_t got[KV_OFFD_BATCH_MAX];
+	int st[KV_OFFD_BATCH_MAX];
+};
+
+/* The connection is gone: nothing more will succeed. */
+static int lost(int r)
+{
+	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO || r == -ETIMEDOUT;
+}
+
+/* tier.c's checks of a lone request, and the key as the protocol takes it. */
+static int check(const struct kv_tier_req *req, struct kv_block_ref *ref)
+{
+	if ((unsigned)req->op > KV_TIER_OP_HAS || !req->key || !*req->key ||
+	    (req->op != KV_TIER_OP_HAS && !req->buf && req->len))
+		return -EINVAL;
+	return kv_layout_block_parse(req->key, ref);
+}
+
+/* Whether request j joins i's run: one *_many call takes one op on one
+ * model dir, rank and group.  A tail goes alone. */
+static int same_run(const struct dbatch *b, size_t i, size_t j)
+{
+	return b->req[j]->op == b->req[i]->op && b->req[i]->op != KV_TIER_OP_GET_TAIL &&
+	       b->ref[j].rank == b->ref[i].rank && b->ref[j].group == b->ref[i].group &&
+	       !strcmp(b->ref[j].model_dir, b->ref[i].model_dir);
+}
+
+/* Requests [at, at + n) in one call; each one's outcome in st[] (HAS:
+ * where), got[] a GET's size.  The call's own failure, or 0. */
+static int run_many(struct kv_tier *t, struct dbatch *b, size_t at, size_t n)
+{
+	struct kv_offd_keys k = { .model_dir = b->ref[at].model_dir, .rank = b->ref[at].rank,
+				  .group = b->ref[at].group, .hashes = b->hash + at, .n = n };
+	struct kv_tier_req *q = b->req[at];
+	int r = -EINVAL;
+
+	if (q->op == KV_TIER_OP_GET_TAIL) {
+		r = daemon_get_tail(t, q->key, q->buf, q->len);
+		b->st[at] = r;
+		return lost(r) ? r : 0;
+	}
+	for (size_t i = at; i < at + n; i++) {
+		b->hash[i] = b->ref[i].hash;
+		b->buf[i] = b->req[i]->buf;
+		b->len[i] = b->req[i]->len;
+	}
+	pthread_mutex_lock(&D(t)->lock);
+	if (q->op == KV_TIER_OP_PUT)
+		r = kv_offd_put_many(D(t)->c, &k, (const void *const *)b->buf + at, b->len + at,
+				     b->st + at);
+	else if (q->op == KV_TIER_OP_GET)
+		r = kv_offd_get_many(D(t)->c, &k, b->buf + at, b->len + at, b->got + at,
+				     b->st + at);
+	else if (q->op == KV_TIER_OP_HAS)
+		r = kv_offd_has_many(D(t)->c, &k, b->st + at);
+	pthread_mutex_unlock(&D(t)->lock);
+	return r;
+}
+
+/* Request i's answer as tier.c's lone path gives it, r the call's failure. */
+static void answer(struct kv_tier *t, struct dbatch *b, size_t i, int r)
+{
+	struct kv_tier_req *q = b->req[i];
+	int st = b->st[i];
+
+	q->result = r ? r : q->op != KV_TIER_OP_HAS ? st : st > 0 ? 0 : st ? st : -ENOENT;
+	q->done = 0;
+	if (r)
+		return;
+	if (q->op == KV_TIER_OP_GET) {
+		q->done = b->got[i];	/* on -EFBIG too: the size it needs */
+		if (!st || st == -ENOENT)
+			atomic_fetch_add(st ? &t->misses : &t->hits, 1);
+	} else if (!q->result) {
+		q->done = q->op == KV_TIER_OP_HAS ? SIZE_MAX : q->len;
+	}
+}
+
+/*
+ * Requests gathered until next() has none or a call's worth is here,
+ * then sent as runs, one round trip's worth of blocks each, not one at
+ * a time.  The daemon's put replaces, as a lone put does: keep is not
+ * asked.  A lost connection fails every request gathered, and the batch.
+ */
+static int daemon_batch(struct kv_tier *t, kv_tier_next_fn next, kv_tier_done_fn done,
+			void *arg)
+{
+	struct dbatch *b = malloc(sizeof(*b));
+	int r = 1, failed = 0, gone = 0;
+
+	if (!b)
+		return -ENOMEM;
+	while (r == 1 && !gone) {
+		size_t n = 0, bytes = 0;
+
+		while (n < KV_OFFD_BATCH_MAX && bytes < GATHER_BYTES &&
+		       (r = next(arg, &b->req[n])) == 1) {
+			struct kv_tier_req *q = b->req[n];
+
+			q->existed = 0;
+			q->result = check(q, &b->ref[n]);
+			if (q->result < 0) {
+				q->done = 0;
+				failed++;
+				done(arg, q);
+				continue;
+			}
+			bytes += q->op == KV_TIER_OP_HAS ? 0 : q->len;
+			n++;
+		}
+		for (size_t at = 0, m; at < n; at += m) {
+			int rr = 0;
+
+			for (m = 1; at + m < n && same_run(b, at, at + m); m++)
+				;
+			if (!gone) {
+				rr = run_many(t, b, at, m);
+				if (lost(rr))
+					gone = rr;
+			}
+			for (size_t i = at; i < at + m; i++) {
+				answer(t, b, i, gone ? gone : rr);
+				failed += b->req[i]->result < 0;
+				done(arg, b->req[i]);
+			}
+		}
+		/* Asked again after the done()s, as kv_io's batches are. */
+		if (r == 0 && n)
+			r = 1;
+	}
+	free(b);
+	return gone ? gone : r < 0 ? r : failed;
+}
+
 static const struct kv_tier_ops daemon_ops = {
 	.put = daemon_put,
 	.get = daemon_get,
@@ -169,6 +313,7 @@ static const struct kv_tier_ops daemon_ops = {
 	.close = daemon_close,
 	.get_tail = daemon_get_tail,
 	.list = daemon_list,
+	.batch_stream = daemon_batch,
 };
 
 int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,
