@@ -763,3 +763,53 @@ with kvtools.connect('$SOCK') as c:
 	jq -s -e '[.[] | select(.type == "BlockRemoved") | .hashes[]] | length == 2' sub.out
 	jq -s -e 'all(.[]; .model == "meta-llama/Llama-3.1-8B")' sub.out
 }
+
+# vllm_tier ENTRY OP N SEED: kvtools.vllm driven through the STAND-IN of
+# vLLM's tiering framework (tests/python/vllm_standin; vLLM cannot be
+# installed here).
+vllm_tier() {
+	/usr/bin/python3 "$BATS_TEST_DIRNAME/../python/vllm_harness.py" main "$@"
+}
+
+@test "s3: vLLM's secondary tier (kvtools.vllm) stores at vLLM's obj keys, loads back, journals the loads" {
+	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
+	E="{\"root_dir\": \"s3://$B/fleet\", \"resolution_s\": 0, \"node\": \"n1\"}"
+	run vllm_tier "$E" store 10 1
+	assert_success
+	assert_output "stored 10, 0 jobs failed"
+	run keys fleet//org_model-7b_
+	[ "${#lines[@]}" -eq 10 ]
+	[[ ${lines[0]} == fleet//org_model-7b_*_r0/???/??_g?/*.bin ]]
+	run kvls --root "s3://$B/fleet" --verify
+	assert_success
+	assert_output --partial "10 verified, 0 mismatched"
+	run vllm_tier "$E" check 10 1
+	assert_success
+	assert_output "loaded 10 of 10, 0 missed"
+	# Each load is a use, in this node's journal object.
+	s3_aws s3 cp "s3://$B/fleet//.kvwatch/n1.uses" - > uses
+	[ "$(grep -c '_r0/' uses)" -eq 10 ]
+}
+
+@test "s3: the vLLM tier fails its jobs, not the scheduler, when every connection drops" {
+	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
+	E="{\"root_dir\": \"s3://$B/fleet\"}"
+	vllm_tier "$E" store 4 2
+	: > ctl
+	s3_proxy_start --control "$PWD/ctl"
+	export AWS_MAX_ATTEMPTS=2
+	AWS_ENDPOINT_URL=$S3_PROXY_URL FAULT_CONTROL=$PWD/ctl FAULT_PLAN=$'every 1\nreset 0' \
+		run vllm_tier "$E" store 4 3
+	assert_failure 1
+	assert_line "stored 4, 1 jobs failed"
+	# What vLLM's log shows: the job, the root, the first block, the error.
+	assert_line --partial "kvtools: store job 1 on s3://$B/fleet: 4 of 4 blocks failed"
+	assert_line --partial "[ECONNRESET]"
+	[ "$(s3_proxy_stat reset)" -gt 0 ]
+	# Lookups cannot ask, so they miss: nothing is promoted.
+	: > ctl
+	AWS_ENDPOINT_URL=$S3_PROXY_URL FAULT_CONTROL=$PWD/ctl FAULT_PLAN=$'every 1\nreset 0' \
+		run vllm_tier "$E" check 4 2
+	assert_failure 1
+	assert_line "loaded 0 of 4, 4 missed"
+}

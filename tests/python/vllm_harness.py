@@ -7,7 +7,9 @@ vLLM's tiering framework in vllm_standin/ (NOT vLLM: see its README).
         got = s.load(keys)          # lookups each step, promotion, results
 
 Also usable from bats: python3 vllm_harness.py ERA ENTRY_JSON OP N SEED
-(OP store | load | check: see main())."""
+[DIR], OP one of store, check (load and compare), touch, export (the
+blocks as files in DIR, a kvput --batch manifest DIR/manifest and the
+run config DIR/config.json, as vLLM's fs tier would write it)."""
 import importlib
 import json
 import os
@@ -15,7 +17,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 STANDIN = os.path.join(HERE, "vllm_standin")
+if os.path.join(REPO, "python") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "python"))
+os.environ.setdefault("KVTOOLS_LIBKV",
+                      os.path.join(REPO, os.environ.get("BUILD", "build"), "libkv.so"))
 ROW = 16384
 STALL_S = 600   # a stall, not a timing: each wait ends as soon as it can
 
@@ -161,21 +168,46 @@ class Server:
         return out
 
 
+def export(era, keys, blocks, out):
+    use_era(era)
+    from vllm.v1.kv_offload.file_mapper import FileMapper
+    m = FileMapper.from_offloading_spec("", make_spec(era), blocks_per_file=1,
+                                        parallel_agnostic=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(m.get_run_config(), f, indent=2, sort_keys=True)
+    with open(os.path.join(out, "manifest"), "w") as man:
+        for k, b in zip(keys, blocks):
+            h = k[:-4].hex()
+            with open(os.path.join(out, h), "wb") as f:
+                f.write(b)
+            man.write(json.dumps({"hash": h, "group": int.from_bytes(k[-4:], "big"),
+                                  "file": os.path.join(out, h)}) + "\n")
+    print(m.base_path.lstrip("/"))
+    return 0
+
+
 def main():
     era, entry, op, n, seed = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], \
         int(sys.argv[4]), int(sys.argv[5])
     keys = keys_of(n, seed)
     blocks = blocks_of(keys)
+    if op == "export":
+        return export(era, keys, blocks, sys.argv[6])
     with Server(era, entry) as s:
+        # A fault-injecting proxy's plan armed once the tier is up
+        # (tests/s3/faultproxy.py --control).
+        if os.environ.get("FAULT_CONTROL"):
+            with open(os.environ["FAULT_CONTROL"], "w") as f:
+                f.write(os.environ.get("FAULT_PLAN", "") + "\n")
         if op == "store":
             s.store(keys, blocks)
             bad = [r for _, _, r in s.mgr.results if not r.success]
             print("stored %d, %d jobs failed" % (n, len(bad)))
             return 1 if bad else 0
-        if op in ("load", "check"):
+        if op == "check":
             got = s.load(keys)
             ok = sum(g == b for g, b in zip(got, blocks))
-            print("loaded %d of %d" % (ok, n))
+            print("loaded %d of %d, %d missed" % (ok, n, got.count(None)))
             return 0 if ok == n else 1
         if op == "touch":
             s.mgr.touch(keys, s.ctx())
