@@ -107,8 +107,9 @@ typedef int (*kv_tier_next_fn)(void *arg, struct kv_tier_req **req);
 typedef void (*kv_tier_done_fn)(void *arg, struct kv_tier_req *req);
 
 /* Run requests as next() gives them: the file tier keeps its io_uring
- * queue depth in flight, other tiers and chains take one at a time.  A
- * request that loses a tier's connection (-ECONNRESET, -EPIPE, -ETIMEDOUT,
+ * queue depth in flight, a bucket its requests, the daemon tier sends a
+ * run of one op, model dir, rank and group as one batch (a few round
+ * trips); other tiers and chains take one at a time.  A request that loses a tier's connection (-ECONNRESET, -EPIPE, -ETIMEDOUT,
  * -KV_EPROTO) ends the batch with that error after its done().  next()
  * and done() may ask the same tier kv_tier_size and kv_tier_has, not
  * move data through it.  Returns the number that failed, or -errno. */
