@@ -273,6 +273,8 @@ class KvtoolsTier(_Base):
         self._want_events = bool(enable_kv_events)
         self._metrics_file = metrics_file
         self._metrics_at = 0.0
+        self._config_pending = None
+        self._config_retry_at = 0.0
 
         if model_dir:
             self.model_dir, self.rank, run_config = model_dir, 0, None
@@ -318,7 +320,8 @@ class KvtoolsTier(_Base):
             rootfd = os.open(root_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._rootfd = rootfd
             if run_config is not None:
-                self._ensure_model_dir(rootfd, run_config)
+                self._config_pending = run_config
+                self._ensure_config()
         if self.kind != "daemon":
             u = ctypes.c_void_p()
             _check(lib.kv_use_recorder_open(_text(root_dir), node and _text(node),
@@ -347,6 +350,22 @@ class KvtoolsTier(_Base):
                "start the transfer threads")
         self._xfer = x
 
+    def _ensure_config(self):
+        """config.json written, or tried again in 10 s: a volume that
+        fails (EIO, ENOSPC) must not keep vLLM from starting."""
+        run_config = self._config_pending
+        if run_config is None or time.monotonic() < self._config_retry_at:
+            return
+        try:
+            self._ensure_model_dir(self._rootfd, run_config)
+        except KvError as e:
+            if e.errno_name in ("KV_EFINGERPRINT", "KV_EBADCONFIG") or e.errno == _errno.EINVAL:
+                raise
+            self._config_retry_at = time.monotonic() + 10
+            logger.warning("kvtools: %s: %s; trying again in 10 s", self.root, e)
+            return
+        self._config_pending = None
+
     def _ensure_model_dir(self, rootfd, run_config):
         """config.json in the model dir, as vLLM's fs tier writes it on
         first start (indent 2, keys sorted), kept if present."""
@@ -368,6 +387,7 @@ class KvtoolsTier(_Base):
         eo = _EventsOpts()
         if self.locality:
             eo.locality = _text(getattr(self.locality, "value", self.locality))
+        self._eo = eo   # libkv keeps its strings' pointers
         _check(lib.kv_events_open(_text(endpoint), ctypes.byref(eo), ctypes.byref(ev)),
                "open KV events at %s" % endpoint)
         self._events = ev
@@ -461,6 +481,7 @@ class KvtoolsTier(_Base):
     def get_finished_jobs(self):
         """The jobs that finished since the last call."""
         self._flush_lookups()
+        self._ensure_config()
         out, self._finished = self._finished, []
         done = (ctypes.c_void_p * _POLL_MAX)()
         while self._xfer:
@@ -632,9 +653,10 @@ class KvtoolsTier(_Base):
     def shutdown(self):
         """Finish what is in flight, then close."""
         if self._xfer:
+            lib.kv_xfer_drain(self._xfer)
+            self._write_metrics_now()
             lib.kv_xfer_close(self._xfer)
             self._xfer = None
-            self._write_metrics_now()
         for t in self._tiers:
             lib.kv_tier_close(t)
         self._tiers = []

@@ -90,3 +90,29 @@ tier() {
 	assert_success
 	[ "$(find "$KV_ROOT" -name '*.bin' -printf '%s\n' | awk '{ s += $1 } END { print s }')" -le 200000 ]
 }
+
+@test "vllm tier: EIO from the volume fails the jobs and lookups miss; nothing hangs" {
+	requires mount
+	local latfs=$KV_BIN/../latfs/latfs src=$BATS_TEST_TMPDIR/src slow=$BATS_TEST_TMPDIR/slow
+	[ -x "$latfs" ] || skip "latfs not built (needs libfuse3-dev)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	mkdir -p "$src" "$slow"
+	"$latfs" "$src" "$slow" -o "eio_when=$BATS_TEST_TMPDIR/fail" ||
+		skip "cannot mount a FUSE filesystem here"
+	MNT=$slow
+	ENTRY="{\"root_dir\": \"$slow\"}"
+	run tier store 6 7
+	assert_success
+	touch "$BATS_TEST_TMPDIR/fail"
+	run tier store 6 8
+	assert_failure 1
+	assert_line "stored 6, 1 jobs failed"
+	assert_line --partial "[EIO]"
+	run tier check 6 7
+	assert_failure 1
+	assert_line "loaded 0 of 6, 6 missed"
+	assert_line --partial "kvtools: load job"
+	rm "$BATS_TEST_TMPDIR/fail"
+	run tier check 6 7
+	assert_success
+}

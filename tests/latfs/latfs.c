@@ -10,7 +10,9 @@
  * Paths are resolved below SOURCE with the *at() calls from one dirfd;
  * symlinks are passed through as symlinks, never followed.  Counts of
  * operations go to SOURCE's sibling file given by -o stats=PATH at
- * unmount (for syscalls-per-block figures).
+ * unmount (for syscalls-per-block figures).  -o eio_when=PATH: while PATH
+ * (outside the mount) exists, every read and write fails with EIO, as on
+ * a dying disk or an export whose server went away.
  */
 #define FUSE_USE_VERSION 31
 #include <dirent.h>
@@ -34,6 +36,7 @@ struct latfs {
 	int srcfd;
 	unsigned delay_us;
 	char *stats;
+	char *eio_when;
 	atomic_ulong ops;
 };
 
@@ -42,6 +45,7 @@ static struct latfs L;
 static const struct fuse_opt opts[] = {
 	{ "delay_us=%u", offsetof(struct latfs, delay_us), 0 },
 	{ "stats=%s", offsetof(struct latfs, stats), 0 },
+	{ "eio_when=%s", offsetof(struct latfs, eio_when), 0 },
 	FUSE_OPT_END,
 };
 
@@ -186,6 +190,12 @@ static int lat_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 	return 0;
 }
 
+/* Whether the data path fails now (-o eio_when). */
+static int failing(void)
+{
+	return L.eio_when && access(L.eio_when, F_OK) == 0;
+}
+
 static int lat_read(const char *path, char *buf, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -193,6 +203,8 @@ static int lat_read(const char *path, char *buf, size_t size, off_t off,
 
 	(void)path;
 	wait_rtt();
+	if (failing())
+		return -EIO;
 	n = pread((int)fi->fh, buf, size, off);
 	return n < 0 ? -errno : (int)n;
 }
@@ -204,6 +216,8 @@ static int lat_write(const char *path, const char *buf, size_t size, off_t off,
 
 	(void)path;
 	wait_rtt();
+	if (failing())
+		return -EIO;
 	n = pwrite((int)fi->fh, buf, size, off);
 	return n < 0 ? -errno : (int)n;
 }
@@ -409,7 +423,7 @@ int main(int argc, char **argv)
 
 	if (argc < 3 || argv[1][0] == '-') {
 		fprintf(stderr, "usage: latfs SOURCE MOUNTPOINT [-o delay_us=N] "
-				"[-o max_threads=N] [-o stats=FILE] [FUSE options]\n");
+				"[-o max_threads=N] [-o stats=FILE] [-o eio_when=FILE] [FUSE options]\n");
 		return 2;
 	}
 	L.source = realpath(argv[1], NULL);

@@ -265,3 +265,46 @@ def test_enospc_fails_the_store_and_lookups_miss(tmp_path):
             assert s.tier.stats()["store_failures"] == 1
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_events_through_libkvs_publisher_with_locality(tmp_path):
+    zmq = pytest.importorskip("zmq")
+    msgpack = pytest.importorskip("msgpack")
+    endpoint = "ipc://%s/ev" % tmp_path
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.RCVTIMEO, 600000)    # a stall, not a timing
+    keys = keys_of(3, seed=16)
+    entry = {"root_dir": str(tmp_path / "root"), "enable_kv_events": True,
+             "events_endpoint": endpoint, "locality": "LOCAL"}
+    os.mkdir(tmp_path / "root")
+    with Server("main", entry) as s:
+        sub.connect(endpoint)
+        s.store(keys, blocks_of(keys))
+        topic, seq, payload = sub.recv_multipart()
+        # vLLM's own events for the same stores, for its publisher.
+        (ev,) = s.mgr.take_events()
+        assert ev.keys == keys and not ev.removed and ev.medium.value == "STORAGE"
+        assert ev.locality.value == "LOCAL"
+    assert topic == b"kv@STORAGE@org/model-7b"
+    ts, events = msgpack.unpackb(payload)
+    hashes = [h for e in events for h in e["block_hashes"]]
+    assert sorted(hashes) == sorted(int.from_bytes(k[-12:-4], "big") for k in keys)
+    e = events[0]
+    assert e["type"] == "BlockStored" and e["medium"] == "STORAGE" and e["locality"] == "LOCAL"
+    assert e["block_size"] == 16
+    sub.close()
+    ctx.term()
+
+
+def test_metrics_file(tmp_path):
+    keys = keys_of(2, seed=17)
+    metrics = tmp_path / "kv.prom"
+    os.mkdir(tmp_path / "root")
+    with Server("main", {"root_dir": str(tmp_path / "root"),
+                         "metrics_file": str(metrics)}) as s:
+        s.store(keys, blocks_of(keys))
+    text = metrics.read_text()
+    assert 'kvtools_vllm_store_blocks_total{tier="KvtoolsTier"} 2' in text
+    assert "# TYPE kvtools_vllm_used_bytes gauge" in text
