@@ -143,6 +143,51 @@ int kv_open_parent_beneath(int dirfd, const char *path, const char **name);
  * -EPERM when a foreign lock file cannot be replaced; -errno. */
 int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *fd);
 
+/*
+ * Whole files written by name (kvget -o FILE, a metrics file, a state
+ * file): a new name or a regular file is replaced atomically, through a
+ * temp beside it ("<name>_<random>.tmp", made O_EXCL, never followed)
+ * renamed over it, so a reader sees the old file or the new one whole.
+ * Nothing else at the name is ever replaced: a symbolic link is refused
+ * (-ELOOP: neither followed nor replaced), a directory too (-EISDIR), and
+ * a device, FIFO or socket is written in place with KV_FILE_IN_PLACE,
+ * else refused (-EINVAL).  A refusal says why in kv_error_detail()
+ * ("it is a FIFO with no reader"), to follow "cannot write 'FILE': ".
+ */
+#define KV_FILE_FSYNC	   (1u << 0)	/* the new file, then its dir, made durable */
+#define KV_FILE_BENEATH	   (1u << 1)	/* path resolved as kv_open_beneath does */
+#define KV_FILE_IN_PLACE   (1u << 2)	/* a device, FIFO or socket is written to */
+#define KV_FILE_NONBLOCK   (1u << 3)	/* in place, a write never waits: -EAGAIN */
+#define KV_FILE_MODE_EXACT (1u << 4)	/* a new file gets mode, umask or not */
+
+struct kv_file_out;
+
+/* Start writing path (relative to dirfd, or AT_FDCWD; its dirs resolved
+ * as openat does, or beneath dirfd with KV_FILE_BENEATH): write to
+ * kv_file_replace_fd(), then commit or abort.  A new file gets mode
+ * (less the umask, unless KV_FILE_MODE_EXACT).  In place, the open never
+ * creates or truncates and never waits for a FIFO's reader: -ENXIO when
+ * it has none.  0 and *out, or -errno. */
+int kv_file_replace_open(int dirfd, const char *path, mode_t mode, unsigned flags,
+			 struct kv_file_out **out);
+
+/* The descriptor to write to; kv_file_replace_commit closes it. */
+int kv_file_replace_fd(const struct kv_file_out *f);
+
+/* Finish: the temp is renamed over the name (checked again first, so a
+ * device or a link put there meanwhile is refused, not replaced), or the
+ * file written in place is closed.  f is freed either way; on failure
+ * the temp is removed and the name left as it was.  0, or -errno. */
+int kv_file_replace_commit(struct kv_file_out *f);
+
+/* Give up: the temp is removed, the name left as it was (bytes already
+ * written in place stay written); f is freed.  NULL is ignored. */
+void kv_file_replace_abort(struct kv_file_out *f);
+
+/* kv_file_replace_open, len bytes of buf, kv_file_replace_commit. */
+int kv_file_replace(int dirfd, const char *path, const void *buf, size_t len, mode_t mode,
+		    unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif
