@@ -43,7 +43,7 @@ struct config_text {
 /* --archive: the blocks of a batch go into one archive, FILE or stdout. */
 struct archive {
 	const char *path;		/* NULL: none; "-": stdout */
-	char tmp[PATH_MAX];		/* FILE is written here, renamed at the end */
+	struct kv_file_out *file;	/* FILE, replaced at the end */
 	int fd;
 	int rootfd;			/* for the models' config.json */
 	int level;
@@ -162,28 +162,11 @@ static int is_miss(int err)
 	return err == -ENOENT || err == -ENOTDIR;
 }
 
-/* FILE appears whole or not at all: a temp beside it, then rename. */
-static int write_atomic(const char *path, const void *buf, size_t len)
+/* Why a kv_file_replace call failed: its detail ("it is a FIFO with no
+ * reader"), else the code's words. */
+static const char *file_error(int err)
 {
-	char tmp[PATH_MAX];
-	mode_t mask;
-	int fd, ret;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	mask = umask(0);
-	umask(mask);
-	ret = fchmod(fd, 0666 & ~mask) < 0 ? -errno : kv_write_full(fd, buf, len);
-	if (close(fd) < 0 && ret == 0)
-		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
-	if (ret < 0)
-		unlink(tmp);
-	return ret;
+	return *kv_error_detail() ? kv_error_detail() : kv_strerror(err);
 }
 
 /* Room for an O_DIRECT read of len bytes. */
@@ -211,9 +194,10 @@ static int emit(struct get *get, const void *buf, size_t len)
 	int ret;
 
 	if (get->out && strcmp(get->out, "-")) {
-		ret = write_atomic(get->out, buf, len);
+		/* Whole or not at all; a device or a FIFO is written in place. */
+		ret = kv_file_replace(AT_FDCWD, get->out, buf, len, 0666, KV_FILE_IN_PLACE);
 		if (ret < 0)
-			tool_err("cannot write '%s': %s", get->out, kv_strerror(ret));
+			tool_err("cannot write '%s': %s", get->out, file_error(ret));
 	} else {
 		ret = kv_write_full(STDOUT_FILENO, buf, len);
 		if (ret < 0)
@@ -469,30 +453,22 @@ static int batch_next(void *arg, struct kv_tier_req **req)
 
 /* --- archive ---------------------------------------------------------- */
 
-/* The archive's fd: stdout, or a temp beside FILE.  0, or -1 said. */
+/* The archive's fd: stdout, or FILE's (kv_file_replace_open).  0, or -1
+ * said. */
 static int archive_open(struct get *get)
 {
 	struct archive *a = &get->archive;
 	struct kv_archive_write_opts o = { .level = a->level };
-	mode_t mask;
 	int ret;
 
 	a->fd = STDOUT_FILENO;
 	if (strcmp(a->path, "-")) {
-		if (snprintf(a->tmp, sizeof(a->tmp), "%s.XXXXXX", a->path) >= (int)sizeof(a->tmp)) {
-			tool_err("cannot write '%s': %s", a->path, strerror(ENAMETOOLONG));
+		ret = kv_file_replace_open(AT_FDCWD, a->path, 0666, KV_FILE_IN_PLACE, &a->file);
+		if (ret < 0) {
+			tool_err("cannot write '%s': %s", a->path, file_error(ret));
 			return -1;
 		}
-		a->fd = mkostemp(a->tmp, O_CLOEXEC);
-		if (a->fd < 0) {
-			tool_err("cannot write '%s': %s", a->path, strerror(errno));
-			a->tmp[0] = '\0';
-			return -1;
-		}
-		/* mkostemp makes it 0600; the archive gets what a new file would. */
-		mask = umask(0);
-		umask(mask);
-		fchmod(a->fd, 0666 & ~mask);
+		a->fd = kv_file_replace_fd(a->file);
 	}
 	tool_progress_init(&a->progress);
 	ret = kv_archive_writer_open(a->fd, &o, &a->w);
@@ -581,18 +557,14 @@ static int archive_close(struct get *get, int ok)
 	tool_progress_done(&a->progress);
 	kv_archive_writer_close(a->w);
 	a->w = NULL;
-	if (a->tmp[0]) {
-		if (close(a->fd) < 0 && ok && ret == 0) {
-			ret = -errno;
-			tool_err("cannot write '%s': %s", a->path, strerror(errno));
-		}
-		if (ok && ret == 0 && rename(a->tmp, a->path) < 0) {
-			ret = -errno;
-			tool_err("cannot write '%s': %s", a->path, strerror(errno));
-		}
-		if (!ok || ret < 0)
-			unlink(a->tmp);
+	if (a->file && ok && ret == 0) {
+		ret = kv_file_replace_commit(a->file);
+		if (ret < 0)
+			tool_err("cannot write '%s': %s", a->path, file_error(ret));
+	} else {
+		kv_file_replace_abort(a->file);
 	}
+	a->file = NULL;
 	while (a->configs) {
 		struct config_text *c = a->configs;
 
@@ -609,15 +581,19 @@ static int archive_close(struct get *get, int ok)
 static int write_hit(struct get *get, const struct slot *s, const void *buf, size_t len)
 {
 	char path[PATH_MAX];
+	const char *why;
 	int ret;
 
-	if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/%s.bin", get->out, s->hash) >= (int)sizeof(path)) {
 		ret = -ENAMETOOLONG;
-	else
-		ret = write_atomic(path, buf, len);
+		why = kv_strerror(ret);
+	} else {
+		ret = kv_file_replace(AT_FDCWD, path, buf, len, 0666, KV_FILE_IN_PLACE);
+		why = file_error(ret);
+	}
 	if (ret < 0) {
-		tool_err("cannot write '%s': %s", path, kv_strerror(ret));
-		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
+		tool_err("cannot write '%s': %s", path, why);
+		print_record(get, s->line, s->hash, s->relpath, -1, 0, why);
 	}
 	return ret;
 }

@@ -1988,9 +1988,7 @@ int offd_serve(struct offd *d, int ready_fd)
 	if ((err = add_fd(d, d->lfd, TAG_LISTEN)) || (err = add_fd(d, d->sfd, TAG_SIGNAL)) ||
 	    (err = add_fd(d, d->tfd, TAG_TIMER)) || (err = add_fd(d, d->wr.efd, TAG_DONE)))
 		return err;
-	err = report_write_metrics(d);
-	if (err)
-		tool_err("cannot write '%s': %s", d->metrics_path, kv_strerror(err));
+	report_write_metrics(d);
 	/* A tier found over its capacity at start (a smaller SIZE than
 	 * before) moves its excess down from the first turn on. */
 	for (unsigned t = 0; t < d->ntiers; t++)
@@ -2028,9 +2026,7 @@ int offd_serve(struct offd *d, int ready_fd)
 				revoke_pins(d);
 				if (++d->ticks % METRICS_TICKS)
 					continue;
-				if ((err = report_write_metrics(d)))
-					tool_err("cannot write '%s': %s", d->metrics_path,
-						 kv_strerror(err));
+				report_write_metrics(d);
 				continue;
 			case TAG_DONE:
 				jobs_done(d);

@@ -356,6 +356,7 @@ void report_ram_cleared(struct offd *d);
 void report_transfer(struct offd *d, enum dir dir, uint64_t bytes, int64_t ns);
 void report_fill_stats(struct offd *d, struct kv_offd_stats *out);
 void report_fill_tier_stats(struct offd *d, unsigned t, struct kv_offd_tier_stats *out);
+/* --metrics-file rewritten (kv_file_replace): 0, or -errno said. */
 int report_write_metrics(struct offd *d);
 
 /* daemon.c */

@@ -511,9 +511,5 @@ int main(int argc, char **argv)
 	err = report_write_metrics(&d);
 	tiers_close(&d);
 	kv_hits_free(d.first_hits);
-	if (err) {
-		tool_err("cannot write '%s': %s", d.metrics_path, kv_strerror(err));
-		return EXIT_RUNTIME;
-	}
-	return 0;
+	return err ? EXIT_RUNTIME : 0;
 }

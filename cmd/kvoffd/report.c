@@ -272,27 +272,17 @@ int report_write_metrics(struct offd *d)
 		[DIR_SPILL] = d->st.spill_bytes,
 		[DIR_READTHROUGH] = d->st.readthrough_bytes,
 	};
-	char tmp[4096];
+	char *text = NULL;
+	size_t len = 0;
 	FILE *f;
-	int fd, err = 0;
+	int err = 0;
 
 	if (!d->metrics_path)
 		return 0;
 	report_fill_stats(d, &st);
-	/* A fresh, unguessable name made O_EXCL: a link planted in a
-	 * textfile dir others can write is never opened through. */
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX.tmp", d->metrics_path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = mkostemps(tmp, 4, O_CLOEXEC);
-	if (fd < 0)
+	f = open_memstream(&text, &len);
+	if (!f)
 		return -errno;
-	/* node_exporter reads it as another user. */
-	if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
-		err = -errno;
-		close(fd);
-		unlink(tmp);
-		return err;
-	}
 	fputs("# HELP kv_offload_bytes_total Block bytes moved, by direction.\n"
 	      "# TYPE kv_offload_bytes_total counter\n", f);
 	for (int i = 0; i < DIR_COUNT; i++)
@@ -352,13 +342,18 @@ int report_write_metrics(struct offd *d)
 	metric(f, "kv_offload_altered_total", "counter",
 	       "Blocks written into after COMMIT, dropped unserved.", st.altered);
 	tier_metrics(d, f);
-	if (fflush(f) != 0 || ferror(f))
-		err = errno ? -errno : -EIO;
-	if (fclose(f) != 0 && !err)
-		err = -errno;
-	if (!err && rename(tmp, d->metrics_path) < 0)
-		err = -errno;
+	if (fclose(f) != 0)
+		err = -ENOMEM;
+	/* Whole or not at all, through a temp made O_EXCL and never followed
+	 * (a textfile dir others can write); node_exporter reads it as another
+	 * user, so 0644 whatever the umask.  A device or a FIFO there is
+	 * written in place, and never waited on: the loop must not stall. */
+	if (!err)
+		err = kv_file_replace(AT_FDCWD, d->metrics_path, text, len, 0644,
+				      KV_FILE_IN_PLACE | KV_FILE_NONBLOCK | KV_FILE_MODE_EXACT);
+	free(text);
 	if (err)
-		unlink(tmp);
+		tool_err("cannot write '%s': %s", d->metrics_path,
+			 *kv_error_detail() ? kv_error_detail() : kv_strerror(err));
 	return err;
 }

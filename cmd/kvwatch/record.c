@@ -109,29 +109,6 @@ int record_use(struct watch *w, const char *relpath, int fd, enum use_source src
 	return 0;
 }
 
-/* Write text to path through a temp beside it that no one else can
- * have planted: O_EXCL, no link followed, then rename. */
-static int write_atomic(const char *path, const char *text, size_t len)
-{
-	char tmp[4200];
-	int fd, rc;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.%d.%08x.tmp", path, (int)getpid(),
-		     (unsigned)kv_monotonic_ns()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	rc = kv_write_full(fd, text, len);
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	return rc;
-}
-
 void metrics_write(struct watch *w)
 {
 	struct kv_events_sub_stats es = { 0 };
@@ -194,10 +171,14 @@ void metrics_write(struct watch *w)
 		w->c.skipped, w->c.failed, w->c.unmatched, es.events, es.bad_frames, es.gaps,
 		w->c.overflows, w->c.lag_s, w->idx.blocks, index_bytes(&w->idx), w->c.rescans);
 	if (n > 0 && (size_t)n < sizeof(buf)) {
-		int rc = write_atomic(w->metrics, buf, (size_t)n);
+		/* A device or a FIFO there is written in place, and never
+		 * waited on: a reader that stops reading cannot stop the watch. */
+		int rc = kv_file_replace(AT_FDCWD, w->metrics, buf, (size_t)n, 0644,
+					 KV_FILE_IN_PLACE | KV_FILE_NONBLOCK);
 		static int said;
 
 		if (rc && !said++)
-			tool_err("cannot write '%s': %s", w->metrics, kv_strerror(rc));
+			tool_err("cannot write '%s': %s", w->metrics,
+				 *kv_error_detail() ? kv_error_detail() : kv_strerror(rc));
 	}
 }

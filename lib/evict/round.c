@@ -482,29 +482,16 @@ static int write_state(const struct kvi_round *r, const char *name,
 		       const void *buf, size_t len)
 {
 	struct kvi_s3_op op = { .method = KVI_S3_PUT, .body = buf, .body_len = len };
-	char tmp[NAME_BYTES + 32];
-	int fd, rc;
+	int rc;
 
 	if (r->s3) {
 		rc = s3_on(r, &op, name);
 		free(op.resp);
 		return rc;
 	}
-	rc = kv_layout_temp_name(name, tmp, sizeof(tmp));
-	if (rc < 0)
-		return rc;
-	fd = openat(r->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		    0644);
-	if (fd < 0)
-		return -errno;
-	rc = kv_write_full(fd, buf, len);
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && renameat(r->dirfd, tmp, r->dirfd, name) < 0)
-		rc = -errno;
-	if (rc < 0)
-		unlinkat(r->dirfd, tmp, 0);
-	return rc;
+	/* A "<name>_<random>.tmp" renamed into place; what is there and is
+	 * not a regular file is refused, never replaced. */
+	return kv_file_replace(r->dirfd, name, buf, len, 0644, KV_FILE_BENEATH);
 }
 
 struct merge_scan {
@@ -682,8 +669,14 @@ int kvi_round_exchange(struct kvi_round *r, struct kvi_shard_state *mine,
 		       KV_EVICT_STATE_DIR, name, strerror(-rc));
 		rc = 0;
 	}
-	if (rc < 0)
-		kvi_fail(rc, "writing '%s/%s'", KV_EVICT_STATE_DIR, name);
+	if (rc < 0) {
+		char why[256];
+
+		/* Keep why (a FIFO planted at the name is not replaced). */
+		snprintf(why, sizeof(why), "%s", kv_error_detail());
+		kvi_fail(rc, "writing '%s/%s'%s%s", KV_EVICT_STATE_DIR, name, *why ? ": " : "",
+			 why);
+	}
 	if (rc == 0 && kvi_shard_decode(buf, len, &back) == 0)
 		kvi_shard_add(buf, &back, m->count, m->bytes);
 	free(buf);

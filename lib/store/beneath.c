@@ -12,7 +12,6 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <kv/io.h>
-#include <kv/layout.h>
 #include <kv/units.h>
 #include "beneath.h"
 #include "util/error.h"
@@ -185,23 +184,11 @@ static void lock_holder(const struct stat *st, char *buf, size_t len)
 		snprintf(buf, len, "pid %d", pid);
 }
 
-/* A fresh 0600 lock file of this user renamed over name. */
+/* A fresh 0600 lock file of this user renamed over name (which must
+ * still be a regular file). */
 static int lock_replace(int dirfd, const char *name)
 {
-	char tmp[NAME_MAX + 1];
-	int fd, err;
-
-	if ((err = kv_layout_temp_name(name, tmp, sizeof(tmp))) < 0)
-		return err;
-	fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	/* The umask may have taken bits, never added any: 0600 exactly. */
-	err = fchmod(fd, 0600) < 0 || renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
-	close(fd);
-	if (err)
-		unlinkat(dirfd, tmp, 0);
-	return err;
+	return kv_file_replace(dirfd, name, "", 0, 0600, KV_FILE_BENEATH | KV_FILE_MODE_EXACT);
 }
 
 int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *fd)

@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 #include <kv/config.h>
 #include <kv/errors.h>
+#include <kv/io.h>
 #include <kv/layout.h>
 #include "util/error.h"
 #include "beneath.h"
@@ -781,16 +782,17 @@ static int write_temp(const struct kv_config *cfg, int dirfd,
 
 int kv_config_write(const struct kv_config *cfg, int dirfd, const char *path)
 {
-	char tmp[PATH_MAX];
+	size_t len = 0;
+	char *text = NULL;
 	int ret;
 
-	ret = write_temp(cfg, dirfd, path, tmp, sizeof(tmp));
+	ret = serialize(cfg, 2, &text, &len);
 	if (ret < 0)
 		return ret;
-	if (renameat(dirfd, tmp, dirfd, path) < 0) {
-		ret = -errno;
-		unlinkat(dirfd, tmp, 0);
-	}
+	/* A config.json that is not a regular file is refused, never
+	 * replaced. */
+	ret = kv_file_replace(dirfd, path, text, len, 0644, KV_FILE_FSYNC);
+	free(text);
 	return ret;
 }
 

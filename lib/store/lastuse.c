@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <kv/integrity.h>
+#include <kv/io.h>
 #include <kv/lastuse.h>
 #include <kv/layout.h>
 #include <kv/units.h>
@@ -252,7 +253,7 @@ int kv_uses_load(int rootfd, struct kv_uses **out)
 
 struct kv_uses_journal {
 	int rootfd, dirfd, fd;
-	char name[80], temp[96];
+	char name[80];
 	struct kv_uses *mine;	/* what this file says, newest per path */
 	uint64_t lines;		/* lines in the file now */
 	/* A bucket's: one object, written whole by kv_uses_journal_sync. */
@@ -315,7 +316,6 @@ int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **
 		return rc;
 	j->rootfd = rootfd;
 	snprintf(j->name, sizeof(j->name), "%s%s", node, KV_USES_SUFFIX);
-	snprintf(j->temp, sizeof(j->temp), ".%s.tmp", j->name);
 	j->dirfd = kvi_mkdir_beneath(rootfd, KV_USES_DIR);
 	if (j->dirfd < 0) {
 		rc = j->dirfd;
@@ -351,9 +351,12 @@ int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **
 }
 
 /* Write the newest use of every block still there to a temp, rename it
- * over the journal, and append to the new file from now on. */
+ * over the journal (kv_file_replace_open: a journal that is not a regular
+ * file is refused, never replaced), and append to the new file from now
+ * on. */
 static int rewrite(struct kv_uses_journal *j)
 {
+	struct kv_file_out *out;
 	struct kv_uses *kept;
 	FILE *f;
 	int fd, rc;
@@ -361,15 +364,17 @@ static int rewrite(struct kv_uses_journal *j)
 	rc = kv_uses_new(&kept);
 	if (rc)
 		return rc;
-	unlinkat(j->dirfd, j->temp, 0);
-	fd = kvi_open_beneath(j->dirfd, j->temp, O_WRONLY | O_CREAT | O_EXCL, 0644, 0);
-	if (fd < 0) {
+	rc = kv_file_replace_open(j->dirfd, j->name, 0644, KV_FILE_BENEATH, &out);
+	if (rc) {
 		kv_uses_free(kept);
-		return fd;
+		return rc;
 	}
-	f = fdopen(fd, "w");
+	fd = dup(kv_file_replace_fd(out));
+	f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!f) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
+		kv_file_replace_abort(out);
 		kv_uses_free(kept);
 		return -ENOMEM;
 	}
@@ -387,10 +392,11 @@ static int rewrite(struct kv_uses_journal *j)
 	}
 	if (fclose(f) != 0 && !rc)
 		rc = -EIO;
-	if (!rc && renameat(j->dirfd, j->temp, j->dirfd, j->name) < 0)
-		rc = -errno;
+	if (rc)
+		kv_file_replace_abort(out);
+	else
+		rc = kv_file_replace_commit(out);
 	if (rc) {
-		unlinkat(j->dirfd, j->temp, 0);
 		kv_uses_free(kept);
 		return rc;
 	}

@@ -76,7 +76,8 @@ const char *kv_config_string(const struct kv_config *cfg, const char *key);
 int kv_config_int(const struct kv_config *cfg, const char *key, int64_t *out);
 
 /* Write config.json text as Python's json.dump(indent=2, sort_keys=True)
- * does, atomically (temp + rename) at dirfd/path. */
+ * does, atomically at dirfd/path (kv_file_replace: temp, fsync, rename);
+ * a path there that is not a regular file is refused, never replaced. */
 int kv_config_write(const struct kv_config *cfg, int dirfd, const char *path);
 
 /* Create <root>/<model_dir>/ and its config.json if missing (racing
