@@ -1,5 +1,7 @@
 """STAND-IN of vLLM's CPU primary tier (vllm/v1/kv_offload/cpu/): not
 vLLM.  What the stand-in managers in vllm_standin/ need of it."""
+import mmap
+
 import numpy as np
 
 
@@ -8,7 +10,9 @@ class PrimaryTier:
     int8, C-contiguous, as SharedOffloadRegion.create_kv_memoryview)."""
 
     def __init__(self, num_chunks, row_bytes):
-        self.array = np.zeros((num_chunks, row_bytes), dtype=np.int8)
+        # Page-aligned, as the shared region's mmap is.
+        self._map = mmap.mmap(-1, num_chunks * row_bytes)
+        self.array = np.frombuffer(self._map, dtype=np.int8).reshape(num_chunks, row_bytes)
         self.view = memoryview(self.array)
         self.free = list(range(num_chunks - 1, -1, -1))
         self.chunk = {}         # key -> chunk of a block held or being written
