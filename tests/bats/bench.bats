@@ -221,6 +221,16 @@ needs_latfs() {
 	assert_output --partial "local"
 }
 
+@test "bench/vllm-tier.sh runs (COUNT16K=64, COUNT2M=8, RUNS=1)" {
+	requires root fio jq bc mkfs.ext4
+	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
+	run env COUNT16K=64 COUNT2M=8 RUNS=1 "$REPO/bench/vllm-tier.sh"
+	assert_success
+	assert_line --regexp '^ext4 +2M +[0-9.]+ +[0-9.]+ '
+	assert_line --partial "of memcpy"
+	assert_line --regexp '^lookup_us [0-9.]+$'
+}
+
 @test "bench/kvwatch.sh runs (BIG=8, SMALL=500, RUNS=1) and every open is recorded" {
 	requires root mount jq
 	run env BIG=8 SMALL=500 ROUNDS=2 RUNS=1 INDEX_BLOCKS=2000 "$REPO/bench/kvwatch.sh" "$SCRATCH"
