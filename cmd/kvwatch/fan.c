@@ -72,6 +72,21 @@ void fan_open(struct watch *w)
 	exit(EXIT_RUNTIME);
 }
 
+/* stat relpath resolved beneath the root with no link followed at any
+ * component: a rank dir planted as a symlink to elsewhere names no
+ * block of this root. */
+static int stat_beneath(int rootfd, const char *relpath, struct stat *st)
+{
+	const char *name;
+	int dirfd = kv_open_parent_beneath(rootfd, relpath, &name), rc;
+
+	if (dirfd < 0)
+		return dirfd;
+	rc = fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+	close(dirfd);
+	return rc;
+}
+
 /* The block path under the root of what fd is: the path after the root,
  * or, read through another mount of the filesystem, the longest tail of
  * the path that is a layout path and the same file under the root. */
@@ -86,8 +101,7 @@ static const char *relpath_of(struct watch *w, char *path, int fd)
 		return NULL;
 	for (char *p = path; (p = strchr(p, '/')); ) {
 		p++;
-		if (kv_layout_block_parse(p, &ref) == 0 &&
-		    fstatat(w->rootfd, p, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		if (kv_layout_block_parse(p, &ref) == 0 && stat_beneath(w->rootfd, p, &b) == 0 &&
 		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
 			return p;
 	}

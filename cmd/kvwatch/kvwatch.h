@@ -70,13 +70,11 @@ struct watch {
 	char root_real[4096];
 	size_t root_len;
 	int rootfd;
-	struct kv_io *io;		/* kv_io_touch beneath the root */
-	struct kv_uses_journal *journal; /* opened on the first unstampable use;
-					    a bucket's at the start */
+	struct kv_use_recorder *uses;	/* where each use is recorded */
 	int bucket;			/* the root is an s3:// bucket: events
 					   only, every use to the journal */
 	int64_t next_sync_ns;		/* when a bucket's journal is written */
-	char node[65];
+	char node[KV_USES_NODE_MAX + 1];
 	uint64_t resolution_ns;
 	int ndjson;
 	/* Readers whose opens are not uses (--ignore-comm): kvtools' own,

@@ -185,7 +185,7 @@ static void journal_sync(struct watch *w, int now)
 		return;
 	w->next_sync_ns = t + JOURNAL_SYNC_NS;
 	pthread_mutex_lock(&w->lock);
-	rc = kv_uses_journal_sync(w->journal, still_there, w);
+	rc = kv_use_recorder_sync(w->uses, still_there, w);
 	pthread_mutex_unlock(&w->lock);
 	if (rc) {
 		w->c.failed++;
@@ -273,24 +273,7 @@ static void serve(struct watch *w, int sigfd)
 
 static void node_name(struct watch *w, const char *opt)
 {
-	struct utsname u;
-	size_t j = 0;
-	const char *s = opt;
-
-	if (!s) {
-		s = uname(&u) == 0 ? u.nodename : "node";
-	}
-	for (size_t i = 0; s[i] && j < sizeof(w->node) - 1; i++) {
-		char c = s[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_' || (c == '.' && j)))
-			c = '_';
-		w->node[j++] = c;
-	}
-	if (!j)
-		w->node[j++] = 'n';
-	w->node[j] = '\0';
+	kv_uses_node_name(opt, w->node);
 	if (opt && strcmp(opt, w->node))
 		tool_usage_fail("--node '%s': use letters, digits, '.', '_' and '-'", opt);
 }
@@ -383,7 +366,7 @@ int main(int argc, char **argv)
 		if (!nend)
 			tool_usage_fail("a bucket is watched through the model servers' KV "
 					"events: give --events");
-		rc = kv_uses_journal_open_bucket(w.root, w.node, &w.journal);
+		rc = kv_use_recorder_open(w.root, w.node, (int64_t)w.resolution_ns, &w.uses);
 		if (rc) {
 			tool_root_err("open", w.root, rc);
 			return EXIT_RUNTIME;
@@ -399,7 +382,7 @@ int main(int argc, char **argv)
 		w.root_len = strlen(w.root_real);
 		if (w.root_len == 1)
 			w.root_len = 0;		/* "/": every path is under it */
-		rc = kv_io_open(w.root, NULL, &w.io);
+		rc = kv_use_recorder_open(w.root, w.node, (int64_t)w.resolution_ns, &w.uses);
 		if (rc) {
 			tool_err("cannot open '%s': %s", w.root, kv_strerror(rc));
 			return EXIT_RUNTIME;
@@ -441,8 +424,7 @@ int main(int argc, char **argv)
 		pthread_join(w.rescan_tid, NULL);
 	metrics_write(&w);
 	kv_events_sub_close(w.sub);
-	kv_uses_journal_close(w.journal);
-	kv_io_close(w.io);
+	kv_use_recorder_close(w.uses);
 	index_free(&w.idx);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /*
- * Where a use lands: the block's atime, stamped as kvget stamps it, at
- * most once per resolution; where that is refused, this node's journal
- * (kv/lastuse.h).  Also the NDJSON record and the metrics file.
+ * Where a use lands, by libkv's one rule (kv_use_record): the block's
+ * atime at most once per resolution, this node's journal where that is
+ * refused, a bucket's journal object.  Also the NDJSON record and the
+ * metrics file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,18 +15,6 @@
 #include "kvwatch.h"
 
 static const char *const source_names[] = { [SOURCE_READ] = "read", [SOURCE_EVENT] = "event" };
-
-static int64_t atime_ns_of(const struct stat *st)
-{
-	return st->st_atim.tv_sec * 1000000000LL + st->st_atim.tv_nsec;
-}
-
-/* A refusal that means "not here", not "not now": journal it. */
-static int unstampable(int err)
-{
-	return err == -EPERM || err == -EACCES || err == -EROFS || err == -EOPNOTSUPP ||
-	       err == -ENOTSUP;
-}
 
 static void print_use(const struct watch *w, const char *relpath, enum use_source src,
 		      int64_t now, const char *where)
@@ -46,66 +35,36 @@ static void print_use(const struct watch *w, const char *relpath, enum use_sourc
 				  "where", where));
 }
 
-/* Record a use in this node's journal (open). */
-static int journal_use(struct watch *w, const char *relpath, enum use_source src, int64_t now)
+int record_use(struct watch *w, const char *relpath, int fd, enum use_source src)
 {
-	if (kv_uses_journal_record(w->journal, relpath, now)) {
+	int64_t now = kv_now_ns();
+	int rc = kv_use_record(w->uses, relpath, fd, now);
+
+	if (rc == -ENOENT)
+		return rc;
+	w->c.uses[src]++;
+	switch (rc) {
+	case KV_USE_STAMPED:
+		w->c.stamped++;
+		break;
+	case KV_USE_JOURNALED:
+		w->c.journaled++;
+		break;
+	case KV_USE_SKIPPED:
+		w->c.skipped++;
+		return 0;
+	default: {
+		static int said;
+
+		if (!said++)
+			tool_err("cannot record a use of '%s' in its atime nor in '%s/%s': %s",
+				 relpath, w->root, KV_USES_DIR, kv_strerror(rc));
 		w->c.failed++;
 		return 0;
 	}
-	w->c.journaled++;
+	}
 	if (w->ndjson)
-		print_use(w, relpath, src, now, "journal");
-	return 0;
-}
-
-int record_use(struct watch *w, const char *relpath, int fd, enum use_source src)
-{
-	static const struct timespec atime_now[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
-	int64_t now = kv_now_ns(), edge = now - (int64_t)w->resolution_ns;
-	struct stat st;
-	int rc;
-
-	/* A bucket keeps no atime: every use goes to the journal object. */
-	if (w->bucket) {
-		w->c.uses[src]++;
-		if (kv_uses_journal_last(w->journal, relpath) > edge) {
-			w->c.skipped++;
-			return 0;
-		}
-		return journal_use(w, relpath, src, now);
-	}
-	if (fd >= 0 ? fstat(fd, &st) : fstatat(w->rootfd, relpath, &st, AT_SYMLINK_NOFOLLOW))
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -ENOENT;
-	w->c.uses[src]++;
-	if (atime_ns_of(&st) > edge || kv_uses_journal_last(w->journal, relpath) > edge) {
-		w->c.skipped++;
-		return 0;
-	}
-	rc = fd >= 0 && futimens(fd, atime_now) == 0 ? 0 : kv_io_touch(w->io, relpath);
-	if (rc == 0) {
-		w->c.stamped++;
-		if (w->ndjson)
-			print_use(w, relpath, src, now, "atime");
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return rc;
-	if (unstampable(rc)) {
-		if (!w->journal && (rc = kv_uses_journal_open(w->rootfd, w->node, &w->journal)) < 0) {
-			static int said;
-
-			if (!said++)
-				tool_err("cannot stamp '%s' nor open the journal in '%s/%s': %s",
-					 relpath, w->root, KV_USES_DIR, kv_strerror(rc));
-			w->c.failed++;
-			return 0;
-		}
-		return journal_use(w, relpath, src, now);
-	}
-	w->c.failed++;
+		print_use(w, relpath, src, now, rc == KV_USE_STAMPED ? "atime" : "journal");
 	return 0;
 }
 

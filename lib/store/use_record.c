@@ -142,10 +142,17 @@ int kv_use_record(struct kv_use_recorder *r, const char *relpath, int fd, int64_
 		rc = KV_USE_SKIPPED;
 		goto out;
 	}
-	if (fd >= 0 ? futimens(fd, atime_now) : utimensat(dirfd, name, atime_now, AT_SYMLINK_NOFOLLOW))
-		rc = -errno;
-	else
+	/* The fd may be of another mount of the volume, a read-only one:
+	 * then the path beneath the root is stamped. */
+	if (fd >= 0 && futimens(fd, atime_now) == 0) {
 		rc = KV_USE_STAMPED;
+		goto out;
+	}
+	if (dirfd < 0 && (dirfd = kv_open_parent_beneath(r->rootfd, relpath, &name)) < 0) {
+		rc = dirfd;
+		goto out;
+	}
+	rc = utimensat(dirfd, name, atime_now, AT_SYMLINK_NOFOLLOW) ? -errno : KV_USE_STAMPED;
 	if (unstampable(rc))
 		rc = journal(r, relpath, now_ns);
 out:

@@ -369,3 +369,33 @@ publish() {
 	grep -qx 'kvwatch_uses_total{source="read"} 3000' "$BATS_TEST_TMPDIR/m.prom" ||
 		fail "$(grep uses_total "$BATS_TEST_TMPDIR/m.prom")"
 }
+
+@test "reads: a rank dir planted as a symlink to a file outside the root is not stamped" {
+	# Anyone in the cache's group can make a rank dir; as a symlink to a
+	# tree of root's outside the root, a read through it must stamp
+	# nothing there (hostile round four, item 4).
+	requires mount
+	# One noatime volume holds both, so only a stamp moves an atime.
+	MNT=$BATS_TEST_TMPDIR/vol
+	mkdir -p "$MNT"
+	mount -t tmpfs -o noatime,size=16m tmpfs "$MNT"
+	export KV_ROOT=$MNT/root
+	mkdir "$KV_ROOT"
+	local p=abc/de_g0/abcde000000000000000000000000001.bin out
+	kvput --root "$KV_ROOT" --config "$CFG" abcde000000000000000000000000002 "$CFG"
+	md=$(cd "$KV_ROOT" && ls -d *_r0 | head -1)
+	# Named as the rank dir, so that its path's tail is a layout path.
+	out=$MNT/elsewhere/${md%_r0}_r1
+	mkdir -p "$out/${p%/*}"
+	head -c 4096 /dev/urandom > "$out/$p"
+	touch -d '2 days ago' "$out/$p"
+	before=$(stat -c %X "$out/$p")
+	ln -s "$out" "$KV_ROOT/${md%_r0}_r1"
+	start_kvwatch --resolution 0
+	cat "$KV_ROOT/${md%_r0}_r1/$p" > /dev/null
+	cat "$out/$p" > /dev/null
+	stop_kvwatch
+	[ "$(stat -c %X "$out/$p")" -eq "$before" ] || fail "the file outside the root was stamped"
+	run grep -c . "$BATS_TEST_TMPDIR/kvwatch.out"
+	[ "$output" = 0 ]
+}
