@@ -247,3 +247,46 @@ run_daemon_examples() {
 	assert_success
 	assert_output --partial "came back byte-identical"
 }
+
+@test "README: the With vLLM lines are vLLM's config, and the stand-in of vLLM runs each tier entry" {
+	requires kvoffd
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
+	awk '/^## / { on = ($0 == "## With vLLM") } on && /^    vllm serve/' "$top/README.md" > lines
+	[ "$(wc -l < lines)" -eq 3 ] || fail "expected three vllm serve lines"
+	kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 64M 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
+	DPID=$!
+	until [ -S "$SOCK" ]; do
+		kill -0 "$DPID" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
+		sleep 0.1
+	done
+	mkdir vol
+	# Each entry through the stand-in of vLLM's factory and manager
+	# (tests/python/vllm_standin): the volume and the socket are this
+	# test's, a bucket's keys are checked on the volume.
+	run /usr/bin/python3 - "$top/tests/python" "$PWD/vol" "$SOCK" < <(cat <<'PY'
+import json, shlex, sys
+sys.path.insert(0, sys.argv[1])
+from vllm_harness import Server, keys_of, blocks_of
+for line in open("lines"):
+    argv = shlex.split(line)
+    cfg = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    extra = cfg["kv_connector_extra_config"]
+    assert cfg["kv_connector"] == "OffloadingConnector" and extra["spec_name"] == "TieringOffloadingSpec"
+    for entry in extra["secondary_tiers"]:
+        entry = {k: v for k, v in entry.items() if k not in ("type", "module_path")}
+        if "daemon" in entry:
+            entry["daemon"] = sys.argv[3]
+        else:
+            entry["root_dir"] = sys.argv[2]
+        keys = keys_of(4, seed=len(line))
+        with Server("main", entry) as s:
+            s.store(keys, blocks_of(keys))
+            s.forget(keys)
+            assert s.load(keys) == blocks_of(keys), entry
+        print("ok", sorted(entry))
+PY
+)
+	assert_success
+	[ "${#lines[@]}" -eq 3 ]
+}
