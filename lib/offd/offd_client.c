@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -173,6 +174,13 @@ fail:
 		close(pool_fd);
 	close(fd);
 	return err;
+}
+
+int kv_offd_closed(const struct kv_offd *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return c->broken || (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
 }
 
 void kv_offd_close(struct kv_offd *c)

@@ -3,6 +3,8 @@
  * shared under a lock.  Keys are layout block paths, parsed into the
  * block refs the protocol carries; the daemon's own file tier sits
  * below it on the daemon's side, so this tier chains to nothing here.
+ * A lost connection is made again on a later call (kvoffd restarted),
+ * at most once a second while the daemon refuses.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -11,12 +13,19 @@
 #include <kv/errors.h>
 #include <kv/layout.h>
 #include <kv/offd.h>
+#include <kv/units.h>
 #include "tier_impl.h"
+
+#define RECONNECT_NS	1000000000LL
 
 struct dtier {
 	struct kv_tier base;
 	pthread_mutex_t lock;
-	struct kv_offd *c;
+	struct kv_offd *c;	/* NULL: lost, made again by hold() */
+	char *path;
+	unsigned timeout_ms;
+	int err;		/* why there is no connection */
+	int64_t retry_ns;	/* no connect before this */
 };
 
 static struct dtier *D(struct kv_tier *t)
@@ -24,37 +33,83 @@ static struct dtier *D(struct kv_tier *t)
 	return (struct dtier *)t;
 }
 
+/* The connection is gone: nothing more will succeed on it. */
+static int lost(int r)
+{
+	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO || r == -ETIMEDOUT;
+}
+
+/* Lock the tier and give its connection, made again if it was lost;
+ * NULL and *err where the daemon cannot be reached now. */
+static struct kv_offd *hold(struct dtier *d, int *err)
+{
+	int64_t now;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->c && kv_offd_closed(d->c)) {
+		kv_offd_close(d->c);
+		d->c = NULL;
+		d->err = -ECONNRESET;
+		d->retry_ns = 0;
+	}
+	if (!d->c && (now = kv_monotonic_ns()) >= d->retry_ns) {
+		int r = kv_offd_connect_timeout(d->path, d->timeout_ms, &d->c);
+
+		/* Still the loss callers hear of, not the connect's refusal. */
+		if (r < 0) {
+			d->c = NULL;
+			d->retry_ns = now + RECONNECT_NS;
+		}
+	}
+	*err = d->c ? 0 : d->err;
+	return d->c;
+}
+
+/* Unlock, dropping a connection r says is lost; r. */
+static int let_go(struct dtier *d, int r)
+{
+	if (lost(r) && d->c) {
+		kv_offd_close(d->c);
+		d->c = NULL;
+		d->err = r;
+		d->retry_ns = 0;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
 static int daemon_put(struct kv_tier *t, const char *key, const void *buf, size_t len)
 {
 	struct kv_block_ref ref;
+	struct kv_offd *c;
 	int r = kv_layout_block_parse(key, &ref);
 
 	if (r < 0)
 		return r;
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_put(D(t)->c, &ref, buf, len);
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_put(c, &ref, buf, len);
+	return let_go(D(t), r);
 }
 
 static int daemon_get(struct kv_tier *t, const char *key, void *buf, size_t cap,
 		      size_t *len)
 {
 	struct kv_block_ref ref;
+	struct kv_offd *c;
 	int r = kv_layout_block_parse(key, &ref);
 
 	if (r < 0)
 		return r;
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_get(D(t)->c, &ref, buf, cap, len);
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_get(c, &ref, buf, cap, len);
+	return let_go(D(t), r);
 }
 
 /* The tail straight from the pinned slot: only the bytes asked for move. */
 static int daemon_get_tail(struct kv_tier *t, const char *key, void *buf, size_t len)
 {
 	struct kv_block_ref ref;
+	struct kv_offd *c;
 	const void *src;
 	uint32_t slot;
 	size_t n;
@@ -62,31 +117,28 @@ static int daemon_get_tail(struct kv_tier *t, const char *key, void *buf, size_t
 
 	if (r < 0)
 		return r;
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_lookup(D(t)->c, &ref, &slot, &src, &n);
-	if (r == 0) {
+	if ((c = hold(D(t), &r)) && (r = kv_offd_lookup(c, &ref, &slot, &src, &n)) == 0) {
 		if (n >= len)
 			memcpy(buf, (const char *)src + n - len, len);
 		else
 			r = -KV_ESHORT;
-		rr = kv_offd_release(D(t)->c, slot);
+		rr = kv_offd_release(c, slot);
 		r = r ? r : rr;
 	}
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	return let_go(D(t), r);
 }
 
 static int daemon_has(struct kv_tier *t, const char *key)
 {
 	struct kv_block_ref ref;
+	struct kv_offd *c;
 	int r = kv_layout_block_parse(key, &ref);
 
 	if (r < 0)
 		return r;
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_has(D(t)->c, &ref, NULL);
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_has(c, &ref, NULL);
+	return let_go(D(t), r);
 }
 
 /* The protocol deletes nothing: blocks leave the daemon by its LRU. */
@@ -100,12 +152,12 @@ static int daemon_del(struct kv_tier *t, const char *key)
 static int daemon_stat(struct kv_tier *t, struct kv_tier_stat *st)
 {
 	struct kv_offd_stats s;
+	struct kv_offd *c;
 	int r;
 
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_stats(D(t)->c, &s);
-	pthread_mutex_unlock(&D(t)->lock);
-	if (r < 0)
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_stats(c, &s);
+	if (let_go(D(t), r) < 0)
 		return r;
 	st->kind = "daemon";
 	st->blocks = s.blocks;
@@ -141,12 +193,12 @@ static int daemon_list(struct kv_tier *t, const struct kv_tier_list_opts *o,
 		       kv_tier_list_fn fn, void *arg)
 {
 	struct dlist l = { .o = o, .fn = fn, .arg = arg };
+	struct kv_offd *c;
 	int r;
 
-	pthread_mutex_lock(&D(t)->lock);
-	r = kv_offd_list(D(t)->c, dlist_entry, &l);
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_list(c, dlist_entry, &l);
+	return let_go(D(t), r);
 }
 
 static void daemon_close(struct kv_tier *t)
@@ -155,6 +207,7 @@ static void daemon_close(struct kv_tier *t)
 
 	kv_offd_close(d->c);
 	pthread_mutex_destroy(&d->lock);
+	free(d->path);
 	free(d);
 }
 
@@ -172,12 +225,6 @@ struct dbatch {
 	size_t got[KV_OFFD_BATCH_MAX];
 	int st[KV_OFFD_BATCH_MAX];
 };
-
-/* The connection is gone: nothing more will succeed. */
-static int lost(int r)
-{
-	return r == -ECONNRESET || r == -EPIPE || r == -KV_EPROTO || r == -ETIMEDOUT;
-}
 
 /* tier.c's checks of a lone request, and the key as the protocol takes it. */
 static int check(const struct kv_tier_req *req, struct kv_block_ref *ref)
@@ -204,6 +251,7 @@ static int run_many(struct kv_tier *t, struct dbatch *b, size_t at, size_t n)
 	struct kv_offd_keys k = { .model_dir = b->ref[at].model_dir, .rank = b->ref[at].rank,
 				  .group = b->ref[at].group, .hashes = b->hash + at, .n = n };
 	struct kv_tier_req *q = b->req[at];
+	struct kv_offd *c;
 	int r = -EINVAL;
 
 	if (q->op == KV_TIER_OP_GET_TAIL) {
@@ -216,17 +264,15 @@ static int run_many(struct kv_tier *t, struct dbatch *b, size_t at, size_t n)
 		b->buf[i] = b->req[i]->buf;
 		b->len[i] = b->req[i]->len;
 	}
-	pthread_mutex_lock(&D(t)->lock);
-	if (q->op == KV_TIER_OP_PUT)
-		r = kv_offd_put_many(D(t)->c, &k, (const void *const *)b->buf + at, b->len + at,
+	c = hold(D(t), &r);
+	if (c && q->op == KV_TIER_OP_PUT)
+		r = kv_offd_put_many(c, &k, (const void *const *)b->buf + at, b->len + at,
 				     b->st + at);
-	else if (q->op == KV_TIER_OP_GET)
-		r = kv_offd_get_many(D(t)->c, &k, b->buf + at, b->len + at, b->got + at,
-				     b->st + at);
-	else if (q->op == KV_TIER_OP_HAS)
-		r = kv_offd_has_many(D(t)->c, &k, b->st + at);
-	pthread_mutex_unlock(&D(t)->lock);
-	return r;
+	else if (c && q->op == KV_TIER_OP_GET)
+		r = kv_offd_get_many(c, &k, b->buf + at, b->len + at, b->got + at, b->st + at);
+	else if (c && q->op == KV_TIER_OP_HAS)
+		r = kv_offd_has_many(c, &k, b->st + at);
+	return let_go(D(t), r);
 }
 
 /* Request i's answer as tier.c's lone path gives it, r the call's failure. */
@@ -328,6 +374,11 @@ int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,
 	if (!d)
 		return -ENOMEM;
 	kvi_tier_init(&d->base, &daemon_ops);
+	d->timeout_ms = timeout_ms;
+	if (!(d->path = strdup(socket_path))) {
+		free(d);
+		return -ENOMEM;
+	}
 	r = -pthread_mutex_init(&d->lock, NULL);
 	if (r == 0) {
 		r = kv_offd_connect_timeout(socket_path, timeout_ms, &d->c);
@@ -335,6 +386,7 @@ int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,
 			pthread_mutex_destroy(&d->lock);
 	}
 	if (r < 0) {
+		free(d->path);
 		free(d);
 		return r;
 	}

@@ -308,3 +308,21 @@ def test_metrics_file(tmp_path):
     text = metrics.read_text()
     assert 'kvtools_vllm_store_blocks_total{tier="KvtoolsTier"} 2' in text
     assert "# TYPE kvtools_vllm_used_bytes gauge" in text
+
+
+def test_a_kvoffd_restart_fails_jobs_meanwhile_then_serves_again(daemon):
+    before, during, after = keys_of(8, seed=18), keys_of(8, seed=19), keys_of(8, seed=20)
+    with Server("main", {"daemon": daemon.sock}, chunks=64) as s:
+        s.store(before, blocks_of(before))
+        daemon.stop()   # writes its RAM tier behind, to its root
+        s.mgr.results.clear()
+        s.store(during, blocks_of(during))
+        (r,) = results(s)
+        assert not r.success
+        daemon.start()
+        s.mgr.results.clear()
+        s.store(after, blocks_of(after))
+        assert all(r.success for r in results(s))
+        s.forget(before + after)
+        s.tier._known.clear()
+        assert s.load(before + after) == blocks_of(before) + blocks_of(after)

@@ -273,6 +273,11 @@ int kv_offd_connect_timeout(const char *socket_path, unsigned timeout_ms,
 int kv_offd_set_timeout(struct kv_offd *c, unsigned timeout_ms);
 void kv_offd_close(struct kv_offd *c);
 
+/* 1 if the connection can serve no more requests: the daemon closed it
+ * (it exited or restarted) or a timeout left it out of step; a caller
+ * holding an idle connection then makes a new one.  One poll(2). */
+int kv_offd_closed(const struct kv_offd *c);
+
 /* The largest block the pool takes (its largest slot size). */
 size_t kv_offd_slot_bytes(const struct kv_offd *c);
 
