@@ -77,6 +77,14 @@ try:
     from vllm.v1.kv_offload.file_mapper import FileMapper as _FileMapper
 except ImportError:
     _FileMapper = None
+try:  # a tier's counters in vLLM's own metrics (get_stats)
+    from vllm.v1.kv_offload.base import OffloadingCounterMetadata as _CounterMeta
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import \
+        OffloadingConnectorStats as _ConnectorStats
+    if not hasattr(_ConnectorStats, "increase_counter"):
+        _ConnectorStats = None
+except ImportError:
+    _ConnectorStats = None
 
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(JobResult)} \
     if dataclasses.is_dataclass(JobResult) else set(inspect.signature(JobResult).parameters)
@@ -275,6 +283,7 @@ class KvtoolsTier(_Base):
         self._metrics_at = 0.0
         self._config_pending = None
         self._config_retry_at = 0.0
+        self._reported = {}
 
         if model_dir:
             self.model_dir, self.rank, run_config = model_dir, 0, None
@@ -626,10 +635,33 @@ class KvtoolsTier(_Base):
         out, self._events_out = self._events_out, []
         return out
 
+    # The counters vLLM's metrics carry, as kvtools_<name>.
+    _STATS_COUNTERS = ("store_blocks", "store_bytes", "store_failures", "load_blocks",
+                       "load_bytes", "load_failures", "hits", "misses", "retries",
+                       "evictions", "removed_bad", "uses_failed")
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config=None):
+        """vLLM's metric metadata for what get_stats reports."""
+        if _ConnectorStats is None:
+            return {}
+        return {"kvtools_" + n: _CounterMeta(documentation=_HELP[n])
+                for n in cls._STATS_COUNTERS}
+
     def get_stats(self):
-        """vLLM's stats type is its own; kvtools' counters are in stats()
-        and metrics_file."""
-        return None
+        """The counters' increases since the last call, in vLLM's
+        OffloadingConnectorStats where it has one (else None: they are
+        in stats() and metrics_file)."""
+        if _ConnectorStats is None:
+            return None
+        now = self.stats()
+        st = _ConnectorStats()
+        for n in self._STATS_COUNTERS:
+            delta = now[n] - self._reported.get(n, 0)
+            if delta:
+                st.increase_counter("kvtools_" + n, delta)
+            self._reported[n] = now[n]
+        return None if st.is_empty() else st
 
     def stats(self):
         """Counters since start: jobs, blocks, bytes, failures, lookups,

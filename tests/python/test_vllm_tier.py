@@ -326,3 +326,15 @@ def test_a_kvoffd_restart_fails_jobs_meanwhile_then_serves_again(daemon):
         s.forget(before + after)
         s.tier._known.clear()
         assert s.load(before + after) == blocks_of(before) + blocks_of(after)
+
+
+def test_get_stats_in_vllms_own_container(tmp_path):
+    keys = keys_of(3, seed=21)
+    with Server("main", {"root_dir": str(tmp_path)}) as s:
+        defs = type(s.tier).build_metric_definitions({})
+        assert "kvtools_store_blocks" in defs and defs["kvtools_load_failures"].documentation
+        s.store(keys, blocks_of(keys))
+        st = s.tier.get_stats()
+        assert st.data["data"]["kvtools_store_blocks"][()] == 3
+        assert st.data["types"]["kvtools_store_bytes"] == "counter"
+        assert s.tier.get_stats() is None     # nothing new since

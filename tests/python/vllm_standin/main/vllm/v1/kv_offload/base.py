@@ -76,3 +76,9 @@ class OffloadingSpec:
         self.extra_config = config.extra_config
         self.blocks_per_chunk = blocks_per_chunk
         self.storage_format = storage_format
+
+
+@dataclass
+class OffloadingCounterMetadata:
+    documentation: str
+    labelnames: tuple = ()
