@@ -615,9 +615,9 @@ static void report_removed(struct ctx *c, const char *path, uint64_t size, int64
 }
 
 /* A block of a bucket root goes into the next DeleteObjects batch and
- * counts as gone now; bucket_deleted takes back what S3 refused.  The
- * check before deletion is the walk's own, just made: S3 keeps no atime
- * that a reader could have moved since.  1 queued, 0 skipped. */
+ * counts as gone now; bucket.c looks at its keys again just before the
+ * delete, and bucket_deleted puts the counts right.  1 queued, 0
+ * skipped. */
 static int bucket_remove(struct ctx *c, const char *path, uint64_t size, int64_t last_use)
 {
 	struct kv_evict_report *r = c->r;
@@ -629,26 +629,39 @@ static int bucket_remove(struct ctx *c, const char *path, uint64_t size, int64_t
 	}
 	r->files_deleted++;
 	r->bytes_deleted += size;
-	if (last_use > r->cutoff_atime_ns)
-		r->cutoff_atime_ns = last_use;
-	if (c->o->dry_run)
+	if (c->o->dry_run) {
+		if (last_use > r->cutoff_atime_ns)
+			r->cutoff_atime_ns = last_use;
 		report_removed(c, path, size, last_use);
+	}
 	return 1;
 }
 
-static void bucket_deleted(const char *path, uint64_t size, int64_t last_use, int ok, void *arg)
+/* A queued block's fate: the bytes its keys held in place of the scan's
+ * size, and the block back where a key was hot or stays. */
+static void bucket_deleted(const char *path, uint64_t size, int64_t last_use, uint64_t freed,
+			   enum kvi_bucket_fate fate, void *arg)
 {
 	struct ctx *c = arg;
+	struct kv_evict_report *r = c->r;
 
-	if (ok) {
-		report_removed(c, path, size, last_use);
+	r->bytes_deleted -= r->bytes_deleted < size ? r->bytes_deleted : size;
+	r->bytes_deleted += freed;
+	if (c->p) {
+		c->p->freed -= c->p->freed < size ? c->p->freed : size;
+		c->p->freed += freed;
+	}
+	if (fate == KVI_BUCKET_DELETED) {
+		if (last_use > r->cutoff_atime_ns)
+			r->cutoff_atime_ns = last_use;
+		report_removed(c, path, freed, last_use);
 		return;
 	}
-	c->r->files_deleted--;
-	c->r->bytes_deleted -= size;
-	c->r->skipped_other++;
-	if (c->p)
-		c->p->freed -= c->p->freed < size ? c->p->freed : size;
+	r->files_deleted--;
+	if (fate == KVI_BUCKET_HOT)
+		r->skipped_hot++;
+	else
+		r->skipped_other++;
 }
 
 /* ---- walk callbacks ---- */
@@ -939,10 +952,15 @@ static void drain(struct ctx *c)
 	if (h->n)
 		qsort(h->v, h->n, sizeof(*h->v), stash_cmp);
 	if (c->bucket) {
-		for (i = 0; i < h->n && p->freed < p->need; i++)
-			if (bucket_remove(c, h->v[i].path, h->v[i].alloc_bytes, h->v[i].atime_ns))
-				p->freed += h->v[i].alloc_bytes;
-		kvi_bucket_del_flush(c->bucket);
+		/* After each batch, the next oldest make up for what its look
+		 * before the delete kept. */
+		for (i = 0; i < h->n && p->freed < p->need;) {
+			for (; i < h->n && p->freed < p->need; i++)
+				if (bucket_remove(c, h->v[i].path, h->v[i].alloc_bytes,
+						  h->v[i].atime_ns))
+					p->freed += h->v[i].alloc_bytes;
+			kvi_bucket_del_flush(c->bucket);
+		}
 		heap_free(h);
 		return;
 	}
@@ -1240,7 +1258,7 @@ int kv_evict_run(const char *root, const struct kv_evict_opts *o,
 		/* A bucket: byte budgets only, one run at a time. */
 		if (o->high_pct >= 0)
 			return kvi_fail(-EINVAL, "a bucket has no filesystem use: give a byte budget");
-		rc = kvi_bucket_del_open(root, bucket_deleted, &c, &c.bucket);
+		rc = kvi_bucket_del_open(root, o->hot_ns, bucket_deleted, &c, &c.bucket);
 		if (rc < 0)
 			return rc;
 		c.rootfd = -1;

@@ -101,14 +101,17 @@ struct kvi_s3_listed {
 	const char *rel;	/* relative to the root, either key form */
 	uint64_t size;
 	int64_t mtime_ns;
+	/* The other key form of rel where both are stored: fn gets the
+	 * two one after the other, each naming the other; NULL if none. */
+	const struct kvi_s3_listed *twin;
 };
 
-/* fn for each object under the root (in this thread, in no set order;
- * a non-zero return stops and is returned).  model (kv_layout_model_matches)
- * and rank (-1: all) skip other rank dirs unlisted.  uses (may be NULL)
- * gets the uses recorded in the root's journals (kv/lastuse.h),
- * "<root>/.kvwatch/<node>.uses" in either key form, read before any
- * block is listed; NULL if none. */
+/* fn for each object under the root (in this thread, in no set order
+ * but twins together; a non-zero return stops and is returned).  model
+ * (kv_layout_model_matches) and rank (-1: all) skip other rank dirs
+ * unlisted.  uses (may be NULL) gets the uses recorded in the root's
+ * journals (kv/lastuse.h), "<root>/.kvwatch/<node>.uses" in either key
+ * form, read before any block is listed; NULL if none. */
 struct kv_uses;
 typedef int (*kvi_s3_listed_fn)(const struct kvi_s3_listed *o, void *arg);
 int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_uses **uses,

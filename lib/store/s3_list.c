@@ -6,8 +6,12 @@
  * once.  A rank dir is listed from its start, and when its first page
  * does not hold it all, what is left is cut at the first hex digit of
  * its <hhh> buckets into contiguous key ranges listed side by side (S3
- * has no end key: a range reads at most one page past its end).  Memory
- * is the pages in flight, never the number of objects.
+ * has no end key: a range reads at most one page past its end).  A dir
+ * found in both key forms is listed as one: each of its ranges in both
+ * forms side by side, their pages merged in path order, so that a path
+ * stored under both keys comes to fn as its two objects together.
+ * Memory is the pages in flight, and a page held for each merge whose
+ * other form is in flight, never the number of objects.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +28,13 @@
 /* A listing's query: a token, a prefix and a start key, URI-encoded. */
 #define QUERY_MAX	(10 * KVI_S3_KEY_MAX + 128)
 
+/* An object of a page that waits for the other form's page. */
+struct held {
+	char *key;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
 /* One listing: a prefix, optionally a key range within it. */
 struct lister {
 	char prefix[KVI_S3_KEY_MAX + 1];
@@ -33,6 +44,10 @@ struct lister {
 	int rank_dir;			/* a rank dir not yet cut into ranges */
 	char *token;
 	char last[KVI_S3_KEY_MAX + 1];	/* the last key seen: pages only go on */
+	struct lister *twin;		/* the same range in the other key form */
+	struct held *held;		/* its page's objects not yet merged */
+	size_t nheld, at, cap;
+	int finished;			/* twin: no page left to ask for */
 	struct lister *next;		/* in a queue */
 	struct lister *all_next;	/* in the listing's list of all */
 	struct kvi_s3_op op;
@@ -202,6 +217,45 @@ static int split(struct listing *l, struct lister *p)
 	return 0;
 }
 
+static void describe(const struct listing *l, struct kvi_s3_listed *e, const char *key,
+		     uint64_t size, int64_t mtime_ns)
+{
+	e->key = key;
+	e->rel = kvi_s3_rel(l->s, key);
+	e->size = size;
+	e->mtime_ns = mtime_ns;
+	e->twin = NULL;
+}
+
+static int report(struct listing *l, const struct kvi_s3_listed *e)
+{
+	/* Keys at the top level beside the layout's dirs. */
+	return e->rel ? l->fn(e, l->arg) : 0;
+}
+
+static int hold(struct lister *p, const struct kvi_s3_object *o)
+{
+	struct held *h;
+
+	if (p->nheld == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 1024;
+
+		h = realloc(p->held, cap * sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		p->held = h;
+		p->cap = cap;
+	}
+	h = &p->held[p->nheld];
+	h->key = strdup(o->key);
+	if (!h->key)
+		return -ENOMEM;
+	h->size = o->size;
+	h->mtime_ns = o->mtime_ns;
+	p->nheld++;
+	return 0;
+}
+
 static int on_object(const struct kvi_s3_object *o, void *arg)
 {
 	struct page *pg = arg;
@@ -218,14 +272,89 @@ static int on_object(const struct kvi_s3_object *o, void *arg)
 		return kvi_fail(-KV_EPROTO, "keys out of order in a listing from %s",
 				kvi_s3_where(l->s));
 	snprintf(pg->p->last, sizeof(pg->p->last), "%s", o->key);
-	e.key = o->key;
-	e.rel = kvi_s3_rel(l->s, o->key);
-	e.size = o->size;
-	e.mtime_ns = o->mtime_ns;
-	/* Keys at the top level beside the layout's dirs. */
-	if (!e.rel)
-		return 0;
-	return l->fn(&e, l->arg);
+	if (pg->p->twin)
+		return hold(pg->p, o);
+	describe(l, &e, o->key, o->size, o->mtime_ns);
+	return report(l, &e);
+}
+
+/* The next held object of p, or NULL. */
+static struct held *next_held(struct lister *p)
+{
+	return p->at < p->nheld ? &p->held[p->at] : NULL;
+}
+
+static void drop_held(struct lister *p)
+{
+	free(p->held[p->at].key);
+	p->held[p->at++].key = NULL;
+	if (p->at == p->nheld)
+		p->at = p->nheld = 0;
+}
+
+/*
+ * Hand on the held objects of a range's two forms in path order, as far
+ * as both have been read: a form not read to its end may still hold a
+ * path that sorts before the other's next.  A path in both goes as its
+ * two objects one after the other, each naming the other.
+ */
+static int merge(struct listing *l, struct lister *a)
+{
+	struct lister *b = a->twin;
+	size_t la = strlen(a->prefix), lb = strlen(b->prefix);
+	struct kvi_s3_listed x, y;
+	struct held *ha, *hb;
+	int rc = 0, cmp;
+
+	while (rc == 0) {
+		ha = next_held(a);
+		hb = next_held(b);
+		if ((!ha && !a->finished) || (!hb && !b->finished) || (!ha && !hb))
+			break;
+		cmp = !ha ? 1 : !hb ? -1 : strcmp(ha->key + la, hb->key + lb);
+		if (cmp <= 0)
+			describe(l, &x, ha->key, ha->size, ha->mtime_ns);
+		if (cmp >= 0)
+			describe(l, &y, hb->key, hb->size, hb->mtime_ns);
+		if (cmp == 0) {
+			x.twin = &y;
+			y.twin = &x;
+		}
+		rc = cmp <= 0 ? report(l, &x) : 0;
+		if (rc == 0 && cmp >= 0)
+			rc = report(l, &y);
+		if (cmp <= 0)
+			drop_held(a);
+		if (cmp >= 0)
+			drop_held(b);
+	}
+	return rc;
+}
+
+static void requeue(struct listing *l, struct lister *p)
+{
+	p->next = l->ready;
+	l->ready = p;
+}
+
+/* A page of a range listed in both forms: merged, then each form the
+ * merge has used up asks for its next page; a form with objects left
+ * waits for the other's. */
+static int twin_page(struct listing *l, struct lister *p, int more)
+{
+	struct lister *t = p->twin;
+	int waiting = next_held(t) != NULL;
+	int rc;
+
+	p->finished = !more;
+	rc = merge(l, p);
+	if (rc)
+		return rc;
+	if (!p->finished && !next_held(p))
+		requeue(l, p);
+	if (waiting && !t->finished && !next_held(t))
+		requeue(l, t);
+	return 0;
 }
 
 static void done(void *arg, struct kvi_s3_op *op)
@@ -263,12 +392,78 @@ static void done(void *arg, struct kvi_s3_op *op)
 	}
 	free(p->token);
 	p->token = token;
+	if (p->twin) {
+		if ((rc = twin_page(l, p, truncated && !pg.past)) && !l->rc)
+			l->rc = rc;
+		return;
+	}
 	if (truncated && !pg.past && p->rank_dir && (rc = split(l, p)) < 0 && !l->rc)
 		l->rc = rc;
-	if (truncated && !pg.past) {
-		p->next = l->ready;
-		l->ready = p;
+	if (truncated && !pg.past)
+		requeue(l, p);
+}
+
+/* Make a and b, the same dir in the two key forms, twins: a rank dir
+ * cut at once into the ranges split() would make, each range's two
+ * listers twins too. */
+static int pair(struct listing *l, struct lister *a, struct lister *b)
+{
+	static const char hex[] = "0123456789abcdef";
+	struct lister *p[2] = { a, b }, *r[2];
+	char after[KVI_S3_KEY_MAX + 2], upto[KVI_S3_KEY_MAX + 2];
+	int i, j, rc;
+
+	a->twin = b;
+	b->twin = a;
+	if (!a->rank_dir || !b->rank_dir)
+		return 0;
+	for (i = 0; i < 2; i++) {
+		p[i]->rank_dir = 0;
+		snprintf(p[i]->upto, sizeof(p[i]->upto), "%s0", p[i]->prefix);
 	}
+	for (j = 1; j <= SPLIT; j++) {
+		for (i = 0; i < 2; i++) {
+			snprintf(after, sizeof(after), "%s%c", p[i]->prefix, hex[j - 1]);
+			snprintf(upto, sizeof(upto), "%s%c", p[i]->prefix, j < SPLIT ? hex[j] : 0);
+			rc = add_to(l, &l->later, p[i]->prefix, after, j < SPLIT ? upto : NULL, 0, 0);
+			if (rc)
+				return rc;
+			r[i] = l->later;
+		}
+		r[0]->twin = r[1];
+		r[1]->twin = r[0];
+	}
+	return 0;
+}
+
+/* The dirs found, queued to be listed: those in both key forms paired,
+ * and each pair's two side by side, so that they are asked together. */
+static int queue_dirs(struct listing *l)
+{
+	struct lister *p, *q;
+	const char *rel, *r;
+	int rc;
+
+	for (p = l->later; p; p = p->next) {
+		if (p->twin || !(rel = kvi_s3_rel(l->s, p->prefix)))
+			continue;
+		for (q = p->next; q; q = q->next)
+			if (!q->twin && (r = kvi_s3_rel(l->s, q->prefix)) && !strcmp(r, rel))
+				break;
+		if (q && (rc = pair(l, p, q)))
+			return rc;
+	}
+	l->later = NULL;
+	/* Every lister but the top levels' is a dir's; vLLM's form of a
+	 * pair queues both. */
+	for (p = l->all; p; p = p->all_next) {
+		if (p->delimit || (p->twin && strlen(p->prefix) < strlen(p->twin->prefix)))
+			continue;
+		requeue(l, p);
+		if (p->twin)
+			requeue(l, p->twin);
+	}
+	return 0;
 }
 
 static int load_journals(struct listing *l, struct kv_uses **uses);
@@ -294,11 +489,8 @@ int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_use
 	if (rc >= 0 && !l.rc && uses)
 		rc = load_journals(&l, uses);
 	/* Then every dir found. */
-	if (rc >= 0 && !l.rc) {
-		l.ready = l.later;
-		l.later = NULL;
+	if (rc >= 0 && !l.rc && (rc = queue_dirs(&l)) == 0)
 		rc = kvi_s3_run(s, 0, next, done, &l);
-	}
 	if (rc > 0)
 		rc = 0;
 	if (l.rc)
@@ -309,6 +501,9 @@ int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_use
 	}
 	for (p = l.all; p; p = nx) {
 		nx = p->all_next;
+		while (next_held(p))
+			drop_held(p);
+		free(p->held);
 		free(p->token);
 		free(p->op.resp);
 		free(p);

@@ -4,7 +4,10 @@
  * a root (kvls, kvevict) walks a bucket the same way.  S3 has no dirs,
  * no atime and no temp files: each object is a regular file whose atime
  * and mtime are its Last-Modified, and whose last use is that or a later
- * use recorded in the root's journals.
+ * use recorded in the root's journals.  A path stored under both key
+ * forms is one file: its times the later of the two, its size vLLM's
+ * key's (what a reader gets), its allocated bytes both objects' (what
+ * deleting it frees).
  */
 #include <errno.h>
 #include <string.h>
@@ -53,7 +56,8 @@ static int on_object(const struct kvi_s3_listed *o, void *arg)
 	const char *slash;
 	char dir[KV_NAME_MAX + 1];
 
-	if (is_tool_state(o->rel))
+	/* Twins are reported once, with vLLM's key: the longer one. */
+	if (is_tool_state(o->rel) || (o->twin && strlen(o->key) < strlen(o->twin->key)))
 		return 0;
 	memset(&e, 0, sizeof(e));
 	e.path = o->rel;
@@ -61,13 +65,19 @@ static int on_object(const struct kvi_s3_listed *o, void *arg)
 	e.name = slash ? slash + 1 : o->rel;
 	e.dirfd = -1;
 	e.size_bytes = e.alloc_bytes = o->size;
-	e.atime_ns = e.mtime_ns = e.last_use_ns = o->mtime_ns;
+	e.mtime_ns = o->mtime_ns;
+	if (o->twin) {
+		e.alloc_bytes += o->twin->size;
+		if (o->twin->mtime_ns > e.mtime_ns)
+			e.mtime_ns = o->twin->mtime_ns;
+	}
+	e.atime_ns = e.last_use_ns = e.mtime_ns;
 	e.nlink = 1;
 	e.mode = S_IFREG | 0644;
 	if (kv_layout_block_parse(o->rel, &e.ref) == 0) {
 		e.kind = KV_WALK_BLOCK;
 		e.has_rank = 1;
-		e.last_use_ns = kv_last_use_ns(w->uses, o->rel, o->mtime_ns);
+		e.last_use_ns = kv_last_use_ns(w->uses, o->rel, e.mtime_ns);
 	} else if (slash && strcmp(e.name, KV_CONFIG_NAME) == 0 &&
 		   (size_t)(slash - o->rel) < sizeof(dir) && !memchr(o->rel, '/', (size_t)(slash - o->rel))) {
 		memcpy(dir, o->rel, (size_t)(slash - o->rel));

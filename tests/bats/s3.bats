@@ -554,6 +554,93 @@ with kvtools.connect('$SOCK') as c:
 	[ "$(jq .files_deleted <<< "$output")" -ge 4 ]
 }
 
+@test "s3: kvevict keeps a block whose other key form is hot, and counts a block in both forms once with both objects' bytes" {
+	# Four blocks in the single-slash form; a few seconds later two of
+	# them again in vLLM's form, as a second writer would send them.
+	s3_fill --bucket "$B" --prefix t --models 1 --blocks 4 --size 4096 --seed tw \
+		--single-slash --print > old
+	sleep 10
+	s3_fill --bucket "$B" --prefix t --models 1 --blocks 2 --size 4096 --seed tw --print > new
+	# The scan sees four blocks.  The two twins' last use is their newer
+	# form's: hot, both forms stay; the two in the old form alone go.
+	run kvevict --root "s3://$B/t" --max-bytes 1 --low-bytes 0 --hot 5s -J
+	assert_success
+	jq -e '.files_scanned == 4 and .bytes_scanned == 24576 and .files_hot == 2 and
+	       .files_deleted == 2 and .bytes_deleted == 8192 and .skipped_hot == 0' \
+		<<< "$output" || fail "$output"
+	keys t/ > left
+	for k in $(head -n 2 old | cut -d' ' -f1) $(cut -d' ' -f1 new); do
+		grep -qxF "$k" left || fail "$k deleted: $(cat left)"
+	done
+	[ "$(wc -l < left)" -eq 4 ]
+	# A walk sees two blocks, each holding both objects' bytes.
+	run kvls --root "s3://$B/t" -J
+	assert_success
+	jq -e '[.models[].files] | add == 2' <<< "$output" || fail "$output"
+	jq -e '[.models[].alloc_bytes] | add == 16384' <<< "$output" || fail "$output"
+	# Out of the window, each twin goes whole: one block, two objects.
+	run kvevict --root "s3://$B/t" --max-bytes 1 --low-bytes 0 --hot 0 -J
+	assert_success
+	jq -e '.files_deleted == 2 and .bytes_deleted == 16384 and .skipped_other == 0' \
+		<<< "$output" || fail "$output"
+	run keys t/
+	assert_output ""
+}
+
+@test "s3: a walk pairs a path's two key forms page by page in one range, and kvevict counts what went" {
+	# 1,200 keys in vLLM's form, 1,200 in the other, 600 paths in both,
+	# all in one range of the rank dir: more than a page of each.
+	"$S3_PYTHON" - "$B" "$MD" <<'EOF'
+import concurrent.futures, os, sys, boto3
+from botocore.config import Config
+bucket, md = sys.argv[1:3]
+s3 = boto3.session.Session().client(
+    "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+    region_name=os.environ.get("AWS_REGION", "us-east-1"),
+    config=Config(s3={"addressing_style": "path"}, max_pool_connections=32))
+def key(i, sep):
+    h = "%016x" % i
+    return f"p/{sep}{md}_r0/{h[:3]}/{h[3:5]}_g0/{h}.bin"
+keys = [key(i, "/") for i in range(1200)] + [key(i, "") for i in range(600, 1800)]
+with concurrent.futures.ThreadPoolExecutor(32) as ex:
+    list(ex.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=b"x" * 8), keys))
+EOF
+	run kvevict --root "s3://$B/p" --max-bytes 1 --low-bytes 0 --hot 0 --dry-run -J
+	assert_success
+	jq -e '.files_scanned == 1800 and .bytes_scanned == 19200' <<< "$output" || fail "$output"
+	# One request in flight at a time: the same blocks.
+	KV_S3_INFLIGHT=1 run kvls --root "s3://$B/p" -J
+	assert_success
+	jq -e '.models[0].files == 1800 and .models[0].alloc_bytes == 19200' <<< "$output" ||
+		fail "$output"
+	# Down to 3,000 bytes (a block is 8 or 16): the bytes it says went.
+	run kvevict --root "s3://$B/p" --max-bytes 4000 --low-bytes 3000 --hot 0 -J
+	assert_success
+	deleted=$(jq .bytes_deleted <<< "$output")
+	[ "$deleted" -ge 16200 ] && [ "$deleted" -le 16208 ] || fail "$output"
+	[ $(($(keys p/ | wc -l) * 8)) -eq $((19200 - deleted)) ] || fail "$output"
+}
+
+@test "s3: kvevict asks for both key forms again just before the delete: a twin sent since the scan keeps its block" {
+	s3_fill --bucket "$B" --prefix r --models 1 --blocks 2 --size 4096 --seed rc \
+		--single-slash --print > old
+	sleep 6
+	mkfifo pause
+	KV_EVICT_TEST_PAUSE_BEFORE_UNLINK=$PWD/pause kvevict --root "s3://$B/r" --max-bytes 1 \
+		--low-bytes 0 --hot 4s -J > out &
+	pid=$!
+	# Opening the FIFO waits until kvevict has chosen both old blocks;
+	# a second writer sends the first again, in vLLM's form.
+	exec 5> pause
+	s3_fill --bucket "$B" --prefix r --models 1 --blocks 1 --size 4096 --seed rc --print > new
+	exec 5>&-
+	wait "$pid"
+	jq -e '.files_deleted == 1 and .bytes_deleted == 4096 and .skipped_hot == 1' out ||
+		fail "$(cat out)"
+	run keys r/
+	assert_output "$( (head -n 1 old; cat new) | cut -d' ' -f1 | sort)"
+}
+
 @test "s3: kvevict refuses what a bucket cannot do" {
 	run kvevict --root "s3://$B" --high 80 --low 60
 	assert_failure 2
