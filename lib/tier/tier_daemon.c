@@ -3,8 +3,9 @@
  * shared under a lock.  Keys are layout block paths, parsed into the
  * block refs the protocol carries; the daemon's own file tier sits
  * below it on the daemon's side, so this tier chains to nothing here.
- * A lost connection is made again on a later call (kvoffd restarted),
- * at most once a second while the daemon refuses.
+ * A lost connection is made again on a later call (kvoffd restarted);
+ * while the daemon is away each call fails at once, a refused connect
+ * to a local socket being as cheap as a failed request.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,10 +14,7 @@
 #include <kv/errors.h>
 #include <kv/layout.h>
 #include <kv/offd.h>
-#include <kv/units.h>
 #include "tier_impl.h"
-
-#define RECONNECT_NS	1000000000LL
 
 struct dtier {
 	struct kv_tier base;
@@ -25,7 +23,6 @@ struct dtier {
 	char *path;
 	unsigned timeout_ms;
 	int err;		/* why there is no connection */
-	int64_t retry_ns;	/* no connect before this */
 };
 
 static struct dtier *D(struct kv_tier *t)
@@ -40,27 +37,18 @@ static int lost(int r)
 }
 
 /* Lock the tier and give its connection, made again if it was lost;
- * NULL and *err where the daemon cannot be reached now. */
+ * NULL and *err (the loss, not the connect's refusal) where the daemon
+ * cannot be reached now. */
 static struct kv_offd *hold(struct dtier *d, int *err)
 {
-	int64_t now;
-
 	pthread_mutex_lock(&d->lock);
 	if (d->c && kv_offd_closed(d->c)) {
 		kv_offd_close(d->c);
 		d->c = NULL;
 		d->err = -ECONNRESET;
-		d->retry_ns = 0;
 	}
-	if (!d->c && (now = kv_monotonic_ns()) >= d->retry_ns) {
-		int r = kv_offd_connect_timeout(d->path, d->timeout_ms, &d->c);
-
-		/* Still the loss callers hear of, not the connect's refusal. */
-		if (r < 0) {
-			d->c = NULL;
-			d->retry_ns = now + RECONNECT_NS;
-		}
-	}
+	if (!d->c && kv_offd_connect_timeout(d->path, d->timeout_ms, &d->c) < 0)
+		d->c = NULL;
 	*err = d->c ? 0 : d->err;
 	return d->c;
 }
@@ -72,7 +60,6 @@ static int let_go(struct dtier *d, int r)
 		kv_offd_close(d->c);
 		d->c = NULL;
 		d->err = r;
-		d->retry_ns = 0;
 	}
 	pthread_mutex_unlock(&d->lock);
 	return r;

@@ -116,6 +116,7 @@ for _name, _res, _args in [
     ("kv_xfer_drain", None, [_P]),
     ("kv_xfer_stats", None, [_P, _P]),
     ("kv_xfer_close", None, [_P]),
+    ("kv_file_replace", _I, [_I, ctypes.c_char_p, ctypes.c_char_p, _SZ, _U32, ctypes.c_uint]),
 ]:
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args

@@ -28,7 +28,6 @@ Every method runs on vLLM's scheduler thread and returns at once: bytes
 move in libkv's threads (kv/xfer.h), with the GIL released; lookups are
 answered from one presence batch per scheduler step.
 """
-import array
 import ctypes
 import dataclasses
 import errno as _errno
@@ -97,6 +96,8 @@ else:
 # ---- libkv's structs (kv/io.h, kv/events.h, kv/xfer.h) ----
 
 _IO_NO_TOUCH = 1 << 3
+_FILE_IN_PLACE, _FILE_NONBLOCK = 1 << 2, 1 << 3     # kv/io.h
+_AT_FDCWD = -100
 _XFER_STORE, _XFER_LOAD, _XFER_HAS, _XFER_TOUCH = range(4)
 _XFER_REMOVE_BAD = 1
 _POLL_MAX = 256
@@ -738,15 +739,12 @@ def write_prometheus(path, values, labels):
         lines.append("# HELP %s %s" % (metric, _HELP.get(name, name)))
         lines.append("# TYPE %s %s" % (metric, "gauge" if name in _GAUGES else "counter"))
         lines.append("%s{%s} %s" % (metric, lab, v))
-    text = "\n".join(lines) + "\n"
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        with open(tmp, "x") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        logger.warning("kvtools: cannot write %s: %s", path, e)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    text = ("\n".join(lines) + "\n").encode()
+    # libkv's rule for a file written by name: a regular file replaced
+    # whole, a device or FIFO written in place (never waiting), nothing
+    # else replaced.
+    rc = lib.kv_file_replace(_AT_FDCWD, os.fsencode(path), text, len(text), 0o644,
+                             _FILE_IN_PLACE | _FILE_NONBLOCK)
+    if rc < 0:
+        logger.warning("kvtools: cannot write %s: %s: %s", path, strerror(rc),
+                       lib.kv_error_detail().decode())

@@ -338,3 +338,16 @@ def test_get_stats_in_vllms_own_container(tmp_path):
         assert st.data["data"]["kvtools_store_blocks"][()] == 3
         assert st.data["types"]["kvtools_store_bytes"] == "counter"
         assert s.tier.get_stats() is None     # nothing new since
+
+
+def test_metrics_file_at_a_device_stays_a_device(tmp_path):
+    if os.geteuid():
+        pytest.skip("mknod needs root")
+    dev = tmp_path / "null"
+    os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+    os.mkdir(tmp_path / "root")
+    keys = keys_of(1, seed=22)
+    with Server("main", {"root_dir": str(tmp_path / "root"), "metrics_file": str(dev)}) as s:
+        s.store(keys, blocks_of(keys))
+    import stat
+    assert stat.S_ISCHR(os.stat(dev).st_mode)
