@@ -285,8 +285,9 @@ void tool_root_err(const char *verb, const char *root, int err)
 	if (err == -EBUSY && *kv_error_detail())
 		tool_err("cannot %s '%s': another process keeps its LRU: %s", verb, root,
 			 kv_error_detail());
-	/* A bucket's failure has its bucket, endpoint and S3 code to say. */
-	else if (kv_root_is_s3(root) && *kv_error_detail())
+	/* A bucket's failure has its bucket, endpoint and S3 code to say; a
+	 * use journal that cannot be read, its name. */
+	else if (*kv_error_detail())
 		tool_err("cannot %s '%s': %s: %s", verb, root, kv_strerror(err), kv_error_detail());
 	else
 		tool_err("cannot %s '%s': %s", verb, root, kv_strerror(err));

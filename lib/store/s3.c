@@ -66,6 +66,7 @@ struct xfer {
 	uint64_t content_length;
 	int have_length;
 	int too_big;
+	int sink_rc;		/* what op->sink stopped the body with */
 	char url[KVI_S3_KEY_MAX * 3 + 2600];
 	char range[48];
 };
@@ -528,6 +529,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	long status = 0;
 
 	curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
+	if (op->sink && status >= 200 && status < 300) {
+		x->sink_rc = op->sink(op, data, len);
+		if (x->sink_rc)
+			return 0;	/* stops the transfer: CURLE_WRITE_ERROR */
+		op->got += len;
+		return len;
+	}
 	if (op->dst && status >= 200 && status < 300) {
 		if (op->got + len > op->cap) {
 			x->too_big = 1;
@@ -602,7 +610,7 @@ static void xfer_reset(struct xfer *x)
 	x->hdrs = NULL;
 	x->sent = x->resp_len = x->resp_cap = 0;
 	x->content_length = 0;
-	x->have_length = x->too_big = 0;
+	x->have_length = x->too_big = x->sink_rc = 0;
 }
 
 static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
@@ -768,7 +776,7 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 			break;
 		case CURLE_WRITE_ERROR:
 		case CURLE_OUT_OF_MEMORY:
-			rc = x->too_big ? -EFBIG : -ENOMEM;
+			rc = x->too_big ? -EFBIG : x->sink_rc ? x->sink_rc : -ENOMEM;
 			break;
 		case CURLE_SSL_CONNECT_ERROR:
 		case CURLE_PEER_FAILED_VERIFICATION:
@@ -789,7 +797,7 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 					      op->cap);
 		else if (op->method == KVI_S3_GET && op->flags & KVI_S3_TAIL && op->got < op->tail)
 			op->result = -KV_ESHORT;
-		else if (op->method == KVI_S3_GET && op->dst && x->have_length &&
+		else if (op->method == KVI_S3_GET && (op->dst || op->sink) && x->have_length &&
 			 op->got != x->content_length)
 			op->result = kvi_fail(-ECONNRESET, "short body for '%s'", key);
 		return;

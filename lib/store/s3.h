@@ -35,6 +35,10 @@ struct kvi_s3_op {
 	size_t body_len;
 	void *dst;		/* GET: into here (cap bytes); NULL: into resp */
 	size_t cap;
+	/* GET: the body handed on as it comes instead (dst NULL), each piece
+	 * at op->got bytes into it: 0 again when a retry starts over.  A
+	 * non-zero return stops the transfer and is its result. */
+	int (*sink)(struct kvi_s3_op *op, const char *data, size_t len);
 	size_t tail;		/* GET with KVI_S3_TAIL: bytes from the end */
 	unsigned flags;
 	const char *xxh3;	/* PUT: 16 hex digits kept in the object's metadata */

@@ -21,6 +21,7 @@
 #include <kv/kv.h>
 #include <kv/lastuse.h>
 #include <kv/layout.h>
+#include "store/lastuse.h"
 #include "store/s3.h"
 #include "util/error.h"
 
@@ -521,30 +522,18 @@ struct journals {
 static int on_journal(const struct kvi_s3_object *o, void *arg)
 {
 	struct journals *j = arg;
-	struct kvi_s3_op op = { .method = KVI_S3_GET, .key = o->key };
 	size_t n = strlen(o->key), sl = strlen(KV_USES_SUFFIX);
-	char *text;
-	int rc;
+	int rc = 0;
 
 	if (n <= sl || strcmp(o->key + n - sl, KV_USES_SUFFIX) || o->size == 0)
 		return 0;
-	op.cap = o->size < KV_USES_FILE_MAX ? o->size : KV_USES_FILE_MAX;
-	text = malloc(op.cap);
-	if (!text)
-		return -ENOMEM;
-	op.dst = text;
-	rc = kvi_s3_do(j->s, &op);
-	free(op.resp);
-	/* Grown since listed: what fits is read, as from a file. */
-	if (rc == -EFBIG)
-		rc = 0;
-	if (rc == 0 && !j->uses)
+	if (!j->uses)
 		rc = kv_uses_new(&j->uses);
+	/* Read as it downloads, whatever its size; one that cannot be read
+	 * fails the listing, as on a filesystem. */
 	if (rc == 0)
-		rc = kv_uses_parse(j->uses, text, op.got, NULL);
-	free(text);
-	/* An unreadable journal is skipped, as on a filesystem. */
-	return rc == -ENOMEM ? rc : 0;
+		rc = kvi_uses_read_object(j->s, o->key, j->uses, NULL, NULL, NULL, NULL);
+	return rc == -ENOENT ? 0 : rc;
 }
 
 int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg)

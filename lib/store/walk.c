@@ -28,6 +28,7 @@
 #include <kv/walk.h>
 #include "store/s3.h"
 #include "store/walk_s3.h"
+#include "util/error.h"
 #include "beneath.h"
 
 #ifndef STATX_ATTR_MOUNT_ROOT
@@ -155,6 +156,23 @@ static int dirit_next(struct dirit *it, struct dirent64 **out)
 static int bucket_ours(const struct walk *w, const char *name)
 {
 	return w->shards <= 1 || kv_layout_bucket_shard(name, w->shards) == (int)w->shard;
+}
+
+/* Whether a journaled use names a block this walk reaches: the uses of
+ * other models, ranks and shards are not held. */
+static int use_reached(const char *relpath, void *arg)
+{
+	const struct walk *w = arg;
+	struct kv_block_ref ref;
+	char top[4];
+
+	if (kv_layout_block_parse(relpath, &ref) < 0 ||
+	    (w->model && !kv_layout_model_matches(w->model, ref.model_dir)) ||
+	    (w->rank >= 0 && ref.rank != (unsigned)w->rank))
+		return 0;
+	memcpy(top, ref.hash, 3);
+	top[3] = '\0';
+	return bucket_ours(w, top);
 }
 
 /* What lies outside the buckets is reported once, by shard 0. */
@@ -900,6 +918,7 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 				      (opts->shard_count > 1 &&
 				       opts->shard_index >= opts->shard_count))))
 		return -EINVAL;
+	kvi_error_clear();
 	if (kvi_s3_is_url(root))
 		return kvi_walk_s3(root, opts, fn, arg);
 	w = calloc(1, sizeof(*w));
@@ -918,19 +937,22 @@ int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	w->rootdev = st.st_dev;
 	/* The walk does not cross mounts, so the root's type is every dir's. */
 	w->short_read_ends = fstatfs(w->rootfd, &sf) == 0 && reads_whole((long)sf.f_type);
-	/* Read-only from here on, so the walk's threads share it unlocked. */
-	if (!(opts && (opts->flags & KV_WALK_NO_STAT)) &&
-	    (rc = kv_uses_load(w->rootfd, &w->uses)) < 0) {
-		close(w->rootfd);
-		free(w);
-		return rc;
-	}
-	nthreads = thread_count(opts, w->rootfd);
 	w->flags = opts ? opts->flags : 0;
 	w->rank = opts ? opts->rank : -1;
 	w->model = opts ? opts->model : NULL;
 	w->shard = opts ? opts->shard_index : 0;
 	w->shards = opts ? opts->shard_count : 0;
+	/* Read-only from here on, so the walk's threads share it unlocked.
+	 * A journal that cannot be read fails the walk: last uses without
+	 * it would be wrong. */
+	if (!(w->flags & KV_WALK_NO_STAT) &&
+	    (rc = kv_uses_load(w->rootfd, w->model || w->rank >= 0 || w->shards > 1 ?
+				      use_reached : NULL, w, &w->uses)) < 0) {
+		close(w->rootfd);
+		free(w);
+		return rc;
+	}
+	nthreads = thread_count(opts, w->rootfd);
 	w->fn = fn;
 	w->arg = arg;
 	pthread_mutex_init(&w->cb_lock, NULL);

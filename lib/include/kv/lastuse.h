@@ -11,10 +11,12 @@
  * this node's journal, "<root>/.kvwatch/<node>.uses": one text line per
  * use, "<ns since the epoch> <block path relative to the root>\n",
  * appended by that node alone and rewritten whole (temp + rename) when
- * it holds mostly stale lines.  Readers merge every node's journal and
- * skip what does not parse: a line over KV_USES_LINE_MAX bytes, a path
- * outside the layout, a time that is not a positive integer or lies
- * more than KV_USES_FUTURE_NS ahead.  See kv(7).
+ * it holds mostly stale lines.  Readers merge every node's journal,
+ * read in pieces to its end however long it is (memory grows with the
+ * paths kept, never with the journal's bytes), and skip what does not
+ * parse: a line over KV_USES_LINE_MAX bytes, a path outside the layout,
+ * a time that is not a positive integer or lies more than
+ * KV_USES_FUTURE_NS ahead.  See kv(7).
  */
 
 #include <stddef.h>
@@ -27,7 +29,8 @@ extern "C" {
 #define KV_USES_DIR		".kvwatch"	/* at the root */
 #define KV_USES_SUFFIX		".uses"
 #define KV_USES_LINE_MAX	4096		/* bytes, newline included */
-#define KV_USES_FILE_MAX	(256u << 20)	/* a bigger journal is read this far */
+#define KV_USES_OBJECT_MAX	(64u << 20)	/* a bucket's journal, written: the
+						   oldest uses left out past it */
 #define KV_USES_FUTURE_NS	(300LL * 1000000000LL)
 
 /* Uses recorded beside atime: block path -> newest recorded use. */
@@ -37,10 +40,15 @@ int kv_uses_new(struct kv_uses **out);
 void kv_uses_free(struct kv_uses *u);
 
 /* Every journal under rootfd's KV_USES_DIR, opened beneath the root
- * without following links.  *out is NULL when there is none (no dir, or
- * empty), so the common case costs one failed open.  -errno only for an
- * allocation failure; unreadable journals are skipped. */
-int kv_uses_load(int rootfd, struct kv_uses **out);
+ * without following links and read whole, a piece at a time; only the
+ * paths keep() accepts are held (keep NULL: all).  *out is NULL when
+ * there is none (no dir, or empty), so the common case costs one failed
+ * open.  A symlink or anything else not a regular file is no journal.
+ * -ENOMEM, or the -errno of a journal that could not be opened or read
+ * to its end (named in kv_error_detail()): its uses cannot be known, so
+ * nothing is returned. */
+int kv_uses_load(int rootfd, int (*keep)(const char *relpath, void *arg), void *arg,
+		 struct kv_uses **out);
 
 /* Merge journal text (complete lines; a last line without its newline is
  * ignored) into u, keeping the newest use per path; bad lines are
@@ -60,8 +68,8 @@ int64_t kv_last_use_ns(const struct kv_uses *u, const char *relpath, int64_t ati
 
 /* This node's journal, for a recorder (kvwatch).  node names the file
  * ([A-Za-z0-9._-], at most 64 bytes); the dir is made where missing.
- * Earlier lines of the same file are loaded so that a rewrite keeps
- * them. */
+ * Earlier lines of the same file are loaded (in pieces, however long)
+ * so that a rewrite keeps them. */
 struct kv_uses_journal;
 
 int kv_uses_journal_open(int rootfd, const char *node, struct kv_uses_journal **out);
@@ -75,13 +83,16 @@ void kv_uses_journal_close(struct kv_uses_journal *j);
 
 /* The same for a bucket root ("s3://..."), where nothing appends: the
  * journal is the object "<root>//.kvwatch/<node>.uses" (kv(7)), loaded
- * here, changed in memory by kv_uses_journal_record and written whole by
- * kv_uses_journal_sync. */
+ * here as it downloads, whatever its size, changed in memory by
+ * kv_uses_journal_record and written whole by kv_uses_journal_sync. */
 int kv_uses_journal_open_bucket(const char *root, const char *node,
 				struct kv_uses_journal **out);
 /* Write a bucket's journal if a use was recorded since it was last
- * written, keeping only the blocks keep() says are still there (keep
- * NULL: all).  0 at once for a filesystem's, which each record wrote. */
+ * written, or the object loaded was not compacted (more than one line a
+ * path, bad lines, over KV_USES_OBJECT_MAX bytes): one line per path,
+ * only the blocks keep() says are still there (keep NULL: all), and of
+ * those the newest uses that fit in KV_USES_OBJECT_MAX bytes.  0 at once
+ * for a filesystem's, which each record wrote. */
 int kv_uses_journal_sync(struct kv_uses_journal *j, int (*keep)(const char *relpath, void *arg),
 			 void *arg);
 

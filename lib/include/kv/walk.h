@@ -86,9 +86,10 @@ unsigned kv_walk_default_threads(int fd);
  * object under it, as regular files with dirfd -1, atime and mtime its
  * Last-Modified; kv(7)).  0 when done (unreadable subdirs were reported as
  * KV_WALK_ERROR entries, not failures); -errno when the root itself
- * cannot be opened; -EINVAL for a shard_index not below shard_count or
- * a shard_count above KV_LAYOUT_TOP_BUCKETS; or the callback's non-zero
- * return. */
+ * cannot be opened or a use journal read (kv_uses_load, kv/lastuse.h;
+ * named in kv_error_detail()); -EINVAL for a shard_index not below
+ * shard_count or a shard_count above KV_LAYOUT_TOP_BUCKETS; or the
+ * callback's non-zero return. */
 int kv_walk(const char *root, const struct kv_walk_opts *opts,
 	    kv_walk_fn fn, void *arg);
 
