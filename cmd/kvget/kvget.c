@@ -63,6 +63,9 @@ struct get {
 	const char *out;
 	struct tool_store store;
 	struct archive archive;
+	/* A bucket keeps no atime: a hit is recorded as a use in this
+	 * node's journal object, as kvwatch records one (kv/lastuse.h). */
+	struct kv_use_recorder *uses;
 	int misses, errors;
 };
 
@@ -231,6 +234,20 @@ static const char *get_error(struct get *get, int err, char *buf, size_t len)
 	return buf;
 }
 
+/* A hit is a use (but --no-touch). */
+static void used(struct get *get, const char *relpath)
+{
+	static int said;
+	int rc;
+
+	if (!get->uses)
+		return;
+	rc = kv_use_record(get->uses, relpath, -1, kv_now_ns());
+	if (rc < 0 && !said++)
+		tool_err("cannot record the use of '%s' in %s's journal: %s", relpath,
+			 get->store.root, kv_strerror(rc));
+}
+
 static int get_one(struct get *get, const char *relpath)
 {
 	struct tool_store *st = &get->store;
@@ -288,8 +305,11 @@ static int get_one(struct get *get, const char *relpath)
 		tool_err("%s: %s", where, get_error(get, ret, why, sizeof(why)));
 	else if (ret < 0)
 		tool_store_err(st, TOOL_STORE_GET, relpath, ret);
-	else if (emit(get, buf, len) < 0)
-		rc = EXIT_RUNTIME;
+	else {
+		used(get, relpath);
+		if (emit(get, buf, len) < 0)
+			rc = EXIT_RUNTIME;
+	}
 	kv_io_buf_free(buf);
 	return ret < 0 ? tool_store_exit(st, ret) : rc;
 }
@@ -629,6 +649,8 @@ static void batch_done(void *arg, struct kv_tier_req *req)
 		print_record(get, s->line, s->hash, s->relpath, -1, 0, kv_strerror(ret));
 	}
 	if (ret == 0 && req->op != KV_TIER_OP_HAS) {
+		if (!get->archive.path)
+			used(get, s->relpath);
 		if (req->done > b->size_hint)
 			b->size_hint = req->done;
 		if (!get->archive.path)
@@ -734,7 +756,7 @@ int main(int argc, char **argv)
 	uint64_t blocks = 0, block_bytes = 0;
 	struct get get = { .archive = { .rootfd = -1, .fd = -1 },
 			   .max_block_bytes = DEFAULT_MAX_BLOCK_BYTES };
-	int archive_level = 0;
+	int archive_level = 0, rc;
 	char hash[KV_HASH_MAX_LEN + 1], relpath[PATH_MAX];
 	int c, batch = 0, ret;
 
@@ -834,7 +856,16 @@ int main(int argc, char **argv)
 	tool_store_open(&get.store, daemon, daemon ? NULL : tool_root(root_opt), &opts);
 	if (get.archive.path)
 		get.archive.rootfd = tool_root_open(get.store.root);
+	if (!daemon && kv_root_is_s3(get.store.root) && !(opts.flags & KV_IO_NO_TOUCH) &&
+	    !get.exists && (ret = kv_use_recorder_open(get.store.root, NULL, 0, &get.uses)) < 0)
+		tool_err("cannot open %s's use journal: %s (uses are not recorded)",
+			 get.store.root, kv_strerror(ret));
 	ret = batch ? run_batch(&get) : get_one(&get, relpath);
+	if (get.uses && (rc = kv_use_recorder_sync(get.uses, NULL, NULL)) < 0) {
+		tool_err("cannot write %s's use journal: %s", get.store.root, kv_strerror(rc));
+		ret = ret ? ret : EXIT_RUNTIME;
+	}
+	kv_use_recorder_close(get.uses);
 	tool_store_close(&get.store);
 	return ret;
 }

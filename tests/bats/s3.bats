@@ -900,3 +900,26 @@ vllm_tier() {
 	assert_failure 1
 	assert_line "loaded 0 of 4, 4 missed"
 }
+
+@test "s3: kvget records a hit as a use in the node's journal object, and kvevict keeps that block" {
+	for h in abcde00001 abcde00002 abcde00003; do
+		head -c 4096 /dev/urandom > "$h"
+		kvput --root "s3://$B/g" --config "$CFG" "$h" "$h"
+	done
+	sleep 2
+	# A read of the oldest: a use, not the Last-Modified it keeps.
+	kvget --root "s3://$B/g" --config "$CFG" abcde00001 | cmp - abcde00001
+	printf '%s\n' abcde00002 | kvget --root "s3://$B/g" --config "$CFG" --batch -o . >/dev/null
+	kvget --root "s3://$B/g" --config "$CFG" --no-touch abcde00003 > /dev/null
+	kvget --root "s3://$B/g" --config "$CFG" --exists abcde00003
+	s3_aws s3 cp "s3://$B/g//.kvwatch/$(hostname | tr -c 'A-Za-z0-9._\n-' _).uses" - > uses
+	[ "$(wc -l < uses)" -eq 2 ]
+	grep -q 'abcde00001.bin$' uses
+	grep -q 'abcde00002.bin$' uses
+	# 12K of blocks down to 4K: the unread one goes first, then by use.
+	run kvevict --root "s3://$B/g" --max-bytes 8K --low-bytes 4K --hot 0 -J
+	assert_success
+	run keys g//
+	refute_output --partial abcde00003
+	assert_output --partial abcde00002
+}
