@@ -24,7 +24,13 @@ from operator import add, attrgetter
 from ._lib import exports as _exports, lib, strerror
 
 __all__ = ["connect", "Client", "KvError", "Pinned", "Allocation",
-           "IN_RAM", "ON_DISK", "BATCH_MAX", "Tiers"]
+           "IN_RAM", "ON_DISK", "BATCH_MAX", "Tiers", "errno_name", "__version__"]
+__version__ = "0.1.0"   # kvtools' own (Makefile VERSION), kept in step by a test
+
+
+def __dir__():
+    """What the package offers, not what it imports."""
+    return sorted(__all__)
 
 IN_RAM = 1
 ON_DISK = 2
@@ -295,11 +301,28 @@ class _Closes:
         self.close()
 
 
-class Client(_Closes):
-    """One connection to kvoffd; use one per thread."""
+def _timeout_ms(timeout_ms):
+    """timeout_ms, else $KV_DAEMON_TIMEOUT (a duration: 500ms, 1s; 0 for
+    ever), as the programs read it, else 30 s."""
+    if timeout_ms is not None:
+        return timeout_ms
+    env = os.environ.get("KV_DAEMON_TIMEOUT")
+    if not env:
+        return 30000
+    ns = ctypes.c_uint64()
+    if lib.kv_duration_parse(env.encode(), ctypes.byref(ns)) < 0:
+        raise KvError(_errno.EINVAL, "$KV_DAEMON_TIMEOUT '%s' is no duration (1s, 500ms)" % env)
+    return 1 if 0 < ns.value < 1000000 else min(ns.value // 1000000, 0xffffffff)
 
-    def __init__(self, socket_path=None, timeout_ms=30000):
+
+class Client(_Closes):
+    """One connection to kvoffd; use one per thread.  timeout_ms bounds
+    the connect and each request (default: $KV_DAEMON_TIMEOUT, else 30 s;
+    0 waits for ever)."""
+
+    def __init__(self, socket_path=None, timeout_ms=None):
         self._h = None
+        timeout_ms = _timeout_ms(timeout_ms)
         path = socket_path or os.environ.get("KV_DAEMON")
         if not path:
             raise KvError(_errno.EINVAL, "no socket: give one or set KV_DAEMON")
@@ -512,8 +535,9 @@ def _raise_first(status, n, hashes, what, absent_ok=False):
             raise KvError(-st, "%s: %s" % (what, _text(hashes[i]).decode()))
 
 
-def connect(socket_path=None, timeout_ms=30000):
-    """A Client of the kvoffd at socket_path (default $KV_DAEMON)."""
+def connect(socket_path=None, timeout_ms=None):
+    """A Client of the kvoffd at socket_path (default $KV_DAEMON), each
+    request bounded by timeout_ms (default $KV_DAEMON_TIMEOUT, else 30 s)."""
     return Client(socket_path, timeout_ms)
 
 

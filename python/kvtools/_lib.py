@@ -1,4 +1,4 @@
-"""Finds and declares libkv.so: $KVTOOLS_LIBKV, else where `make install`
+"""Finds and declares libkv.so: $KVTOOLS_LIBKV (that one or none), else where `make install`
 put it when this is the installed package (named by _installed.py), else
 the build tree this package sits in (python/ beside build/), else the
 system's libkv.so.0 (ld.so's search, or /usr/local/lib, where `make
@@ -12,9 +12,6 @@ _here = os.path.dirname(os.path.abspath(__file__))
 
 
 def _candidates():
-    env = os.environ.get("KVTOOLS_LIBKV")
-    if env:
-        yield env
     try:
         from ._installed import LIBKV
     except ImportError:
@@ -28,6 +25,14 @@ def _candidates():
 
 
 def _load():
+    env = os.environ.get("KVTOOLS_LIBKV")
+    if env:
+        # Named, so no other: a wrong name must not load some other libkv.
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError("kvtools: cannot load $KVTOOLS_LIBKV '%s': %s" % (env, e)) \
+                from None
     errors = []
     for path in _candidates():
         if "/" in path and not os.path.exists(path):
@@ -70,6 +75,7 @@ _SZ = ctypes.c_size_t
 _U32 = ctypes.c_uint32
 for _name, _res, _args in [
     ("kv_strerror", ctypes.c_char_p, [_I]),
+    ("kv_duration_parse", _I, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]),
     ("kv_offd_connect_timeout", _I, [ctypes.c_char_p, ctypes.c_uint, _P]),
     ("kv_offd_close", None, [_P]),
     ("kv_offd_slot_bytes", _SZ, [_P]),

@@ -2,12 +2,14 @@
 read-through, size classes."""
 import errno
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import kvtools
-from conftest import MODEL_DIR
+from conftest import MODEL_DIR, REPO
 
 
 def hashes(n, tag=0):
@@ -399,3 +401,43 @@ print("ok")
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr)
     for c in conns:
         c.close()
+
+
+def test_version_is_kvtools_own():
+    import re
+    import kvtools
+    with open(os.path.join(REPO, "Makefile")) as f:
+        want = re.search(r"^VERSION\s*:=\s*(\S+)", f.read(), re.M).group(1)
+    assert kvtools.__version__ == want
+
+
+def test_dir_shows_the_api_not_the_imports():
+    import kvtools
+    names = dir(kvtools)
+    assert "connect" in names and "Tiers" in names and "__version__" in names
+    assert not {"os", "ctypes", "chain", "array", "lib"} & set(names)
+
+
+def test_a_missing_kvtools_libkv_is_an_error_not_another_libkv():
+    out = subprocess.run([sys.executable, "-c", "import kvtools"], capture_output=True,
+                         text=True, cwd=os.path.join(REPO, "python"),
+                         env=dict(os.environ, KVTOOLS_LIBKV="/nonexistent/libkv.so"))
+    assert out.returncode != 0
+    assert "$KVTOOLS_LIBKV '/nonexistent/libkv.so'" in out.stderr
+
+
+def test_connect_waits_as_long_as_kv_daemon_timeout_says(tmp_path, monkeypatch):
+    import socket
+    import kvtools
+    path = str(tmp_path / "mute.sock")
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(path)
+    mute.listen(1)      # accepts, never says HELLO
+    monkeypatch.setenv("KV_DAEMON_TIMEOUT", "200ms")
+    with pytest.raises(kvtools.KvError) as e:
+        kvtools.connect(path)
+    assert e.value.errno_name == "ETIMEDOUT"
+    monkeypatch.setenv("KV_DAEMON_TIMEOUT", "soon")
+    with pytest.raises(kvtools.KvError, match="no duration"):
+        kvtools.connect(path)
+    mute.close()
