@@ -3,9 +3,12 @@
 # they name exists on a fresh machine once kvtools-setup.service has run
 # (users, groups, the dirs kvoffd writes), kvoffd's unit lets it publish
 # KV events over TCP as contrib/llm-d tells users to, and where systemd
-# is the init, the units start.
+# is the init, the units start; in a container booted on an overlay of
+# this machine, kvoffd and kvwatch start together without one taking
+# the other's dirs.
 
 load test_helper
+load overlay_root
 
 top=$BATS_TEST_DIRNAME/../..
 
@@ -13,6 +16,11 @@ setup_file() {
 	export STAGE=$BATS_FILE_TMPDIR/stage
 	make -C "$top" -s BUILD="${BUILD:-build}" install DESTDIR="$STAGE" PREFIX=/usr >/dev/null
 	export UNITS=$STAGE/usr/lib/systemd/system
+}
+
+teardown() {
+	boot_stop
+	common_teardown
 }
 
 # unit_values UNIT KEY: every value of KEY= in UNIT, one per line.
@@ -84,6 +92,37 @@ fresh_root() {
 	[ "$(stat -c %a "$root/var/cache/kv")" = 2775 ]
 }
 
+@test "each unit's state, cache and runtime dirs are its own: systemd gives them to the unit's user" {
+	# CacheDirectory=kv in a unit without User= chowns the cache root
+	# that tmpfiles.d made kvoffd's to root, recursively, at each start.
+	local u name key dir
+	for u in "$UNITS"/*.service; do
+		u=${u##*/}
+		name=${u%.service}
+		for key in StateDirectory CacheDirectory RuntimeDirectory LogsDirectory \
+			   ConfigurationDirectory; do
+			for dir in $(unit_values "$u" "$key"); do
+				[ "${dir%%/*}" = "$name" ] ||
+					fail "$u: $key=$dir, a dir it does not own (systemd would chown it)"
+			done
+		done
+	done
+}
+
+@test "every unit on the cache root starts after kvtools-setup, which makes it" {
+	local u
+	for u in "$UNITS"/*.service; do
+		u=${u##*/}
+		[ "$u" != kvtools-setup.service ] || continue
+		grep -q '/var/cache/kv' "$UNITS/$u" || continue
+		unit_values "$u" After | grep -qw kvtools-setup.service ||
+			fail "$u uses /var/cache/kv but is not ordered after kvtools-setup.service"
+		{ unit_values "$u" Wants; unit_values "$u" Requires; } |
+			grep -qw kvtools-setup.service ||
+			fail "$u uses /var/cache/kv but does not pull in kvtools-setup.service"
+	done
+}
+
 @test "kvoffd's unit lets it publish KV events over TCP, as contrib/llm-d tells users to" {
 	grep -q 'kvoffd.*--events tcp://' "$top/contrib/llm-d/README.md" ||
 		skip "contrib/llm-d no longer publishes kvoffd's events over TCP"
@@ -117,4 +156,41 @@ fresh_root() {
 	systemctl daemon-reload
 	[ "$started" -eq 0 ] || fail "systemctl start kvoffd: $(journalctl -u kvoffd -n 20 --no-pager)"
 	[ "$stats" -eq 0 ]
+}
+
+@test "booted with the units installed, kvoffd and kvwatch start together and the cache root stays kvoffd's" {
+	local d=$BATS_TEST_TMPDIR/c
+	overlay_requires "$d"
+	requires nsenter findmnt setpriv
+	# The staged install on /, with a small pool; node_exporter's
+	# textfile dir as its package makes it.
+	cp -a "$STAGE/usr" "$d/up/"
+	sed -i 's/KVOFFD_CPU_BYTES=16G/KVOFFD_CPU_BYTES=64M/' "$d/up/usr/lib/systemd/system/kvoffd.service"
+	mkdir -p "$d/up/var/lib/prometheus/node-exporter"
+	chown nobody:nogroup "$d/up/var/lib/prometheus/node-exporter"
+	chmod 0775 "$d/up/var/lib/prometheus/node-exporter"
+	overlay_boot "$d"
+	run in_boot systemctl start kvoffd.service kvwatch.service
+	[ "$status" -eq 0 ] ||
+		fail "systemctl start: $output $(in_boot journalctl -u kvoffd -u kvwatch -n 30 --no-pager)"
+	run in_boot systemctl is-active kvoffd.service kvwatch.service
+	[ "$output" = $'active\nactive' ] ||
+		fail "$output $(in_boot journalctl -u kvoffd -u kvwatch -n 30 --no-pager)"
+	run in_boot stat -c '%a %U:%G' /var/cache/kv
+	[ "$output" = "2775 kvoffd:kvcache" ] || fail "after both started, /var/cache/kv is $output"
+	# kvoffd writes its file tier; kvwatch starting again takes none of it.
+	in_boot setpriv --reuid=kvoffd --regid=kvcache --init-groups touch /var/cache/kv/probe
+	in_boot systemctl restart kvwatch.service
+	run in_boot stat -c '%a %U:%G' /var/cache/kv /var/cache/kv/probe
+	[ "$output" = $'2775 kvoffd:kvcache\n644 kvoffd:kvcache' ] ||
+		fail "after kvwatch restarted: $output"
+	# kvoffd still writes there, and serves its clients (the kvcache group).
+	in_boot setpriv --reuid=kvoffd --regid=kvcache --init-groups touch /var/cache/kv/probe2
+	in_boot setpriv --reuid=nobody --regid=kvcache --clear-groups \
+		kvoffd --stats /run/kvoffd/kvoffd.sock >/dev/null
+	run in_boot stat -c '%a %U:%G' /var/lib/prometheus/node-exporter
+	[ "$output" = "775 nobody:nogroup" ] || fail "node_exporter's dir became $output"
+	run in_boot systemctl is-active kvwatch.service
+	[ "$output" = active ]
+	in_boot systemctl stop kvwatch.service kvoffd.service
 }
