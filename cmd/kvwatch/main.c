@@ -48,7 +48,8 @@ static void usage(void)
 	       "                          (--events only; default $KV_ROOT)\n"
 	       "  -e, --events ENDPOINT   subscribe to a KV-event publisher (repeatable):\n"
 	       "                          tcp://HOST:PORT connects, tcp://*:PORT and\n"
-	       "                          ipc://PATH bind; bind: or connect: forces either\n"
+	       "                          ipc://PATH bind; bind: or connect: forces either;\n"
+	       "                          default $KVWATCH_EVENTS (spaces or commas between)\n"
 	       "      --resolution DUR    stamp a block at most once per DUR (default 60s)\n"
 	       "      --rescan DUR        re-walk the root this often to index blocks other\n"
 	       "                          nodes wrote (default 10m; 0: never)\n"
@@ -281,6 +282,36 @@ static void node_name(struct watch *w, const char *opt)
 enum { OPT_RESOLUTION = 256, OPT_RESCAN, OPT_NODE, OPT_IGNORE, OPT_READY, OPT_NDJSON,
        OPT_METRICS };
 
+/* One endpoint to subscribe to, checked; what names its source. */
+static void endpoint_add(const char **endpoints, unsigned *n, const char *spec,
+			 const char *what)
+{
+	if (*n == ENDPOINTS_MAX)
+		tool_usage_fail("%s: at most %d endpoints", what, ENDPOINTS_MAX);
+	if (kv_events_endpoint_check(spec, NULL) < 0)
+		tool_usage_fail("%s: %s", what, kv_error_detail());
+	endpoints[(*n)++] = spec;
+}
+
+/* $KVWATCH_EVENTS when no --events is given: endpoints separated by
+ * spaces or commas, as a unit's Environment= line holds them.  Not
+ * $KV_EVENTS, which names where the other programs publish. */
+static void env_endpoints(const char **endpoints, unsigned *n)
+{
+	const char *env = getenv("KVWATCH_EVENTS");
+	char *list, *save, *tok;
+
+	if (!env || !*env)
+		return;
+	list = strdup(env);
+	if (!list) {
+		tool_err("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	for (tok = strtok_r(list, " ,\t\n", &save); tok; tok = strtok_r(NULL, " ,\t\n", &save))
+		endpoint_add(endpoints, n, tok, "$KVWATCH_EVENTS");
+}
+
 /* --ignore-comm's list as ",a,b,"; names are at most 15 bytes (comm). */
 static void ignore_list(struct watch *w, const char *list)
 {
@@ -330,13 +361,7 @@ int main(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, ":r:e:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r': root_opt = optarg; break;
-		case 'e':
-			if (nend == ENDPOINTS_MAX)
-				tool_usage_fail("--events: at most %d endpoints", ENDPOINTS_MAX);
-			if (kv_events_endpoint_check(optarg, NULL) < 0)
-				tool_usage_fail("--events: %s", kv_error_detail());
-			endpoints[nend++] = optarg;
-			break;
+		case 'e': endpoint_add(endpoints, &nend, optarg, "--events"); break;
 		case OPT_RESOLUTION:
 			w.resolution_ns = tool_parse_duration_ns("--resolution", optarg);
 			break;
@@ -355,6 +380,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (!nend)
+		env_endpoints(endpoints, &nend);
 	if (!ignore_set)
 		ignore_list(&w, IGNORE_DEFAULT);
 	w.root = tool_root(root_opt);
@@ -365,7 +392,7 @@ int main(int argc, char **argv)
 		 * events say so, and every use goes to the journal object. */
 		if (!nend)
 			tool_usage_fail("a bucket is watched through the model servers' KV "
-					"events: give --events");
+					"events: give --events or $KVWATCH_EVENTS");
 		rc = kv_use_recorder_open(w.root, w.node, (int64_t)w.resolution_ns, &w.uses);
 		if (rc) {
 			tool_root_err("open", w.root, rc);

@@ -134,6 +134,26 @@ publish() {
 	done
 }
 
+@test "events: without --events, kvwatch subscribes to \$KVWATCH_EVENTS, spaces or commas between" {
+	history "$KV_ROOT"
+	publish positional-int $(hashes 1 | head -10)
+	export KVWATCH_EVENTS="ipc://$BATS_TEST_TMPDIR/other.sock, $EP"
+	start_kvwatch
+	wait_uses 10
+	stop_kvwatch
+	[ "$(jq -r .hash "$BATS_TEST_TMPDIR/kvwatch.out" | sort)" = "$(hashes 1 | head -10 | sort)" ]
+	[ -S "$BATS_TEST_TMPDIR/other.sock" ]
+	# Checked as --events is; --events wins.
+	run --separate-stderr env KVWATCH_EVENTS='udp://x' kvwatch --root "$KV_ROOT"
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == 'kvwatch: $KVWATCH_EVENTS: '* ]] || fail "$stderr"
+	: > "$BATS_TEST_TMPDIR/kvwatch.out"
+	KVWATCH_EVENTS=udp://x
+	start_kvwatch --events "ipc://$BATS_TEST_TMPDIR/ev.sock"
+	stop_kvwatch
+	[ "$WRC" -eq 0 ]
+}
+
 @test "events: storage media and removals are not uses; kvwatch binds on ipc:// for a connecting publisher" {
 	history "$KV_ROOT"
 	local sock=$BATS_TEST_TMPDIR/ev.sock
