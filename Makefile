@@ -271,6 +271,20 @@ fuzz:
 lint-man:
 	mandoc -Tlint -Wwarning man/*.[1-8]
 
+# On this machine (no DESTDIR), as a package's triggers would: the
+# loader's cache learns libkv.so.0, so programs linking it run, and
+# apropos's index the pages (every hierarchy, as man's daily run does:
+# apropos finds /usr/local's pages by another name).  Not being root to
+# do so is said, and does not fail the install.
+define refresh_caches
+	@if [ -z "$(DESTDIR)" ]; then PATH=$$PATH:/usr/sbin:/sbin; \
+		if command -v ldconfig >/dev/null; then ldconfig || \
+			echo "$@: ldconfig failed: run it as root" >&2; fi; \
+		if command -v mandb >/dev/null; then mandb -q || \
+			echo "$@: mandb failed: run 'mandb' as root" >&2; fi; \
+	fi
+endef
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kv \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
@@ -299,6 +313,7 @@ install: all
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
 	install -m 0644 contrib/systemd/kvtools.sysusers $(DESTDIR)$(SYSUSERSDIR)/kvtools.conf
 	install -m 0644 contrib/systemd/kvtools.tmpfiles $(DESTDIR)$(TMPFILESDIR)/kvtools.conf
+	$(refresh_caches)
 
 uninstall:
 	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libkv.a \
@@ -311,6 +326,7 @@ uninstall:
 	for u in $(UNITS); do rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/$${u##*/}; done
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/kvtools.conf $(DESTDIR)$(TMPFILESDIR)/kvtools.conf
 	rm -rf $(DESTDIR)$(PYTHONDIR)/kvtools
+	$(refresh_caches)
 
 # Debian packages from the committed tree (needs debhelper, dpkg-dev).
 deb:

@@ -5,6 +5,7 @@
 # what install put there.
 
 load test_helper
+load overlay_root
 
 top=$BATS_TEST_DIRNAME/../..
 
@@ -46,6 +47,27 @@ setup_file() {
 	run zsh -fc "fpath=('$STAGE/usr/share/zsh/vendor-completions' \$fpath); autoload -Uz compinit; compinit -u -D; print -l \${(k)_comps[kvls]}"
 	[ "$status" -eq 0 ]
 	[ "$output" = kvls ]
+}
+
+@test "make install on this machine (an overlay of /): the libkv(3) example runs as built, apropos finds the pages" {
+	requires cc pkg-config apropos
+	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
+	local d=$BATS_TEST_TMPDIR/o
+	overlay_requires "$d"
+	cat > "$BATS_TEST_TMPDIR/v.c" <<'C'
+#include <stdio.h>
+#include <kv/kv.h>
+int main(void) { puts(kv_version()); return 0; }
+C
+	# As libkv(3) builds it: no rpath, no LD_LIBRARY_PATH.
+	run in_overlay "$d" "cd '$top'
+		make -s BUILD='${BUILD:-build}' install PREFIX=/usr/local >/dev/null
+		cc -o '$BATS_TEST_TMPDIR/v' '$BATS_TEST_TMPDIR/v.c' \$(pkg-config --cflags --libs libkv)
+		'$BATS_TEST_TMPDIR/v'
+		apropos kvls"
+	[ "$status" -eq 0 ] || fail "$output"
+	assert_line "$(sed -n 's/^VERSION *:= *//p' "$top/Makefile")"
+	assert_line --regexp '^kvls \(1\) +- '
 }
 
 @test "a C11 and a C++ program link libkv through pkg-config" {
