@@ -49,6 +49,20 @@ setup_file() {
 	[ "$output" = kvls ]
 }
 
+@test "zsh completions install into a dir on zsh's \$fpath, under /usr and /usr/local alike" {
+	requires zsh
+	local stage=$BATS_TEST_TMPDIR/local fpath f dir
+	make -C "$top" -s BUILD="${BUILD:-build}" install DESTDIR="$stage" PREFIX=/usr/local >/dev/null
+	fpath=$(zsh -c 'print -l $fpath')
+	for f in $(find "$STAGE" "$stage" -name _kvls); do
+		dir=${f%/_kvls}
+		dir=${dir#"$STAGE"}
+		dir=${dir#"$stage"}
+		grep -qxF "$dir" <<<"$fpath" || fail "_kvls went to $dir, which zsh's \$fpath lacks"
+	done
+	[ -n "$(find "$stage" -name _kvls)" ] && [ -n "$(find "$STAGE" -name _kvls)" ]
+}
+
 @test "make install on this machine (an overlay of /): the libkv(3) example runs as built, apropos finds the pages" {
 	requires cc pkg-config apropos
 	[ -z "${KV_SANITIZED:-}" ] || skip "sanitized libkv.so needs the ASan runtime loaded first"
