@@ -111,7 +111,7 @@ static void usage(void)
 	       "       kvget -h | -V\n"
 	       "\n"
 	       "Read the KV-cache block HASH to stdout (or FILE), checked against its\n"
-	       "checksum, and stamp its atime as vLLM's readers do.  With --batch, read\n"
+	       "checksum, and stamp its atime (vLLM's readers never do).  With --batch, read\n"
 	       "hashes (one per line) or kvls NDJSON block records on stdin and print one\n"
 	       "NDJSON record per block: {\"hash\",\"hit\",\"line\",\"path\",\"size_bytes\"}.\n"
 	       "\n"

@@ -105,6 +105,15 @@ help_options() {
 		fail "README's exit status does not give the code of refusing a kvoffd tier"
 }
 
+@test "no --help says upstream readers stamp atime: neither vLLM's nor llm-d's does (kv(7))" {
+	local p bad
+	for p in $(programs); do
+		bad=$("$p" --help | tr '\n' ' ' | tr -s ' ' |
+			grep -oiE "atime,? as (vllm|llm-d)('s)? ([a-z]+ )?readers do" || true)
+		[ -z "$bad" ] || fail "$p --help: '$bad'"
+	done
+}
+
 @test "every program has a man page that mandoc lints clean" {
 	requires mandoc
 	for p in $(programs); do
