@@ -1493,7 +1493,11 @@ static void client_read(struct offd *d, struct client *c)
 				continue;
 			c->pneed = 0;
 			n++;
-			if (do_batch(d, c, &c->head, c->pbuf))
+			if (c->head.type == KV_OFFD_CONFIG)
+				reply_status(d, c, KV_OFFD_CONFIG,
+					     configs_add(&d->configs, c->head.model_dir,
+							 (const char *)c->pbuf, c->plen));
+			else if (do_batch(d, c, &c->head, c->pbuf))
 				protocol_error(d, c);
 			else if (d->parked_head)
 				wake_parked(d);
@@ -1508,7 +1512,7 @@ static void client_read(struct offd *d, struct client *c)
 			protocol_error(d, c);
 			return;
 		}
-		if (f.type == KV_OFFD_BATCH) {
+		if (f.type == KV_OFFD_BATCH || f.type == KV_OFFD_CONFIG) {
 			if (payload_room(c, kv_offd_batch_bytes(&f))) {
 				c->doomed = 1;
 				return;

@@ -227,6 +227,20 @@ struct writer {
 	} reporters[FILE_TIERS_MAX];	/* what each tier's handles report to */
 };
 
+/* The config.json texts clients gave (configs.c): at most CONFIGS_MAX
+ * model dirs, the oldest given way. */
+#define CONFIGS_MAX	64
+
+struct configs {
+	pthread_mutex_t lock;	/* the loop adds, workers read */
+	struct config_text {
+		char model_dir[KV_NAME_MAX + 1];
+		char *text;	/* NULL: unused */
+		size_t len;
+	} v[CONFIGS_MAX];
+	unsigned next;
+};
+
 /* Read-through size memory (daemon.c, size_hint). */
 #define SIZE_HINTS	256
 
@@ -288,6 +302,7 @@ struct offd {
 	int waking;			/* inside wake_parked */
 	unsigned char *results;		/* a BATCH reply's, encoded here */
 	struct writer wr;
+	struct configs configs;		/* config.json texts clients gave */
 
 	/* reporting */
 	FILE *events;
@@ -300,6 +315,16 @@ struct offd {
 	uint64_t hist[DIR_COUNT][HIST_BUCKETS];
 	int64_t start_ns;
 };
+
+/* configs.c */
+void configs_init(struct configs *cs);
+void configs_free(struct configs *cs);
+/* Keep model_dir's config text (checked: a config whose fingerprint
+ * names model_dir).  -KV_EBADCONFIG, -KV_EFINGERPRINT, -ENOMEM. */
+int configs_add(struct configs *cs, const char *model_dir, const char *text, size_t len);
+/* Give tier t the config of model_dir a client gave, if it has none:
+ * 0, -ENOENT when no client gave one, or the tier's refusal. */
+int configs_give(struct configs *cs, struct kv_tier *t, const char *model_dir);
 
 /* tiers.c */
 /* Open every tier, claim and index the bounded ones; says why and

@@ -442,6 +442,7 @@ int main(int argc, char **argv)
 
 	if (tiers_open(&d))
 		return EXIT_RUNTIME;
+	configs_init(&d.configs);
 	err = offd_pool_init(&d);
 	if (err) {
 		tool_err("cannot create a %llu-byte pool: %s",
@@ -510,6 +511,7 @@ int main(int argc, char **argv)
 	}
 	err = report_write_metrics(&d);
 	tiers_close(&d);
+	configs_free(&d.configs);
 	kv_hits_free(d.first_hits);
 	return err ? EXIT_RUNTIME : 0;
 }

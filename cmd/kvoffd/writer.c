@@ -32,12 +32,17 @@ struct worker_arg {
 
 /* A block's model dir carries its config.json on every tier, as vLLM
  * and kvls expect: copy it to tier t from the first tier that has it
- * (each handle remembers the model dirs it has seen hold one). */
+ * (each handle remembers the model dirs it has seen hold one), else
+ * from what a client gave (CONFIG). */
 static void carry_config(struct offd *d, struct kv_tier **io, unsigned t, const char *path)
 {
+	struct kv_block_ref ref;
+
 	for (unsigned u = 0; u < d->ntiers; u++)
 		if (u != t && kv_tier_copy_config(io[t], io[u], path) == 0)
 			return;
+	if (kv_layout_block_parse(path, &ref) == 0 && ref.layout == KV_LAYOUT_V1)
+		configs_give(&d->configs, io[t], ref.model_dir);
 }
 
 static size_t done_cap(const struct writer *w);

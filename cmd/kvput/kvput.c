@@ -535,6 +535,27 @@ static const char *root_if_any(const char *opt)
 	return env && *env ? env : NULL;
 }
 
+/* The daemon's file tiers may hold no config.json of this model dir:
+ * give it the config, so that every tier a block lands on has its model
+ * dir whole. */
+static int give_config(struct put *put, const char *config)
+{
+	struct kv_config *cfg;
+	char *text = NULL;
+	int rc = kv_config_load(AT_FDCWD, config, &cfg);
+
+	if (rc == 0) {
+		rc = kv_config_canonical(cfg, &text);
+		kv_config_free(cfg);
+	}
+	if (rc == 0)
+		rc = kv_tier_put_config(put->store.tier, put->model_dir, text, strlen(text));
+	free(text);
+	if (rc < 0)
+		tool_err("cannot give the daemon the config '%s': %s", config, kv_strerror(rc));
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -655,6 +676,8 @@ int main(int argc, char **argv)
 		return EXIT_RUNTIME;
 	}
 	tool_store_open(&put.store, daemon, root, &opts);
+	if (daemon && config && give_config(&put, config) < 0)
+		return EXIT_RUNTIME;
 	if (put.store.block_max && put.store.block_max < put.max_block_bytes) {
 		put.max_block_bytes = put.store.block_max;
 		put.max_block_from = "the daemon's --slot-bytes";

@@ -548,6 +548,32 @@ static int batch_send(struct kv_offd *c, const struct kv_offd_frame *head)
 	return batches_send(c, &head, &c->payload, 1);
 }
 
+int kv_offd_config(struct kv_offd *c, const char *model_dir, const char *text, size_t len)
+{
+	struct kv_offd_frame req = { .type = KV_OFFD_CONFIG, .len = len }, rep;
+	unsigned char *payload = (unsigned char *)(uintptr_t)text;
+	const struct kv_offd_frame *head = &req;
+	unsigned char buf[KV_OFFD_FRAME_BYTES];
+	int err;
+
+	if (!model_dir || !text || !len || len > KV_OFFD_CONFIG_MAX ||
+	    strlen(model_dir) >= sizeof(req.model_dir))
+		return -EINVAL;
+	strcpy(req.model_dir, model_dir);
+	err = batches_send(c, &head, &payload, 1);
+	if (!err)
+		err = recv_all(c, buf, sizeof(buf));
+	if (err == -ETIMEDOUT)
+		c->broken = err;
+	if (!err)
+		err = kv_offd_frame_decode(buf, sizeof(buf), &rep);
+	if (!err && rep.type != (KV_OFFD_CONFIG | KV_OFFD_REPLY))
+		err = -KV_EPROTO;
+	if (err == -KV_EPROTO)
+		c->broken = err;
+	return err ? err : rep.status;
+}
+
 /* The reply to a BATCH frame sent with head, its results into res.
  * Results that name a slot or bytes outside the pool are a protocol
  * error; so is anything that leaves the stream out of step, which

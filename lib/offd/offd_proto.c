@@ -75,6 +75,7 @@ static const struct {
 	[KV_OFFD_LIST] = { F_ARG, F_STATUS | F_SLOT | F_KEY | F_LEN | F_ARG },
 	[KV_OFFD_BATCH] = { F_MODEL | F_LEN | F_ARG, F_STATUS | F_LEN | F_ARG },
 	[KV_OFFD_TIER_STATS] = { F_ARG, F_STATUS | F_STATS },
+	[KV_OFFD_CONFIG] = { F_MODEL | F_LEN, F_STATUS },
 };
 
 static const char *const stats_names[] = {
@@ -307,8 +308,17 @@ static int batch_head_ok(const struct kv_offd_frame *f, size_t ml)
 	       !ml && !hl && !f->rank && !f->group;
 }
 
+/* A CONFIG: a model dir and 1 to KV_OFFD_CONFIG_MAX bytes of text. */
+static int config_head_ok(const struct kv_offd_frame *f, size_t ml)
+{
+	return (f->type & KV_OFFD_REPLY) ||
+	       (ml && f->len && f->len <= KV_OFFD_CONFIG_MAX && !f->rank && !f->group);
+}
+
 size_t kv_offd_batch_bytes(const struct kv_offd_frame *f)
 {
+	if (f->type == KV_OFFD_CONFIG)
+		return (size_t)f->len;
 	if (f->type == KV_OFFD_BATCH)
 		return (size_t)f->len * batch_stride(f);
 	if (f->type == (KV_OFFD_BATCH | KV_OFFD_REPLY) && !f->status)
@@ -451,7 +461,8 @@ int kv_offd_frame_encode(const struct kv_offd_frame *f, void *buf, size_t len)
 	} else if (ml || hl || f->rank || f->group) {
 		return -KV_EPROTO;
 	}
-	if ((f->type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(f, ml))
+	if (((f->type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(f, ml)) ||
+	    ((f->type & ~KV_OFFD_REPLY) == KV_OFFD_CONFIG && !config_head_ok(f, ml)))
 		return -KV_EPROTO;
 	memset(p, 0, KV_OFFD_FRAME_BYTES);
 	put32(p + OFF_MAGIC, KV_OFFD_MAGIC);
@@ -546,7 +557,8 @@ int kv_offd_frame_decode(const void *buf, size_t len, struct kv_offd_frame *out)
 		   !all_zero(p + OFF_BODY, KV_OFFD_FRAME_BYTES - OFF_BODY)) {
 		return -KV_EPROTO;
 	}
-	if ((f.type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(&f, ml))
+	if (((f.type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH && !batch_head_ok(&f, ml)) ||
+	    ((f.type & ~KV_OFFD_REPLY) == KV_OFFD_CONFIG && !config_head_ok(&f, ml)))
 		return -KV_EPROTO;
 	*out = f;
 	return 0;

@@ -77,6 +77,15 @@ int kv_tier_copy_config(struct kv_tier *dst, struct kv_tier *src, const char *ke
 	return r;
 }
 
+int kv_tier_put_config(struct kv_tier *t, const char *model_dir, const char *text, size_t len)
+{
+	if (!t || !model_dir || !*model_dir || !text || !len)
+		return -EINVAL;
+	if (!t->ops->config_put)
+		return -EOPNOTSUPP;
+	return t->ops->config_put(t, model_dir, text, len);
+}
+
 /*
  * A block just copied into dst from src's chain: its model dir carries
  * its config.json there as on the tier it came from, as vLLM's readers

@@ -337,6 +337,18 @@ static int daemon_batch(struct kv_tier *t, kv_tier_next_fn next, kv_tier_done_fn
 	return gone ? gone : r < 0 ? r : failed;
 }
 
+/* The daemon's file tiers each take it with a block of the dir. */
+static int daemon_config_put(struct kv_tier *t, const char *model_dir, const char *text,
+			     size_t len)
+{
+	struct kv_offd *c;
+	int r;
+
+	if ((c = hold(D(t), &r)))
+		r = kv_offd_config(c, model_dir, text, len);
+	return let_go(D(t), r);
+}
+
 static const struct kv_tier_ops daemon_ops = {
 	.put = daemon_put,
 	.get = daemon_get,
@@ -347,6 +359,7 @@ static const struct kv_tier_ops daemon_ops = {
 	.get_tail = daemon_get_tail,
 	.list = daemon_list,
 	.batch_stream = daemon_batch,
+	.config_put = daemon_config_put,
 };
 
 int kv_tier_daemon_open(const char *socket_path, unsigned timeout_ms,

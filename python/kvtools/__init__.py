@@ -17,6 +17,7 @@ whose ``errno`` and ``errno_name`` say what failed.
 import array
 import ctypes
 import errno as _errno
+import json
 import os
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter
@@ -494,6 +495,24 @@ class Client(_Closes):
         for i, o in enumerate(objs):
             if status[i]:
                 raise KvError(-status[i], "%s: slot %d" % (what, o.slot))
+
+    def put_config(self, config):
+        """Give the daemon a model's config.json (a dict, or its JSON
+        text) and return the model dir it names (``<safe_model>_<d12>``):
+        each of the daemon's file tiers writes it into that dir with the
+        first block it takes, so the dir is whole there (kvls --check)."""
+        text = (config if isinstance(config, (str, bytes))
+                else json.dumps(config, sort_keys=True))
+        text = _text(text)
+        cfg = ctypes.c_void_p()
+        _check(lib.kv_config_parse(text, len(text), ctypes.byref(cfg)), "config")
+        try:
+            name = ctypes.create_string_buffer(1024)
+            _check(lib.kv_config_model_dir(cfg, name, len(name)), "model dir of config")
+        finally:
+            lib.kv_config_free(cfg)
+        _check(lib.kv_offd_config(self._h, name.value, text, len(text)), "put_config")
+        return name.value.decode()
 
     def stats(self):
         """The daemon's counters as a dict (kvoffd --stats)."""

@@ -332,6 +332,14 @@ class KvtoolsTier(_Base):
             if run_config is not None:
                 self._config_pending = run_config
                 self._ensure_config()
+        if self.kind == "daemon" and run_config is not None:
+            # kvoffd's file tiers may hold no config.json of this model
+            # dir: each that takes a block of it gets this one.
+            text = json.dumps(run_config, sort_keys=True).encode()
+            rc = lib.kv_tier_put_config(self._tiers[0], _text(self.model_dir), text, len(text))
+            if rc < 0:
+                logger.warning("kvtools: %s: cannot give kvoffd the config of %s: %s",
+                               daemon, self.model_dir, strerror(rc))
         if self.kind != "daemon":
             u = ctypes.c_void_p()
             _check(lib.kv_use_recorder_open(_text(root_dir), node and _text(node),

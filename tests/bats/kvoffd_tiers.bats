@@ -440,3 +440,26 @@ None True"
 	run kvls --root "$SHARED" --check -J
 	assert_success
 }
+
+@test "kvoffd tiers: kvput --daemon --config gives a new model dir's config.json to every tier its blocks land on, none having it before" {
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	start_tiers --promote never
+	local h
+	for h in $(hashes 30 49); do
+		random_file "$BATS_TEST_TMPDIR/blk.$h" "$BLOCK"
+		kvput --daemon "$SOCK" --config "$BATS_TEST_TMPDIR/config.json" "$h" \
+			"$BATS_TEST_TMPDIR/blk.$h" > /dev/null
+	done
+	settle
+	stop_daemon
+	[ "$(count_blocks "$LOCAL")" -ge 1 ] && [ "$(count_blocks "$SHARED")" -ge 1 ]
+	md=$(kvls --root "$SHARED" -J | jq -r '.models[0].model_dir')
+	# Each tier holds the model dir whole: vLLM's reader and kvls find
+	# the config beside the blocks.
+	[ -f "$LOCAL/$md/config.json" ] && [ -f "$SHARED/$md/config.json" ]
+	for t in "$LOCAL" "$SHARED"; do
+		run kvls --root "$t" --check -J
+		assert_success
+		jq -e '.summary.problems == 0' <<<"$output" || fail "$t: $output"
+	done
+}

@@ -217,6 +217,13 @@ run_daemon_examples() {
 	[ "$status" -eq 0 ] || fail "example.py: $output"
 	run kvoffd --stats "$SOCK"
 	[ "$(jq .puts <<<"$output")" -eq 4 ] || fail "$output"
+	# Written behind at exit into a whole model dir.
+	kill "$DPID"
+	wait "$DPID" || true
+	DPID=
+	run kvls --root "$KV_ROOT" --check
+	assert_success
+	[ -n "$(find "$KV_ROOT" -name config.json)" ]
 }
 
 @test "README: the KV events examples run as written, against a subscriber at the indexer's place" {

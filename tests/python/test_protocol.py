@@ -193,3 +193,23 @@ def test_a_peer_that_never_reads_does_not_stall_the_others(daemon):
     with kvtools.connect(daemon.sock) as c:
         c.put(MODEL_DIR, "abcdef02", b"still here")
         assert c.get(MODEL_DIR, "abcdef02") == b"still here"
+
+
+CONFIG = 12
+EFINGERPRINT = 4096 + 5     # KV_EFINGERPRINT
+
+
+def test_config_is_checked_against_its_model_dir(daemon):
+    """CONFIG: a model dir, then len bytes of its config.json text.  A
+    text whose fingerprint names another dir is refused; a length past
+    KV_OFFD_CONFIG_MAX closes the connection as any malformed frame."""
+    text = (b'{"model_name": "org/model", "hash_block_size": 16, "gpu_blocks_per_file": 1,'
+            b' "tp_size": 1, "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "bfloat16",'
+            b' "kv_cache_groups": [{"block_size": 16, "layer_names": ["l0"]}],'
+            b' "inference_engine": "vllm"}')
+    p = Peer(daemon.sock)
+    p.s.sendall(frame(CONFIG, count=len(text), model=MODEL_DIR.encode()) + text)
+    r = parse(p.recv(FRAME))
+    assert r["type"] == CONFIG | REPLY and r["status"] == -EFINGERPRINT
+    p.s.sendall(frame(CONFIG, count=(256 << 10) + 1, model=MODEL_DIR.encode()))
+    assert p.closed()

@@ -351,3 +351,15 @@ def test_metrics_file_at_a_device_stays_a_device(tmp_path):
         s.store(keys, blocks_of(keys))
     import stat
     assert stat.S_ISCHR(os.stat(dev).st_mode)
+
+
+def test_through_kvoffd_the_model_dir_is_whole_on_its_file_tier(daemon):
+    keys = keys_of(6, seed=23)
+    with Server("main", {"daemon": daemon.sock}) as s:
+        s.store(keys, blocks_of(keys))
+        model_dir = s.tier.model_dir
+    daemon.stop()       # writes its RAM tier behind
+    assert os.path.exists(os.path.join(daemon.root, model_dir, "config.json"))
+    out = subprocess.run([KVLS, "--root", daemon.root, "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

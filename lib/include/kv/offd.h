@@ -32,6 +32,7 @@ extern "C" {
 #define KV_OFFD_HASH_MAX	KV_HASH_MAX_LEN
 #define KV_OFFD_BATCH_MAX	4096		/* entries in one BATCH frame */
 #define KV_OFFD_RESULT_BYTES	32		/* one BATCH reply entry */
+#define KV_OFFD_CONFIG_MAX	(256u << 10)	/* a CONFIG's text, bytes */
 
 #define KV_OFFD_REPLY		0x80u		/* type bit: daemon -> client */
 
@@ -50,6 +51,9 @@ enum kv_offd_type {
 				   keyed ops' model_dir/rank/group; payload */
 	KV_OFFD_TIER_STATS,	/* arg file tier -> its stats body; -ENOENT
 				   past the last */
+	KV_OFFD_CONFIG,		/* model_dir, len bytes of its config.json
+				   follow: every file tier a block of it
+				   lands on gets it */
 	KV_OFFD_TYPE_MAX
 };
 
@@ -209,7 +213,8 @@ struct kv_offd_result {
 	uint64_t sum;
 };
 
-/* The payload bytes that follow a decoded frame (0 for all but BATCH). */
+/* The payload bytes that follow a decoded frame (0 for all but BATCH
+ * and CONFIG). */
 size_t kv_offd_batch_bytes(const struct kv_offd_frame *f);
 
 /* Entry i of a BATCH request f's payload: 0, or -KV_EPROTO when its hash
@@ -312,6 +317,13 @@ int kv_offd_lookup(struct kv_offd *c, const struct kv_block_ref *ref,
 int kv_offd_release(struct kv_offd *c, uint32_t slot);
 
 int kv_offd_stats(struct kv_offd *c, struct kv_offd_stats *out);
+
+/* Give the daemon model_dir's config.json (len bytes of text, at most
+ * KV_OFFD_CONFIG_MAX): every file tier a block of that dir lands on gets
+ * it, as vLLM's readers and kvls --check expect of a cache root, though
+ * none had it before.  -KV_EBADCONFIG for text that is no config,
+ * -KV_EFINGERPRINT when it names another model dir. */
+int kv_offd_config(struct kv_offd *c, const char *model_dir, const char *text, size_t len);
 
 /* File tier number tier's counters; -ENOENT past the last tier. */
 int kv_offd_tier_stats(struct kv_offd *c, unsigned tier, struct kv_offd_tier_stats *out);

@@ -162,6 +162,13 @@ int kv_tier_verify(struct kv_tier *t, const char *key);
  * tiers calls it. */
 int kv_tier_copy_config(struct kv_tier *dst, struct kv_tier *src, const char *key);
 
+/* Give model_dir in t the config.json text (len bytes) if it has none:
+ * a cache root writes it (-KV_EFINGERPRINT when the text names another
+ * model dir), kvoffd's tier hands it to the daemon, whose file tiers
+ * each get it with the first block of that dir they take.  -EOPNOTSUPP
+ * where a tier keeps none (a bucket, memory). */
+int kv_tier_put_config(struct kv_tier *t, const char *model_dir, const char *text, size_t len);
+
 /* This tier's counters (not its chain's): puts, promotions, evictions
  * and spills count its reports (kv_tier_report_to), hits and misses
  * its gets. */
