@@ -4,7 +4,8 @@
  * client sends must either decode to a frame that holds the protocol's
  * promises or be refused with -KV_EPROTO; never a crash, a read past the
  * buffer, or a frame that does not survive an encode/decode round trip.
- * The input is a frame, then (for a BATCH frame) its payload.
+ * The input is a frame, then (for a BATCH frame) its payload; a CONFIG
+ * frame's payload is text the daemon parses as a config (fuzz_config).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,7 +102,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if ((f.type & ~KV_OFFD_REPLY) == KV_OFFD_BATCH)
 		check_payload(&f, data + KV_OFFD_FRAME_BYTES, size - KV_OFFD_FRAME_BYTES);
-	else if (kv_offd_batch_bytes(&f))
+	else if (f.type == KV_OFFD_CONFIG) {
+		/* Its text is the daemon's to check: only its size is the frame's. */
+		if (!f.model_dir[0] || kv_offd_batch_bytes(&f) != f.len || !f.len ||
+		    f.len > KV_OFFD_CONFIG_MAX)
+			abort();
+	} else if (kv_offd_batch_bytes(&f))
 		abort();
 	return 0;
 }
