@@ -1680,11 +1680,22 @@ static void free_paths(const struct bench *b, char **paths)
 	free(paths);
 }
 
+/* The scratch dir this run made, once empty: only the one it opened
+ * (rootfd), and never what is there besides its own files. */
+static void remove_scratch(const char *dir, int rootfd)
+{
+	struct stat opened, now;
+
+	if (fstat(rootfd, &opened) == 0 && lstat(dir, &now) == 0 &&
+	    opened.st_dev == now.st_dev && opened.st_ino == now.st_ino)
+		rmdir(dir);
+}
+
 int bench_run(struct bench *b)
 {
 	struct shared sh = { .rootfd = -1 };
 	enum phase ph;
-	int r, created;
+	int r, created = 0;
 
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_cond_init(&sh.cond, NULL);
@@ -1759,8 +1770,15 @@ laid_out:
 	r = 0;
 out:
 	if (sh.rootfd >= 0) {
-		if (!b->o.keep)
+		if (!b->o.keep) {
 			cleanup(b, &sh);
+			/* Then the dir, if this rank made it, once every
+			 * rank's files are gone (a failed run waits for none). */
+			if (r == 0)
+				ranks_barrier();
+			if (created)
+				remove_scratch(b->o.dir, sh.rootfd);
+		}
 		close(sh.rootfd);
 	}
 	if (sh.tier) {

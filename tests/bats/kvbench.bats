@@ -622,9 +622,17 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 }
 
 @test "run --dir makes a missing scratch dir, as mkdir would, and never through a link" {
-	run tiny --dir "$BATS_TEST_TMPDIR/fresh" --phases write,read
+	run tiny --dir "$BATS_TEST_TMPDIR/fresh" --phases write,read --keep
 	assert_success
 	[ -d "$BATS_TEST_TMPDIR/fresh" ]
+	# Removed with the files, as kvbench(1) says, unless --keep; one
+	# that was there stays.
+	run tiny --dir "$BATS_TEST_TMPDIR/fresh2" --phases write,read,create
+	assert_success
+	[ ! -e "$BATS_TEST_TMPDIR/fresh2" ] || fail "left: $(find "$BATS_TEST_TMPDIR/fresh2")"
+	run tiny --phases write
+	assert_success
+	[ -d "$D" ] && [ -z "$(ls -A "$D")" ]
 	# Its parent must exist, as for mkdir(1) and kvget -o.
 	run --separate-stderr tiny --dir "$BATS_TEST_TMPDIR/no/such" --phases write
 	assert_equal "$status" 3
