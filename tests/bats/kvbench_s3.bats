@@ -115,6 +115,13 @@ other/x.bin"
 		[[ $stderr == *"${opt%% *}"*"does not apply to a bucket"* ]] ||
 			fail "$opt: $stderr"
 	done
+	# The metadata phase as it was given: meta is not called create.
+	for opt in meta write,stat; do
+		run --separate-stderr kvbench run --dir s3://kvb-none/p --size 1M --phases "$opt"
+		[ "$status" -eq 2 ] || fail "--phases $opt: status $status: $stderr"
+		[[ $stderr == "kvbench: --phases ${opt#write,} does not apply to a bucket"* ]] ||
+			fail "--phases $opt: $stderr"
+	done
 	run --separate-stderr kvbench run --dir s3://kvb-none/p --qd 300
 	[ "$status" -eq 2 ] || fail "--qd 300: status $status"
 	[[ $stderr == *"--qd 300"* ]] || fail "$stderr"
