@@ -673,6 +673,24 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	assert_equal "$status" 2
 }
 
+@test "the verdict options --help and kvbench(1) say add a verdict to a run are the ones run takes" {
+	local opts n=0 word page taken=0 o
+	opts=$(kvbench --help | sed -n '/^Verdict/,/^Probe/p' | grep -oE '^      --[a-z-]+' | tr -d ' ')
+	word=$(kvbench --help | sed -n 's/^Verdict (the first \([a-z]*\) also add a verdict to a run):$/\1/p')
+	page=$(sed -n 's/^The first \([a-z]*\) options also apply to$/\1/p' "$BATS_TEST_DIRNAME/../../man/kvbench.1")
+	[ -n "$word" ] && [ "$word" = "$page" ] || fail "--help says the first '$word', kvbench(1) the first '$page'"
+	for o in $opts; do
+		n=$((n + 1))
+		run --separate-stderr kvbench run "$o" 1
+		if [[ $stderr != *"does not apply to 'run'"* ]]; then
+			[ "$taken" -eq $((n - 1)) ] || fail "$o applies to run but follows one that does not"
+			taken=$n
+		fi
+	done
+	local -A num=([one]=1 [two]=2 [three]=3 [four]=4 [five]=5 [six]=6 [seven]=7)
+	[ "${num[$word]:-0}" -eq "$taken" ] || fail "'the first $word', but run takes the first $taken"
+}
+
 @test "verdict: missing inputs are usage errors" {
 	L=$HF/llama-3.1-8b.json
 	run --separate-stderr kvbench verdict --hf-config "$L" --read-bandwidth 1G
