@@ -116,6 +116,7 @@ static void usage(void)
 	       "       kvbench verdict [OPTIONS]\n"
 	       "       kvbench probe (--root DIR | FILE...) [OPTIONS]\n"
 	       "       kvbench dma [OPTIONS]\n"
+	       "       kvbench -h | -V\n"
 	       "\n"
 	       "Qualify storage for KV-cache offload: block files in the vLLM/llm-d\n"
 	       "layout, sized from a model, timed per phase; and whether loading a\n"

@@ -19,6 +19,7 @@ static const char usage_text[] =
 	"               [--shard I/N [--shard-wait DUR]]\n"
 	"       kvevict --stdin [-r DIR] [--hot DUR] [-n] [--wait[=DUR]] [-J | --ndjson]\n"
 	"               [--events ENDPOINT]\n"
+	"       kvevict -h | -V\n"
 	"\n"
 	"Delete least-recently-used KV-cache blocks (oldest atime first) until\n"
 	"filesystem use, the cache's bytes and each model quota are back under\n"

@@ -68,6 +68,7 @@ static void usage(void)
 	       "              [--ready-fd N] [--metrics-file PATH] [--events PATH|-]\n"
 	       "              [--events ENDPOINT]\n"
 	       "       kvoffd --stats SOCK\n"
+	       "       kvoffd -h | -V\n"
 	       "\n"
 	       "Serve a shared CPU tier of KV-cache blocks over a Unix socket, writing\n"
 	       "blocks behind to the file tiers below it and reading misses through.\n"

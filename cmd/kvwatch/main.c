@@ -38,6 +38,8 @@ static void usage(void)
 	printf("Usage: kvwatch [--root DIR] [--events ENDPOINT]... [--resolution DUR]\n"
 	       "               [--rescan DUR] [--node NAME] [--ignore-comm LIST]\n"
 	       "               [--ready-fd N] [--ndjson] [--metrics FILE]\n"
+	       "       kvwatch -h | -V\n"
+	       "\n"
 	       "Record each use of a KV-cache block in its atime, where kvevict, kvls and\n"
 	       "kvoffd on every node see it: every open of a block for reading on this node\n"
 	       "(fanotify on the root's filesystem), and every block a model server announces\n"

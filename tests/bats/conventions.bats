@@ -41,6 +41,17 @@ help_options() {
 	done
 }
 
+@test "every --help's usage ends 'PROG -h | -V', as its man page's SYNOPSIS does" {
+	local p page
+	for p in $(programs); do
+		"$p" --help | sed -n '1,/^$/p' | grep -qE "^ +$p -h \| -V$" ||
+			fail "$p --help: no '$p -h | -V' usage line"
+		page=$(ls "$top"/man/"$p".[1-8] | head -1)
+		sed -n '/^\.Sh SYNOPSIS/,/^\.Sh/p' "$page" | grep -qx '\.Fl h | V' ||
+			fail "${page##*/}: no '-h | -V' in SYNOPSIS"
+	done
+}
+
 @test "a bad option exits 2 and points at --help" {
 	for p in $(programs); do
 		run --separate-stderr "$p" --no-such-option
