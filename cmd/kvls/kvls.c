@@ -98,7 +98,7 @@ static void usage(void)
 	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
 	       "\n"
 	       "  -b, --blocks            one record per block instead of a model table\n"
-	       "  -c, --check             report fingerprint mismatches, rank dirs without\n"
+	       "      --check             report fingerprint mismatches, rank dirs without\n"
 	       "                          a model dir, orphaned temps, foreign files and\n"
 	       "                          unreadable dirs; exit 1 if any\n"
 	       "      --verify            check each block's xxh3 checksum; exit 1 on a\n"
@@ -935,11 +935,11 @@ int main(int argc, char **argv)
 {
 	enum {
 		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
-		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS, OPT_CONFIG,
+		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS, OPT_CONFIG, OPT_CHECK,
 	};
 	static const struct option longopts[] = {
 		{ "blocks", no_argument, NULL, 'b' },
-		{ "check", no_argument, NULL, 'c' },
+		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "verify", no_argument, NULL, OPT_VERIFY },
 		{ "json", no_argument, NULL, 'J' },
 		{ "ndjson", no_argument, NULL, OPT_NDJSON },
@@ -966,10 +966,10 @@ int main(int argc, char **argv)
 
 	tool_init("kvls");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":bcJr:m:t:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":bJr:m:t:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': blocks = 1; break;
-		case 'c': check = ls.check = 1; break;
+		case OPT_CHECK: check = ls.check = 1; break;
 		case OPT_VERIFY: ls.verify = 1; break;
 		case 'J': ls.out = OUT_JSON; break;
 		case OPT_NDJSON: ls.out = OUT_NDJSON; break;

@@ -84,7 +84,7 @@ static void usage(void)
 	       "      --promote POLICY      a hit below the first tier is copied up to it:\n"
 	       "                            first-hit (default), second-hit or never\n"
 	       "  -s, --socket PATH         Unix socket to listen on (default $KV_DAEMON)\n"
-	       "  -c, --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
+	       "      --cpu-bytes SIZE      size of the shared pool (e.g. 8G)\n"
 	       "      --slot-bytes SIZE     largest block (default 2M); a block takes the\n"
 	       "                            smallest slot that holds it, of SIZE or of its\n"
 	       "                            halves down to 16K, all sizes from one pool\n"
@@ -269,13 +269,13 @@ int main(int argc, char **argv)
 {
 	enum { OPT_SLOT = 256, OPT_CLASSES, OPT_POLICY, OPT_THREADS, OPT_FSYNC, OPT_READY,
 	       OPT_METRICS, OPT_EVENTS, OPT_STATS, OPT_TIER, OPT_PROMOTE, OPT_STRICT,
-	       OPT_PIN_TIMEOUT };
+	       OPT_PIN_TIMEOUT, OPT_CPU_BYTES };
 	static const struct option longopts[] = {
 		{ "root", required_argument, NULL, 'r' },
 		{ "tier", required_argument, NULL, OPT_TIER },
 		{ "promote", required_argument, NULL, OPT_PROMOTE },
 		{ "socket", required_argument, NULL, 's' },
-		{ "cpu-bytes", required_argument, NULL, 'c' },
+		{ "cpu-bytes", required_argument, NULL, OPT_CPU_BYTES },
 		{ "slot-bytes", required_argument, NULL, OPT_SLOT },
 		{ "size-classes", required_argument, NULL, OPT_CLASSES },
 		{ "strict", no_argument, NULL, OPT_STRICT },
@@ -309,7 +309,7 @@ int main(int argc, char **argv)
 	d.pin_timeout_ns = DEFAULT_PIN_TIMEOUT_S * 1000000000ULL;
 	d.socket_path = getenv("KV_DAEMON");
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":r:s:c:hV", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":r:s:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r':
 			root_opt = optarg;
@@ -323,7 +323,7 @@ int main(int argc, char **argv)
 		case 's':
 			d.socket_path = optarg;
 			break;
-		case 'c':
+		case OPT_CPU_BYTES:
 			cpu_bytes = tool_parse_size("--cpu-bytes", optarg);
 			break;
 		case OPT_SLOT:

@@ -52,6 +52,21 @@ help_options() {
 	done
 }
 
+@test "-c is --config in every program that takes it, and no other option anywhere" {
+	local p line
+	for p in $(programs); do
+		line=$("$p" --help | grep -E '^ +-c, ' || true)
+		if [ -n "$line" ]; then
+			[[ $line == *"-c, --config FILE"* ]] || fail "$p --help: $line"
+			continue
+		fi
+		run --separate-stderr "$p" -c x
+		[[ "${stderr%%$'\n'*}" == "$p: invalid option -- 'c'" ]] || fail "$p -c: $stderr"
+		! grep -qE -- "(^|[ |'{(])-c([ |)'+,]|$)" "$top/completions/bash/$p" "$top/completions/zsh/_$p" ||
+			fail "$p: a completion offers -c"
+	done
+}
+
 @test "a bad option exits 2 and points at --help" {
 	for p in $(programs); do
 		run --separate-stderr "$p" --no-such-option
