@@ -99,8 +99,9 @@ int offd_pool_init(struct offd *d)
 	if (err)
 		return err;
 	d->slots = calloc(d->nslots, sizeof(*d->slots));
+	d->page_pins = calloc(d->npages ? d->npages : 1, sizeof(*d->page_pins));
 	d->results = malloc(KV_OFFD_BATCH_MAX * KV_OFFD_RESULT_BYTES);
-	return d->slots && d->results ? 0 : -ENOMEM;
+	return d->slots && d->page_pins && d->results ? 0 : -ENOMEM;
 }
 
 static void free_slot(struct offd *d, uint32_t i)
@@ -668,13 +669,68 @@ static int op_abort(struct offd *d, struct client *c, uint32_t i)
 	return 0;
 }
 
+/*
+ * Pins are counted by peer (bytes, within its share) and by page.  A
+ * page goes back to another size class only when every slot on it is
+ * free, and a pinned block never leaves: a few small pins spread over
+ * the pages would deny every other class a page.  So a pin that would
+ * hold one more page of its class is refused where some other class
+ * would then find every page held by pins of classes not its own.
+ */
+static unsigned class_of(const struct offd *d, uint32_t i)
+{
+	return (unsigned)kv_slots_class(d->store, kv_slots_capacity(d->store, i));
+}
+
+static int page_pinnable(const struct offd *d, unsigned cls)
+{
+	if (d->npages < 2)
+		return 1;
+	for (unsigned x = 0; x < d->nclasses; x++)
+		if (x != cls && d->pages_pinned + 1 - d->class_pages_pinned[x] >= d->npages)
+			return 0;
+	return 1;
+}
+
+static int pin_slot(struct offd *d, struct client *c, uint32_t i)
+{
+	uint32_t page = kv_slots_page_of(d->store, i);
+	unsigned cls = class_of(d, i);
+
+	if (c->peer->pin_bytes + kv_slots_capacity(d->store, i) > peer_share(d))
+		return -EMFILE;
+	if (!d->page_pins[page] && !page_pinnable(d, cls)) {
+		d->st.pins_refused++;
+		return -EMFILE;
+	}
+	if (!d->page_pins[page]++) {
+		d->pages_pinned++;
+		d->class_pages_pinned[cls]++;
+	}
+	c->peer->pin_bytes += kv_slots_capacity(d->store, i);
+	d->slots[i].pins++;
+	return 0;
+}
+
+static void unpin_slot(struct offd *d, struct peer *p, uint32_t i)
+{
+	uint32_t page = kv_slots_page_of(d->store, i);
+
+	if (!--d->page_pins[page]) {
+		d->pages_pinned--;
+		d->class_pages_pinned[class_of(d, i)]--;
+	}
+	p->pin_bytes -= kv_slots_capacity(d->store, i);
+	d->slots[i].pins--;
+}
+
 /* Pin a committed block for c and count the get. */
 static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 		  struct kv_offd_result *r)
 {
+	int err;
+
 	if (c->npins >= MAX_PINS_PER_CLIENT)
-		return -EMFILE;
-	if (c->peer->pin_bytes + kv_slots_capacity(d->store, i) > peer_share(d))
 		return -EMFILE;
 	if (c->npins == c->cap_pins) {
 		size_t cap = c->cap_pins ? 2 * c->cap_pins : 8;
@@ -685,11 +741,11 @@ static int op_pin(struct offd *d, struct client *c, uint32_t i, int rerun,
 		c->pins = p;
 		c->cap_pins = cap;
 	}
+	if ((err = pin_slot(d, c, i)) < 0)
+		return err;
 	c->pins[c->npins].slot = i;
 	c->pins[c->npins].start_ns = kv_monotonic_ns();
 	c->npins++;
-	c->peer->pin_bytes += kv_slots_capacity(d->store, i);
-	d->slots[i].pins++;
 	kv_slots_touch(d->store, i);
 	if (!rerun)
 		d->st.hits++;
@@ -725,11 +781,10 @@ static int op_release(struct offd *d, struct client *c, uint32_t i, uint64_t alt
 		return release_revoked(c, i);
 	if (altered && kv_slots_indexed(d->store, i) && !intact(d, i))
 		drop_altered(d, i);
-	d->slots[i].pins--;
+	unpin_slot(d, c->peer, i);
 	report_transfer(d, DIR_GET, kv_slots_len(d->store, i),
 			kv_monotonic_ns() - c->pins[k].start_ns);
 	c->pins[k] = c->pins[--c->npins];
-	c->peer->pin_bytes -= kv_slots_capacity(d->store, i);
 	try_release(d, i);
 	return 0;
 }
@@ -1349,8 +1404,7 @@ static void unlink_waiter(struct client **head, struct client **tail, struct cli
 static void client_close(struct offd *d, struct client *c)
 {
 	for (size_t k = 0; k < c->npins; k++) {
-		c->peer->pin_bytes -= kv_slots_capacity(d->store, c->pins[k].slot);
-		d->slots[c->pins[k].slot].pins--;
+		unpin_slot(d, c->peer, c->pins[k].slot);
 		try_release(d, c->pins[k].slot);
 	}
 	KV_SLOTS_EACH_USED(d->store, i) {
@@ -1901,8 +1955,7 @@ static void revoke_pins(struct offd *d)
 			}
 			remember_revoked(c, i);
 			c->pins[k] = c->pins[--c->npins];
-			c->peer->pin_bytes -= kv_slots_capacity(d->store, i);
-			d->slots[i].pins--;
+			unpin_slot(d, c->peer, i);
 			try_release(d, i);
 			n++;
 		}

@@ -274,6 +274,9 @@ struct offd {
 	struct kv_slots *store;	/* index, LRU, free list, geometry */
 	struct size_hint size_hints[SIZE_HINTS];
 	struct slot *slots;		/* by slot id, beside the store's */
+	uint32_t *page_pins;		/* by page: pins on its slots */
+	uint32_t pages_pinned;		/* pages with a pin */
+	uint32_t class_pages_pinned[SIZE_CLASSES_MAX];	/* ... of each class */
 	uint32_t loads_inflight;
 	uint32_t probes_inflight;	/* PROBE jobs */
 	uint32_t wb_inflight;

@@ -339,6 +339,9 @@ int report_write_metrics(struct offd *d)
 	metric(f, "kv_offload_pins_revoked_total", "counter",
 	       "Pins held past --pin-timeout while puts were refused, taken back.",
 	       st.pins_revoked);
+	metric(f, "kv_offload_pins_refused_total", "counter",
+	       "Pins refused: all the pages but one per other size class held pins.",
+	       st.pins_refused);
 	metric(f, "kv_offload_altered_total", "counter",
 	       "Blocks written into after COMMIT, dropped unserved.", st.altered);
 	tier_metrics(d, f);

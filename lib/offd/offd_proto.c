@@ -86,7 +86,7 @@ static const char *const stats_names[] = {
 	"wb_queue_depth", "wb_queue_capacity", "wb_drops", "wb_errors",
 	"disk_blocks", "disk_bytes", "refused", "protocol_errors", "accept_errors",
 	"alloc_refused", "allocs_reclaimed", "altered", "hugepages",
-	"uptime_ns", "pid", "pins_revoked",
+	"uptime_ns", "pid", "pins_revoked", "pins_refused",
 };
 
 _Static_assert(sizeof(stats_names) / sizeof(stats_names[0]) == KV_OFFD_STATS_COUNT,

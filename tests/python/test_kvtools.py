@@ -441,3 +441,43 @@ def test_connect_waits_as_long_as_kv_daemon_timeout_says(tmp_path, monkeypatch):
     with pytest.raises(kvtools.KvError, match="no duration"):
         kvtools.connect(path)
     mute.close()
+
+
+PINNER = r"""
+import sys, kvtools
+c = kvtools.connect(sys.argv[1])
+hashes = ["%016x" % (0x5000 + i) for i in range(512)]
+for at in range(0, 512, 64):
+    c.put_many(sys.argv[2], hashes[at:at + 64], [bytes([i % 251]) * 16384 for i in range(64)])
+held = []
+for h in hashes[::32]:     # a few, spread over every page
+    try:
+        p = c.lookup(sys.argv[2], h)
+    except kvtools.KvError:
+        continue
+    if p is not None:
+        held.append(p)
+print(len(held), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_another_clients_small_pins_do_not_deny_a_size_class(daemon_with):
+    """Small blocks fill every page, then one client pins a few spread
+    over them: a page goes to another class only once all its slots are
+    free, so pins are kept from holding every page, and another client's
+    2 MiB puts and gets still find one (hostile round four, item 14)."""
+    d = daemon_with("--cpu-bytes", "8M", "--size-classes", "16K,2M")
+    pinner = subprocess.Popen([sys.executable, "-c", PINNER, d.sock, MODEL_DIR],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+    try:
+        assert int(pinner.stdout.readline()) > 0
+        with kvtools.connect(d.sock) as c:
+            big = [bytes([7]) * (2 << 20), bytes([9]) * (2 << 20)]
+            c.put_many(MODEL_DIR, ["b190000000000001", "b190000000000002"], big)
+            assert c.get_many(MODEL_DIR, ["b190000000000001"])[0] == big[0]
+            assert c.stats()["pins_refused"] > 0
+    finally:
+        pinner.stdin.close()
+        pinner.wait()

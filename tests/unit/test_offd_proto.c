@@ -93,7 +93,7 @@ static void test_round_trips(void)
 	round_trip(&f);
 	CHECK(kv_offd_stats_value(&f.stats, 0) == 1000);
 	CHECK(!strcmp(kv_offd_stats_name(0), "pool_bytes"));
-	CHECK(!strcmp(kv_offd_stats_name(KV_OFFD_STATS_COUNT - 1), "pins_revoked"));
+	CHECK(!strcmp(kv_offd_stats_name(KV_OFFD_STATS_COUNT - 1), "pins_refused"));
 	CHECK(kv_offd_stats_name(KV_OFFD_STATS_COUNT) == NULL);
 	f = (struct kv_offd_frame){ .type = KV_OFFD_TIER_STATS, .arg = 1 };
 	round_trip(&f);

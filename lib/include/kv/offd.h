@@ -120,6 +120,8 @@ struct kv_offd_stats {
 	uint64_t pid;
 	uint64_t pins_revoked;		/* pins held past --pin-timeout while
 					   puts were refused, taken back */
+	uint64_t pins_refused;		/* pins refused: all the pages but one
+					   per other size class held pins */
 };
 
 #define KV_OFFD_STATS_COUNT	(sizeof(struct kv_offd_stats) / sizeof(uint64_t))
