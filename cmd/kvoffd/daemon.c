@@ -1809,6 +1809,7 @@ static void write_done(struct offd *d, const struct job *j)
 	d->wb_landed++;
 	d->wb_stalled = 0;
 	if (!j->result) {
+		d->said_full &= ~(1u << j->tier);	/* room again: say the next full */
 		s->held |= 1u << j->tier;
 		if (j->promote) {
 			ft->st.promotions++;
@@ -1832,11 +1833,22 @@ static void write_done(struct offd *d, const struct job *j)
 				 kv_strerror(j->result), tier_name(d, j->tier + 1));
 		d->said_full |= 1u << j->tier;
 	} else {
+		int full = j->result == -ENOSPC || j->result == -EDQUOT;
+
 		s->wb_failed = 1;
 		ft->st.errors++;
 		if (!j->promote)
 			d->st.wb_errors++;
-		tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));
+		/* A full tier is said once, not once a block, until it
+		 * takes a write again; the counters keep the rest. */
+		if (full && !(d->said_full & (1u << j->tier)))
+			tool_err("tier %s is full (%s): blocks it cannot take stay in RAM "
+				 "(counted in wb_errors)", tier_name(d, j->tier),
+				 kv_strerror(j->result));
+		else if (!full)
+			tool_err("cannot write '%s': %s", j->path, kv_strerror(j->result));
+		if (full)
+			d->said_full |= 1u << j->tier;
 	}
 	try_release(d, j->slot);
 }
