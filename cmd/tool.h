@@ -136,7 +136,8 @@ void tool_config_add(struct kv_config **configs, unsigned *n, const char *file);
 struct kv_events;
 void tool_events_name(struct kv_events *ev, struct kv_config *const *configs, unsigned n);
 
-/* "cannot VERB 'ROOT': why", with a bucket's detail (endpoint, S3 code). */
+/* "cannot VERB 'ROOT': why", with a bucket's detail (endpoint, S3 code);
+ * a root that does not exist in the words tool_root_open says it in. */
 void tool_root_err(const char *verb, const char *root, int err);
 
 /* Open the cache root as a directory, or say why not and exit 3: a

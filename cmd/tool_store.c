@@ -279,8 +279,20 @@ void tool_store_err(const struct tool_store *s, enum tool_store_verb verb,
 			 kv_strerror(err));
 }
 
+/* A root that is not there, said in the one set of words every program
+ * uses for it: most often a volume not mounted.  0 when it is there. */
+static int root_missing(const char *root)
+{
+	if (kv_root_is_s3(root) || access(root, F_OK) == 0 || errno != ENOENT)
+		return 0;
+	tool_err("cache root '%s' does not exist: not mounted, or not made yet?", root);
+	return 1;
+}
+
 void tool_root_err(const char *verb, const char *root, int err)
 {
+	if (err == -ENOENT && root_missing(root))
+		return;
 	/* A bounded tier's root another process claims: say who. */
 	if (err == -EBUSY && *kv_error_detail())
 		tool_err("cannot %s '%s': another process keeps its LRU: %s", verb, root,
@@ -295,14 +307,13 @@ void tool_root_err(const char *verb, const char *root, int err)
 
 int tool_root_open(const char *root)
 {
-	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err;
 
 	if (fd >= 0)
 		return fd;
-	if (errno == ENOENT)
-		tool_err("cache root '%s' does not exist: not mounted, or not made yet?", root);
-	else
-		tool_err("cannot open '%s': %s", root, strerror(errno));
+	err = errno;
+	if (err != ENOENT || !root_missing(root))
+		tool_err("cannot open '%s': %s", root, strerror(err));
 	exit(EXIT_RUNTIME);
 }
 

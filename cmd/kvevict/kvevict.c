@@ -318,10 +318,11 @@ static int run_stdin(struct state *s, const struct kv_evict_opts *o)
 	int rootfd, rc;
 
 	memset(&r, 0, sizeof(r));
-	rootfd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rootfd = tool_root_open(s->root);
 	root_real = realpath(s->root, NULL);
-	if (rootfd < 0 || !root_real) {
+	if (!root_real) {
 		tool_err("cannot open '%s': %s", s->root, strerror(errno));
+		close(rootfd);
 		return EXIT_RUNTIME;
 	}
 	ro.root_real = root_real;
@@ -554,9 +555,7 @@ int main(int argc, char **argv)
 			return EXIT_ANSWER_NO;
 		}
 		if (rc < 0) {
-			tool_err("cannot open '%s': %s%s%s%s", s.root, kv_strerror(rc),
-				 *kv_error_detail() ? " (" : "", kv_error_detail(),
-				 *kv_error_detail() ? ")" : "");
+			tool_root_err("open", s.root, rc);
 			return EXIT_RUNTIME;
 		}
 	}
@@ -578,9 +577,7 @@ int main(int argc, char **argv)
 	} else {
 		rc = kv_evict_run(s.root, &o, &r);
 		if (rc < 0) {
-			tool_err("cannot walk '%s': %s%s%s%s", s.root, kv_strerror(rc),
-				 *kv_error_detail() ? " (" : "", kv_error_detail(),
-				 *kv_error_detail() ? ")" : "");
+			tool_root_err("walk", s.root, rc);
 			rc = EXIT_RUNTIME;
 		} else {
 			report(&s, &r, 1);

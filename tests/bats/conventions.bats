@@ -67,6 +67,30 @@ help_options() {
 	done
 }
 
+@test "a missing root is said in one set of words by every program and mode, exit 3" {
+	local nope=$BATS_TEST_TMPDIR/nope cmd want
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	while IFS= read -r cmd; do
+		[ -n "$cmd" ] || continue
+		run --separate-stderr bash -c "KV_ROOT='$nope' $cmd </dev/null"
+		want="${cmd%% *}: cache root '$nope' does not exist: not mounted, or not made yet?"
+		[ "$status" -eq 3 ] || fail "$cmd: exit $status: $stderr"
+		[ "${stderr%%$'\n'*}" = "$want" ] || fail "$cmd: $stderr"
+	done <<CMDS
+kvls
+kvls --blocks
+kvls --check
+kvevict --high 85 --low 70
+kvevict --max-bytes 1G --dry-run
+kvevict --stdin
+kvput --config $BATS_TEST_TMPDIR/config.json abcde /dev/null
+kvget --config $BATS_TEST_TMPDIR/config.json abcde
+kvwatch
+kvoffd --socket $BATS_TEST_TMPDIR/s.sock --cpu-bytes 64M
+kvbench probe --root $nope
+CMDS
+}
+
 @test "a bad option exits 2 and points at --help" {
 	for p in $(programs); do
 		run --separate-stderr "$p" --no-such-option

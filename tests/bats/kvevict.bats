@@ -399,7 +399,7 @@ assert_gone_upto() {
 @test "a missing root exits 3" {
 	run --separate-stderr kvevict --root "$BATS_TEST_TMPDIR/nope" --high 80
 	[ "$status" -eq 3 ]
-	[[ "$stderr" == *"cannot open"* ]]
+	[[ "$stderr" == *"cache root '$BATS_TEST_TMPDIR/nope' does not exist"* ]]
 	run --separate-stderr kvevict --root "$BATS_TEST_TMPDIR/nope" --high 80 --dry-run
 	[ "$status" -eq 3 ]
 	run --separate-stderr kvevict --root "$BATS_TEST_TMPDIR/nope" --stdin < /dev/null

@@ -402,7 +402,7 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 @test "a missing or unusable root exits 3 with a message; no root is a usage error" {
 	run --separate-stderr kvls --root "$BATS_TEST_TMPDIR/nope"
 	[ "$status" -eq 3 ]
-	[ "$stderr" = "kvls: cannot open '$BATS_TEST_TMPDIR/nope': No such file or directory" ]
+	[ "$stderr" = "kvls: cache root '$BATS_TEST_TMPDIR/nope' does not exist: not mounted, or not made yet?" ]
 	[ -z "$output" ]
 	run --separate-stderr kvls --blocks -J --root "$BATS_TEST_TMPDIR/nope"
 	[ "$status" -eq 3 ] && [ -z "$output" ]
