@@ -141,6 +141,11 @@ uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max)
 	return v;
 }
 
+const char *tool_plural(uint64_t n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
 void tool_json_print(json_t *value)
 {
 	json_dumpf(value, stdout, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);

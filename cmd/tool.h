@@ -64,6 +64,9 @@ uint64_t tool_parse_size(const char *opt, const char *text);
 uint64_t tool_parse_duration_ns(const char *opt, const char *text);
 uint64_t tool_parse_uint(const char *opt, const char *text, uint64_t max);
 
+/* The noun for n things, one or many: "1 block", "0 blocks", "2 blocks". */
+const char *tool_plural(uint64_t n, const char *one, const char *many);
+
 /* The model dir named by --model-dir (checked: exit 2 if malformed) or
  * hashed from --config's file (exit 3 if unreadable); with rootfd >= 0
  * it and its config.json are created there when missing.  Nothing is

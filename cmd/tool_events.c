@@ -61,12 +61,16 @@ int tool_events_close(struct kv_events *ev)
 		return 0;
 	kv_events_close(ev, &st);
 	if (st.hashes_dropped || st.messages_dropped)
-		tool_err("events: %llu block events in %llu messages not delivered "
+		tool_err("events: %llu block %s in %llu %s not delivered "
 			 "(no subscriber, or one too slow)",
 			 (unsigned long long)st.hashes_dropped,
-			 (unsigned long long)st.messages_dropped);
+			 tool_plural(st.hashes_dropped, "event", "events"),
+			 (unsigned long long)st.messages_dropped,
+			 tool_plural(st.messages_dropped, "message", "messages"));
 	if (st.unnamed)
-		tool_err("events: %llu blocks in model dirs whose config.json names no model "
-			 "a topic can carry were not announced", (unsigned long long)st.unnamed);
+		tool_err("events: %llu %s in model dirs whose config.json names no model "
+			 "a topic can carry %s not announced", (unsigned long long)st.unnamed,
+			 tool_plural(st.unnamed, "block", "blocks"),
+			 tool_plural(st.unnamed, "was", "were"));
 	return st.hashes_dropped || st.messages_dropped || st.unnamed;
 }

@@ -336,15 +336,17 @@ static void fit_buffers(struct bench_opts *o, uint64_t max_bytes)
 		kv_size_format(bench_buffer_bytes(o), want, sizeof(want));
 		kv_size_format(max_bytes, cap, sizeof(cap));
 		o->qd = qd ? (unsigned)qd : 1;
-		tool_err("--qd %u lowered to %u: %u threads x %u x %s of buffers would be %s, "
-			 "over --max-buffer-bytes %s", was, o->qd, o->threads, was, blk, want, cap);
+		tool_err("--qd %u lowered to %u: %u %s x %u x %s of buffers would be %s, "
+			 "over --max-buffer-bytes %s", was, o->qd, o->threads,
+			 tool_plural(o->threads, "thread", "threads"), was, blk, want, cap);
 	}
 	if (avail && bench_buffer_bytes(o) > avail) {
 		kv_size_format(bench_buffer_bytes(o), want, sizeof(want));
 		kv_size_format(avail, have, sizeof(have));
-		tool_usage_fail("%u threads x %u x %s of I/O buffers (%s) would not fit in the %s "
+		tool_usage_fail("%u %s x %u x %s of I/O buffers (%s) would not fit in the %s "
 				"of memory available: lower --threads, --qd or --block-size",
-				o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1, blk, want, have);
+				o->threads, tool_plural(o->threads, "thread", "threads"),
+				o->engine != ENGINE_PSYNC ? o->qd : 1, blk, want, have);
 	}
 }
 

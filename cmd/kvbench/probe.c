@@ -457,8 +457,9 @@ static void report_text(const struct probe *p)
 		if (!g->nblocks)
 			continue;
 		kv_size_format(g->bytes, size, sizeof(size));
-		printf("%s%s: %u blocks, %s, from %s\n", i ? "\n" : "", g->dtype, g->nblocks,
-		       size, o->root ? o->root : "the files given");
+		printf("%s%s: %u %s, %s, from %s\n", i ? "\n" : "", g->dtype, g->nblocks,
+		       tool_plural(g->nblocks, "block", "blocks"), size,
+		       o->root ? o->root : "the files given");
 		printf("%6s  %-8s %7s %15s %17s\n", "level", "shuffle", "ratio", "compress/core",
 		       "decompress/core");
 		for (int k = 0; k < g->nresults; k++) {

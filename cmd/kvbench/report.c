@@ -65,9 +65,10 @@ void print_geometry(const struct kv_geometry *g, const char *source)
 {
 	char a[16], b[16], c[16];
 
-	printf("model: %s%s%s, %u layers, dtype %s (%u bytes)\n",
+	printf("model: %s%s%s, %u %s, dtype %s (%u bytes)\n",
 	       g->model_type[0] ? g->model_type : "unnamed", source ? " from " : "",
-	       source ? source : "", g->layers, g->dtype, g->dtype_bytes);
+	       source ? source : "", g->layers, tool_plural(g->layers, "layer", "layers"),
+	       g->dtype, g->dtype_bytes);
 	if (g->mla) {
 		printf("attention: MLA, latent %u + rope %u per layer, not split by tp %u\n",
 		       g->kv_lora_rank, g->qk_rope_head_dim, g->tp);
@@ -85,17 +86,21 @@ void print_geometry(const struct kv_geometry *g, const char *source)
 		       (unsigned long long)g->bytes_per_token);
 	}
 	if (g->sliding_layers)
-		printf("sliding window: %u tokens on %u of %u layers (stored in full here)\n",
-		       g->sliding_window, g->sliding_layers, g->layers);
+		printf("sliding window: %u %s on %u of %u layers (stored in full here)\n",
+		       g->sliding_window, tool_plural(g->sliding_window, "token", "tokens"),
+		       g->sliding_layers, g->layers);
 	kv_size_format(g->bytes_per_token, a, sizeof(a));
 	kv_size_format(g->bytes_per_gpu_block, b, sizeof(b));
 	kv_size_format(g->bytes_per_file, c, sizeof(c));
 	printf("per token:     %llu bytes (%s)\n", (unsigned long long)g->bytes_per_token, a);
-	printf("per GPU block: %llu bytes (%s) = %u tokens\n",
-	       (unsigned long long)g->bytes_per_gpu_block, b, g->gpu_block_tokens);
-	printf("per file:      %llu bytes (%s) = %u tokens = %u GPU blocks\n",
+	printf("per GPU block: %llu bytes (%s) = %u %s\n",
+	       (unsigned long long)g->bytes_per_gpu_block, b, g->gpu_block_tokens,
+	       tool_plural(g->gpu_block_tokens, "token", "tokens"));
+	printf("per file:      %llu bytes (%s) = %u %s = %u GPU %s\n",
 	       (unsigned long long)g->bytes_per_file, c, g->tokens_per_file,
-	       g->tokens_per_file / g->gpu_block_tokens);
+	       tool_plural(g->tokens_per_file, "token", "tokens"),
+	       g->tokens_per_file / g->gpu_block_tokens,
+	       tool_plural(g->tokens_per_file / g->gpu_block_tokens, "block", "blocks"));
 }
 
 json_t *sample_json(const struct sample *s)
@@ -314,15 +319,19 @@ void report_table(const struct bench *b)
 	kv_size_format(bench_buffer_bytes(o), bufs, sizeof(bufs));
 	printf("dir %s: %s\n", o->dir, fs);
 	if (b->s3)
-		printf("engine s3, %u threads x %u requests in flight, %s of buffers, "
-		       "%llu objects of %s\n\n", o->threads, o->qd, bufs,
-		       (unsigned long long)b->files, blk);
+		printf("engine s3, %u %s x %u %s in flight, %s of buffers, "
+		       "%llu %s of %s\n\n", o->threads, tool_plural(o->threads, "thread", "threads"),
+		       o->qd, tool_plural(o->qd, "request", "requests"), bufs,
+		       (unsigned long long)b->files, tool_plural(b->files, "object", "objects"), blk);
 	else
-		printf("engine %s, %u threads x qd %u, %s of buffers, %s, %s, fsync %s, "
-		       "%llu files of %s\n\n",
-		       engine_names[o->engine], o->threads, o->engine != ENGINE_PSYNC ? o->qd : 1,
+		printf("engine %s, %u %s x qd %u, %s of buffers, %s, %s, fsync %s, "
+		       "%llu %s of %s\n\n",
+		       engine_names[o->engine], o->threads,
+		       tool_plural(o->threads, "thread", "threads"),
+		       o->engine != ENGINE_PSYNC ? o->qd : 1,
 		       bufs, b->direct ? "O_DIRECT" : "buffered", o->atomic ? "atomic" : "in place",
-		       fsync_names[o->fsync], (unsigned long long)b->files, blk);
+		       fsync_names[o->fsync], (unsigned long long)b->files,
+		       tool_plural(b->files, "file", "files"), blk);
 	printf("%-7s %-8s %9s %11s %9s %9s %9s %9s %9s %9s\n", "phase", "op", "count",
 	       "throughput", "IOPS", "p50", "p90", "p99", "p99.9", "max");
 	for (ph = 0; ph < PH_COUNT; ph++) {

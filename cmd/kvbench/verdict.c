@@ -230,8 +230,8 @@ json_t *verdict_json(const struct verdict *v)
 static void prefill_text(const struct verdict *v)
 {
 	if (v->ncurve) {
-		printf("prefill: measured, %zu points from '%s' (linear between them)\n",
-		       v->ncurve, v->measured_from);
+		printf("prefill: measured, %zu %s from '%s' (linear between them)\n",
+		       v->ncurve, tool_plural(v->ncurve, "point", "points"), v->measured_from);
 	} else if (v->params > 0) {
 		printf("prefill FLOPs: 2 x %.3g params x n", v->params);
 		if (v->layers > v->sliding_layers)
@@ -265,8 +265,8 @@ void verdict_text(const struct verdict *v)
 	printf("read bandwidth per GPU to match prefill at every length below: %.0f B/s (%s/s)\n",
 	       need, c);
 	if (be)
-		printf("break-even prefix: %llu tokens (loading is faster from there up)\n",
-		       (unsigned long long)be);
+		printf("break-even prefix: %llu %s (loading is faster from there up)\n",
+		       (unsigned long long)be, tool_plural(be, "token", "tokens"));
 	else
 		printf("break-even prefix: none (storage is slower than prefill at any length)\n");
 	printf("\n%8s %12s %12s %14s  %-9s %8s\n", "tokens", "bytes", "load_ms", "recompute_ms",

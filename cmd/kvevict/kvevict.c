@@ -236,8 +236,9 @@ static void on_progress(uint64_t walked, uint64_t deleted, void *arg)
 {
 	struct state *s = arg;
 
-	tool_progress_show(&s->progress, "%llu entries walked, %llu blocks %s",
-			   (unsigned long long)walked, (unsigned long long)deleted,
+	tool_progress_show(&s->progress, "%llu %s walked, %llu %s %s",
+			   (unsigned long long)walked, tool_plural(walked, "entry", "entries"),
+			   (unsigned long long)deleted, tool_plural(deleted, "block", "blocks"),
 			   s->dry_run ? "to delete" : "deleted");
 }
 
@@ -283,8 +284,9 @@ static void report(struct state *s, const struct kv_evict_report *r, int cache_k
 		kv_size_format(r->bytes_deleted, del, sizeof(del));
 		kv_size_format(r->cache_bytes_before, before, sizeof(before));
 		kv_size_format(r->cache_bytes_after, after, sizeof(after));
-		printf("kvevict: %s %llu blocks (%s)", s->dry_run ? "would delete" : "deleted",
-		       (unsigned long long)r->files_deleted, del);
+		printf("kvevict: %s %llu %s (%s)", s->dry_run ? "would delete" : "deleted",
+		       (unsigned long long)r->files_deleted,
+		       tool_plural(r->files_deleted, "block", "blocks"), del);
 		/* A bucket has no filesystem use to report. */
 		if (!s->bucket)
 			printf(", use %.1f%% -> %.1f%%", r->use_before_pct, r->use_after_pct);
@@ -294,9 +296,11 @@ static void report(struct state *s, const struct kv_evict_report *r, int cache_k
 			printf(", skipped %llu hot %llu other", (unsigned long long)r->skipped_hot,
 			       (unsigned long long)r->skipped_other);
 		if (r->orphans_removed || r->dirs_removed)
-			printf(", %llu orphans %llu dirs removed",
+			printf(", %llu %s %llu %s removed",
 			       (unsigned long long)r->orphans_removed,
-			       (unsigned long long)r->dirs_removed);
+			       tool_plural(r->orphans_removed, "orphan", "orphans"),
+			       (unsigned long long)r->dirs_removed,
+			       tool_plural(r->dirs_removed, "dir", "dirs"));
 		if (!r->target_reached)
 			printf(", target not reached");
 		if (s->shards)

@@ -826,13 +826,14 @@ static void check_summary(struct ls *ls)
 		return;
 	if (ls->out == OUT_TABLE) {
 		if (!ls->verify) {
-			printf("%" PRIu64 " problem%s\n", ls->problems,
-			       ls->problems == 1 ? "" : "s");
+			printf("%" PRIu64 " %s\n", ls->problems,
+			       tool_plural(ls->problems, "problem", "problems"));
 			return;
 		}
-		printf("%" PRIu64 " problem%s; %" PRIu64 " blocks: %" PRIu64
+		printf("%" PRIu64 " %s; %" PRIu64 " %s: %" PRIu64
 		       " verified, %" PRIu64 " mismatched, %" PRIu64 " without checksum%s\n",
-		       ls->problems, ls->problems == 1 ? "" : "s", ls->blocks,
+		       ls->problems, tool_plural(ls->problems, "problem", "problems"), ls->blocks,
+		       tool_plural(ls->blocks, "block", "blocks"),
 		       ls->verified, ls->mismatched, ls->unchecked,
 		       ls->no_xattrs ? " (no user xattrs on this filesystem)" : "");
 		return;
@@ -887,15 +888,21 @@ static int announce_done(struct ls *ls)
 	close(ls->rootfd);
 	undelivered = st.hashes_dropped || st.messages_dropped || st.unnamed;
 	if (st.unnamed)
-		tool_err("%llu blocks in model dirs whose config.json names no model a "
-			 "topic can carry were not announced", (unsigned long long)st.unnamed);
+		tool_err("%llu %s in model dirs whose config.json names no model a "
+			 "topic can carry %s not announced", (unsigned long long)st.unnamed,
+			 tool_plural(st.unnamed, "block", "blocks"),
+			 tool_plural(st.unnamed, "was", "were"));
 	if (st.hashes_dropped)
-		tool_err("%llu of %llu blocks were not delivered (no subscriber, or one "
+		tool_err("%llu of %llu %s %s not delivered (no subscriber, or one "
 			 "too slow)", (unsigned long long)st.hashes_dropped,
-			 (unsigned long long)ls->blocks);
+			 (unsigned long long)ls->blocks, tool_plural(ls->blocks, "block", "blocks"),
+			 tool_plural(st.hashes_dropped, "was", "were"));
 	if (ls->out == OUT_TABLE)
-		printf("kvls: announced %llu blocks in %llu messages\n",
-		       (unsigned long long)st.hashes_sent, (unsigned long long)st.messages_sent);
+		printf("kvls: announced %llu %s in %llu %s\n",
+		       (unsigned long long)st.hashes_sent,
+		       tool_plural(st.hashes_sent, "block", "blocks"),
+		       (unsigned long long)st.messages_sent,
+		       tool_plural(st.messages_sent, "message", "messages"));
 	if (undelivered)
 		return EXIT_RUNTIME;
 	return ls->blocks ? 0 : EXIT_ANSWER_NO;

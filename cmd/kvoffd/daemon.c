@@ -1449,8 +1449,9 @@ static void accept_pause(struct offd *d, int err)
 	if (!d->accept_paused && epoll_ctl(d->epfd, EPOLL_CTL_MOD, d->lfd, &ev) == 0)
 		d->accept_paused = 1;
 	if (!d->accept_logged_ns || now - d->accept_logged_ns >= ACCEPT_LOG_INTERVAL_S * 1000000000LL) {
-		tool_err("cannot accept: %s (%llu times so far); waiting for a descriptor",
-			 strerror(err), (unsigned long long)d->st.accept_errors);
+		tool_err("cannot accept: %s (%llu %s so far); waiting for a descriptor",
+			 strerror(err), (unsigned long long)d->st.accept_errors,
+			 tool_plural(d->st.accept_errors, "time", "times"));
 		d->accept_logged_ns = now;
 	}
 }
@@ -1972,8 +1973,8 @@ static void revoke_pins(struct offd *d)
 			n++;
 		}
 		if (n)
-			tool_err("revoked %zu pins held over %.0f s by pid %ld: puts were "
-				 "refused for want of an unpinned slot", n,
+			tool_err("revoked %zu %s held over %.0f s by pid %ld: puts were "
+				 "refused for want of an unpinned slot", n, tool_plural(n, "pin", "pins"),
 				 (double)d->pin_timeout_ns / 1e9, (long)c->pid);
 		revoked += n;
 	}

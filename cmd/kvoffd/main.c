@@ -484,8 +484,9 @@ int main(int argc, char **argv)
 	kv_size_format(d.slot_bytes, size, sizeof(size));
 	kv_size_format(cpu_bytes, pool, sizeof(pool));
 	kv_size_format(d.classes[0], smallest, sizeof(smallest));
-	tool_err("serving %s: a %s pool of %u slots of %s, in %u size classes from %s%s",
-		 d.socket_path, pool, d.npages, size, d.nclasses, smallest,
+	tool_err("serving %s: a %s pool of %u %s of %s, in %u size %s from %s%s",
+		 d.socket_path, pool, d.npages, tool_plural(d.npages, "slot", "slots"), size,
+		 d.nclasses, tool_plural(d.nclasses, "class", "classes"), smallest,
 		 d.hugepages ? " (huge pages)" : "");
 	for (unsigned k = 0; k < d.ntiers; k++) {
 		char cap[32] = "unbounded";
@@ -495,8 +496,9 @@ int main(int argc, char **argv)
 			kv_size_format(d.tiers[k].capacity, cap + 3, sizeof(cap) - 3);
 		}
 		kv_size_format(d.tiers[k].walk_bytes, size, sizeof(size));
-		tool_err("tier %u, %s, %s: %llu blocks, %s, %s", k, tier_name(&d, k),
-			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks, size, cap);
+		tool_err("tier %u, %s, %s: %llu %s, %s, %s", k, tier_name(&d, k),
+			 d.tiers[k].root, (unsigned long long)d.tiers[k].walk_blocks,
+			 tool_plural(d.tiers[k].walk_blocks, "block", "blocks"), size, cap);
 	}
 	sd_notify_ready();
 	err = offd_serve(&d, ready_fd);

@@ -138,8 +138,8 @@ void report_tier_changes(struct offd *d)
 	for (size_t k = 0; k < d->changes.n; k++)
 		tier_changed(d, &d->changes.v[k]);
 	if (lost)
-		tool_err("%llu changes of file tiers not counted or announced: out of memory",
-			 (unsigned long long)lost);
+		tool_err("%llu %s of file tiers not counted or announced: out of memory",
+			 (unsigned long long)lost, tool_plural(lost, "change", "changes"));
 }
 
 void report_ram_cleared(struct offd *d)

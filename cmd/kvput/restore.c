@@ -121,8 +121,9 @@ static int next_entry(struct restore *rs, struct rslot *s)
 			continue;
 		}
 		rs->bytes += e.size_bytes;
-		tool_progress_show(&rs->progress, "%lu blocks (%" PRIu64 " bytes) read from '%s'",
-				   rs->entry, rs->bytes, rs->name);
+		tool_progress_show(&rs->progress, "%lu %s (%" PRIu64 " bytes) read from '%s'",
+				   rs->entry, tool_plural(rs->entry, "block", "blocks"), rs->bytes,
+				   rs->name);
 		strcpy(s->hash, e.ref.hash);
 		if (kv_layout_block_path_ref(&e.ref, s->relpath, sizeof(s->relpath)) < 0) {
 			refuse(rs, s->hash, NULL, "its block path is too long");

@@ -91,6 +91,38 @@ kvbench probe --root $nope
 CMDS
 }
 
+@test "a count of one reads in the singular: '1 block', never '1 blocks'" {
+	local hf=$BATS_TEST_DIRNAME/../fixtures/hf/llama-3.1-8b.json all=
+	make_config > "$BATS_TEST_TMPDIR/config.json"
+	random_file "$BATS_TEST_TMPDIR/b" 4096
+	kvput --config "$BATS_TEST_TMPDIR/config.json" abcdef0123 "$BATS_TEST_TMPDIR/b"
+	run kvls --verify
+	assert_output --regexp '^0 problems; 1 block: '
+	all+=$output
+	run kvls --announce --events "tcp://127.0.0.1:1"
+	assert_failure 3
+	assert_output --partial "1 of 1 block was not delivered"
+	all+=$output
+	run kvbench run --dir "$BATS_TEST_TMPDIR/s" --threads 1 --qd 1 --block-size 64K --size 64K \
+		--phases write
+	assert_output --partial ", 1 thread x qd 1, "
+	assert_output --partial ", 1 file of 64K"
+	all+=$output
+	run kvbench geometry --hf-config "$hf" --gpu-block-tokens 1 --tokens-per-file 1
+	assert_output --partial "= 1 token = 1 GPU block"
+	all+=$output
+	echo '100 0.5' > "$BATS_TEST_TMPDIR/curve"
+	run kvbench verdict --hf-config "$hf" --measured-prefill "$BATS_TEST_TMPDIR/curve" \
+		--read-bandwidth 1G
+	assert_output --partial "measured, 1 point from"
+	all+=$output
+	run kvevict --max-bytes 1 --low-bytes 0 --hot 0
+	assert_output --regexp '^kvevict: deleted 1 block \('
+	all+=$output
+	! grep -oE '(^|[^0-9.])1 [a-z]+s\b' <<<"$all" | grep -vE ' (bytes|ms|ns|us)$' ||
+		fail "a plural after 1: $all"
+}
+
 @test "a bad option exits 2 and points at --help" {
 	for p in $(programs); do
 		run --separate-stderr "$p" --no-such-option

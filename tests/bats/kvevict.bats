@@ -450,7 +450,7 @@ assert_gone_upto() {
 	[ "$(jq .cache_bytes_after <<<"$output")" = null ]
 	run --separate-stderr bash -c 'kvls --blocks --ndjson | head -1 | kvevict --stdin --hot 0'
 	assert_success
-	[[ "$output" == "kvevict: deleted 1 blocks"* ]]
+	[[ "$output" == "kvevict: deleted 1 block ("* ]] || fail "$output"
 	[[ "$output" != *cache* ]]
 }
 

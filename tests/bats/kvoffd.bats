@@ -281,7 +281,7 @@ assert ev == [dict(ev[0], event="BlockStored", tier="cpu", hash="abcdef0001",
 	get_equals c abcdef0003
 	[ "$(stat_of pins_revoked)" -eq 2 ]
 	[ "$(stat_of pins)" -eq 0 ]
-	grep -q "revoked 1 pins held over 1 s by pid $H1" "$BATS_TEST_TMPDIR/kvoffd.log"
+	grep -q "revoked 1 pin held over 1 s by pid $H1" "$BATS_TEST_TMPDIR/kvoffd.log"
 	# The holders learn it when they release.
 	exec {W1}>&- {W2}>&-
 	# wait here, not under run: a subshell cannot wait for them.

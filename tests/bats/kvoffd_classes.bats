@@ -93,7 +93,7 @@ clean() {
 	# A slot size under twice 16K, or whose half is no multiple of 4096,
 	# is one class.
 	start_daemon --cpu-bytes 64M --slot-bytes 28K
-	grep -q "in 1 size classes from 28K" "$BATS_TEST_TMPDIR/kvoffd.log"
+	grep -q "in 1 size class from 28K" "$BATS_TEST_TMPDIR/kvoffd.log"
 }
 
 @test "kvoffd: room for a block of one size comes from the least recently used blocks of any size" {
