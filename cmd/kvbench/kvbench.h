@@ -5,6 +5,7 @@
 #ifndef KVBENCH_H
 #define KVBENCH_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <jansson.h>
 #include <kv/kv.h>
@@ -122,6 +123,9 @@ struct bench {
 	struct sample *samples;
 	size_t nsamples, samples_cap;
 	char err[512];			/* first failure, for the caller to print */
+	/* Where it ran (rank 0), taken before a dir it made is removed. */
+	json_t *env;			/* env_json */
+	char fs[PATH_MAX + 200];	/* env_fs_summary */
 };
 
 /* Run the selected phases under o.dir; 0, or -errno with b->err set. */

@@ -248,7 +248,7 @@ json_t *report_json(const struct bench *b)
 	json_object_set_new(j, "started", json_string(ts));
 	json_object_set_new(j, "config", config_json(b));
 	json_object_set_new(j, "geometry", b->have_geo ? geometry_json(&b->geo) : json_null());
-	json_object_set_new(j, "environment", env_json(b->o.dir));
+	json_object_set_new(j, "environment", b->env ? json_incref(b->env) : json_null());
 	for (ph = 0; ph < PH_COUNT; ph++)
 		if (b->res[ph].ran)
 			json_array_append_new(phases, phase_json(b, ph));
@@ -311,13 +311,12 @@ static void ranks_table(const struct bench *b)
 void report_table(const struct bench *b)
 {
 	const struct bench_opts *o = &b->o;
-	char fs[PATH_MAX + 200], blk[16], bufs[16], rate[24], iops[24];
+	char blk[16], bufs[16], rate[24], iops[24];
 	unsigned ph, l;
 
-	env_fs_summary(o->dir, fs, sizeof(fs));
 	kv_size_format(o->block_bytes, blk, sizeof(blk));
 	kv_size_format(bench_buffer_bytes(o), bufs, sizeof(bufs));
-	printf("dir %s: %s\n", o->dir, fs);
+	printf("dir %s: %s\n", o->dir, b->fs);
 	if (b->s3)
 		printf("engine s3, %u %s x %u %s in flight, %s of buffers, "
 		       "%llu %s of %s\n\n", o->threads, tool_plural(o->threads, "thread", "threads"),

@@ -1767,6 +1767,11 @@ laid_out:
 	}
 	/* No rank removes files another may still read. */
 	ranks_barrier();
+	/* Where it ran, while its dir is there to be looked at. */
+	if (b->rank == 0) {
+		b->env = env_json(b->o.dir);
+		env_fs_summary(b->o.dir, b->fs, sizeof(b->fs));
+	}
 	r = 0;
 out:
 	if (sh.rootfd >= 0) {
@@ -1800,6 +1805,7 @@ out:
 
 void bench_free(struct bench *b)
 {
+	json_decref(b->env);
 	for (int ph = 0; ph < PH_COUNT; ph++) {
 		for (int l = 0; l < LAT_COUNT; l++)
 			kv_hist_free(b->res[ph].lat[l]);

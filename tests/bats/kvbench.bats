@@ -630,6 +630,12 @@ print("ok")' "$BATS_TEST_TMPDIR/run.svg"
 	run tiny --dir "$BATS_TEST_TMPDIR/fresh2" --phases write,read,create
 	assert_success
 	[ ! -e "$BATS_TEST_TMPDIR/fresh2" ] || fail "left: $(find "$BATS_TEST_TMPDIR/fresh2")"
+	# Its filesystem is said all the same, as it was while there.
+	assert_line --regexp "^dir $BATS_TEST_TMPDIR/fresh2: [a-z0-9]+ on "
+	run tiny --dir "$BATS_TEST_TMPDIR/fresh3" --phases write -J
+	assert_success
+	jq -e '.environment.filesystem.type | strings' <<<"$output" >/dev/null ||
+		fail "$(jq -c .environment.filesystem <<<"$output")"
 	run tiny --phases write
 	assert_success
 	[ -d "$D" ] && [ -z "$(ls -A "$D")" ]
