@@ -75,12 +75,12 @@ static void usage(void)
 {
 	printf("Usage: kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
-	       "             [--events ENDPOINT] HASH [FILE|-]\n"
+	       "             [--events ENDPOINT] [-J] HASH [FILE|-]\n"
 	       "       kvput [--root DIR] (--model-dir DIR | --config FILE) [--rank N] [--group N]\n"
 	       "             [--fsync] [--buffered] [--replace] [--max-block-bytes SIZE]\n"
 	       "             [--qd N] [--events ENDPOINT] --batch [MANIFEST|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
-	       "             [--rank N] [--group N] [--max-block-bytes SIZE] HASH [FILE|-]\n"
+	       "             [--rank N] [--group N] [--max-block-bytes SIZE] [-J] HASH [FILE|-]\n"
 	       "       kvput --daemon SOCK [--root DIR] (--model-dir DIR | --config FILE)\n"
 	       "             [--rank N] [--group N] [--max-block-bytes SIZE] --batch [MANIFEST|-]\n"
 	       "       kvput [--root DIR] [--fsync] [--buffered] [--replace]\n"
@@ -112,6 +112,8 @@ static void usage(void)
 	       "      --max-block-bytes SIZE\n"
 	       "                         refuse a block larger than SIZE (default 1G; with\n"
 	       "                         --daemon, at most the daemon's slot size)\n"
+	       "  -J, --json             print the block's result record (one HASH; --batch\n"
+	       "                         and --archive print one per block already)\n"
 	       "  -b, --batch            read a manifest of blocks\n"
 	       "      --archive FILE     restore the blocks of an archive (- for stdin); a\n"
 	       "                         damaged entry is refused, the rest restored\n"
@@ -294,9 +296,10 @@ void announce(struct put *put, const char *relpath)
 void print_result(struct put *put, const char *hash, const char *relpath,
 		  unsigned long line, size_t size, int existed, const char *error)
 {
-	json_t *rec = json_pack("{s:I, s:s}", put->seq_key, (json_int_t)line,
-				"status", error ? "error" : "ok");
+	json_t *rec = json_pack("{s:s}", "status", error ? "error" : "ok");
 
+	if (put->seq_key)
+		json_object_set_new(rec, put->seq_key, json_integer((json_int_t)line));
 	/* As upstream's writers: a block already there is kept, a hit. */
 	if (existed)
 		json_object_set_new(rec, "existed", json_true());
@@ -490,6 +493,7 @@ static int put_one(struct put *put, const char *hash, const char *file)
 	struct one one = { 0 };
 	int ret;
 
+	put->seq_key = NULL;	/* one block's record has no line */
 	ret = kv_layout_block_path(put->model_dir, put->rank, put->group, hash, relpath,
 				   sizeof(relpath));
 	if (ret < 0) {
@@ -503,6 +507,8 @@ static int put_one(struct put *put, const char *hash, const char *file)
 		ret = payload_fd(put, &payload, STDIN_FILENO, "<stdin>");
 	if (ret < 0) {
 		tool_err("%s", payload.why);
+		if (put->json)
+			print_result(put, hash, relpath, 0, 0, 0, payload.why);
 		ret = EXIT_RUNTIME;
 	} else {
 		/* as a batch of one, to learn whether the block was kept */
@@ -514,9 +520,15 @@ static int put_one(struct put *put, const char *hash, const char *file)
 			ret = one.req.result;
 		if (ret < 0) {
 			tool_store_err(&put->store, TOOL_STORE_PUT, relpath, ret);
+			if (put->json)
+				print_result(put, hash, relpath, 0, 0, 0, kv_strerror(ret));
 			ret = tool_store_exit(&put->store, ret);
-		} else if (!one.req.existed) {
-			announce(put, relpath);
+		} else {
+			if (!one.req.existed)
+				announce(put, relpath);
+			if (put->json)
+				print_result(put, hash, relpath, 0, one.req.done, one.req.existed,
+					     NULL);
 		}
 	}
 	payload_release(&payload);
@@ -568,6 +580,7 @@ int main(int argc, char **argv)
 		{ "buffered", no_argument, NULL, OPT_BUFFERED },
 		{ "replace", no_argument, NULL, OPT_REPLACE },
 		{ "batch", no_argument, NULL, 'b' },
+		{ "json", no_argument, NULL, 'J' },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "daemon", required_argument, NULL, OPT_DAEMON },
 		{ "max-block-bytes", required_argument, NULL, OPT_MAX_BLOCK_BYTES },
@@ -590,7 +603,7 @@ int main(int argc, char **argv)
 	tool_init("kvput");
 	signal(SIGBUS, on_sigbus);
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":r:m:c:bhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":r:m:c:bJhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': root_opt = optarg; break;
 		case 'm': model_dir = optarg; break;
@@ -601,6 +614,7 @@ int main(int argc, char **argv)
 		case OPT_BUFFERED: opts.flags |= KV_IO_BUFFERED; break;
 		case OPT_REPLACE: opts.flags |= KV_IO_REPLACE; break;
 		case 'b': batch = 1; break;
+		case 'J': put.json = 1; break;
 		case OPT_QD:
 			opts.queue_depth = tool_parse_uint("--qd", optarg, MAX_QD);
 			if (!opts.queue_depth)
@@ -622,6 +636,9 @@ int main(int argc, char **argv)
 			tool_bad_option(c, argv);
 		}
 	}
+	if (put.json && (batch || archive))
+		tool_usage_fail("-J prints one block's record: --batch and --archive print "
+				"one per block already");
 	if (archive) {
 		/* Each entry names its own model dir, rank and group. */
 		if (model_dir || config || put.rank || put.group || batch || optind != argc)

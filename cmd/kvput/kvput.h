@@ -11,8 +11,10 @@ struct put {
 	struct tool_store store;
 	size_t max_block_bytes;
 	const char *max_block_from;	/* what set it, for a refusal */
-	const char *seq_key;		/* "line" of a manifest, "entry" of an archive */
+	const char *seq_key;		/* "line" of a manifest, "entry" of an archive;
+					   NULL: one block's record (-J) */
 	int failed;
+	int json;			/* -J: one block's record on stdout */
 	struct kv_events *events;	/* --events: BlockStored after each rename */
 	int rootfd;			/* for the events' model names */
 };

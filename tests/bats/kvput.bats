@@ -93,6 +93,25 @@ assert_no_temps() {
 	assert_no_temps "$KV_ROOT"
 }
 
+@test "-J: one block's result record, stored, kept or refused, as a batch line's without its line" {
+	local path
+	path=$(vllm_path abcdef0123)
+	path=${path#"$KV_ROOT/"}
+	random_file "$BATS_TEST_TMPDIR/p" 100
+	run --separate-stderr kvput --config "$CFG" -J abcdef0123 "$BATS_TEST_TMPDIR/p"
+	assert_success
+	[ "$output" = "{\"hash\":\"abcdef0123\",\"path\":\"$path\",\"size_bytes\":100,\"status\":\"ok\"}" ] ||
+		fail "$output"
+	run --separate-stderr kvput --config "$CFG" --json abcdef0123 "$BATS_TEST_TMPDIR/p"
+	assert_success
+	jq -e '.existed == true and .status == "ok" and (has("line") | not)' <<<"$output"
+	run --separate-stderr kvput --config "$CFG" -J abcdef0124 "$BATS_TEST_TMPDIR/nope"
+	[ "$status" -eq 3 ]
+	jq -e '.status == "error" and .hash == "abcdef0124" and (.error | test("No such file"))' <<<"$output"
+	run --separate-stderr kvput --config "$CFG" -J --batch < /dev/null
+	[ "$status" -eq 2 ]
+}
+
 @test "--replace: a put replaces the old block whole, and the checksum follows" {
 	requires python3 xattr getfattr
 	random_file "$BATS_TEST_TMPDIR/a" 8192
