@@ -77,6 +77,7 @@ struct watch {
 	char node[KV_USES_NODE_MAX + 1];
 	uint64_t resolution_ns;
 	int ndjson;
+	int json;			/* -J: the counters at exit */
 	/* Readers whose opens are not uses (--ignore-comm): kvtools' own,
 	 * which stamp the uses they serve themselves and read the rest to
 	 * verify, copy or archive. */
@@ -122,6 +123,8 @@ void watch_index_add(struct watch *w, const char *relpath);
 int record_use(struct watch *w, const char *relpath, int fd, enum use_source src);
 /* The counters as Prometheus text into w->metrics (atomically). */
 void metrics_write(struct watch *w);
+/* The same as one JSON document on stdout (-J, at exit). */
+void summary_print(struct watch *w);
 
 /* fanotify: mark the root's filesystem (or its mount); exits 3 saying
  * what is missing when it cannot. */

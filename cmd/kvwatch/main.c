@@ -37,7 +37,7 @@ static void usage(void)
 {
 	printf("Usage: kvwatch [--root DIR] [--events ENDPOINT]... [--resolution DUR]\n"
 	       "               [--rescan DUR] [--node NAME] [--ignore-comm LIST]\n"
-	       "               [--ready-fd N] [--ndjson] [--metrics FILE]\n"
+	       "               [--ready-fd N] [-J | --ndjson] [--metrics FILE]\n"
 	       "       kvwatch -h | -V\n"
 	       "\n"
 	       "Record each use of a KV-cache block in its atime, where kvevict, kvls and\n"
@@ -60,6 +60,8 @@ static void usage(void)
 	       "                          default " IGNORE_DEFAULT ",\n"
 	       "                          which stamp the uses they serve themselves; \"\": none)\n"
 	       "      --ready-fd N        write a newline on fd N once watching and subscribed\n"
+	       "  -J, --json              at exit, print what was recorded as one JSON\n"
+	       "                          document (the metrics' counters)\n"
 	       "      --ndjson            print one record per recorded use\n"
 	       "      --metrics FILE      write Prometheus text to FILE every 10s and at exit\n"
 	       "  -h, --help              show this help and exit\n"
@@ -343,6 +345,7 @@ int main(int argc, char **argv)
 		{ "node", required_argument, NULL, OPT_NODE },
 		{ "ignore-comm", required_argument, NULL, OPT_IGNORE },
 		{ "ready-fd", required_argument, NULL, OPT_READY },
+		{ "json", no_argument, NULL, 'J' },
 		{ "ndjson", no_argument, NULL, OPT_NDJSON },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "help", no_argument, NULL, 'h' },
@@ -360,7 +363,7 @@ int main(int argc, char **argv)
 	w.resolution_ns = RESOLUTION_DEFAULT_NS;
 	w.rescan_ns = RESCAN_DEFAULT_NS;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":r:e:hV", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":r:e:JhV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'r': root_opt = optarg; break;
 		case 'e': endpoint_add(endpoints, &nend, optarg, "--events"); break;
@@ -373,6 +376,7 @@ int main(int argc, char **argv)
 		case OPT_READY:
 			ready_fd = (int)tool_parse_uint("--ready-fd", optarg, 1 << 20);
 			break;
+		case 'J': w.json = 1; break;
 		case OPT_NDJSON: w.ndjson = 1; break;
 		case OPT_METRICS: w.metrics = optarg; break;
 		case 'h': usage(); break;
@@ -382,6 +386,9 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		tool_usage_fail("unexpected argument '%s'", argv[optind]);
+	if (w.json && w.ndjson)
+		tool_usage_fail("-J prints one document at exit, --ndjson a record per use: "
+				"pick one");
 	if (!nend)
 		env_endpoints(endpoints, &nend);
 	if (!ignore_set)
@@ -452,6 +459,8 @@ int main(int argc, char **argv)
 	if (w.rescanning)
 		pthread_join(w.rescan_tid, NULL);
 	metrics_write(&w);
+	if (w.json)
+		summary_print(&w);
 	kv_events_sub_close(w.sub);
 	kv_use_recorder_close(w.uses);
 	index_free(&w.idx);

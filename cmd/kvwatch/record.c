@@ -68,6 +68,31 @@ int record_use(struct watch *w, const char *relpath, int fd, enum use_source src
 	return 0;
 }
 
+void summary_print(struct watch *w)
+{
+	struct kv_events_sub_stats es = { 0 };
+
+	if (w->sub)
+		kv_events_sub_stats(w->sub, &es);
+	tool_json_print(json_pack("{s:{s:I, s:I}, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+				  "s:I, s:I, s:I, s:s}",
+				  "uses", "read", (json_int_t)w->c.uses[SOURCE_READ],
+				  "event", (json_int_t)w->c.uses[SOURCE_EVENT],
+				  "stamped", (json_int_t)w->c.stamped,
+				  "journaled", (json_int_t)w->c.journaled,
+				  "reads_ignored", (json_int_t)w->c.reads_ignored,
+				  "skipped", (json_int_t)w->c.skipped,
+				  "failed", (json_int_t)w->c.failed,
+				  "events", (json_int_t)es.events,
+				  "events_unmatched", (json_int_t)w->c.unmatched,
+				  "frames_bad", (json_int_t)es.bad_frames,
+				  "event_gaps", (json_int_t)es.gaps,
+				  "fanotify_overflows", (json_int_t)w->c.overflows,
+				  "index_blocks", (json_int_t)w->idx.blocks,
+				  "rescans", (json_int_t)w->c.rescans,
+				  "root", w->root));
+}
+
 void metrics_write(struct watch *w)
 {
 	struct kv_events_sub_stats es = { 0 };

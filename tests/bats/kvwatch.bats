@@ -224,6 +224,29 @@ publish() {
 		"$BATS_TEST_TMPDIR/kvwatch.out"
 }
 
+@test "-J: at exit, what was recorded as one JSON document (the metrics' counters); not with --ndjson" {
+	mount_tmpfs 64m
+	mount -o remount,noatime "$MNT"
+	KV_ROOT=$MNT
+	history "$KV_ROOT"
+	local fifo=$BATS_TEST_TMPDIR/ready line p i
+	mkfifo "$fifo"
+	kvwatch --root "$KV_ROOT" --ready-fd 3 --resolution 1h -J 3>"$fifo" \
+		>"$BATS_TEST_TMPDIR/doc" 2>>"$BATS_TEST_TMPDIR/kvwatch.err" &
+	WPID=$!
+	read -r line <"$fifo" || true
+	p=$(head -1 "$BATS_TEST_TMPDIR/set.1")
+	for i in 1 2 3; do cat "$KV_ROOT/$p" > /dev/null; done
+	stop_kvwatch
+	[ "$WRC" -eq 0 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/doc")" -eq 1 ] || fail "$(cat "$BATS_TEST_TMPDIR/doc")"
+	jq -e --arg root "$KV_ROOT" '.uses == {"event": 0, "read": 3} and .stamped == 1 and
+		.skipped == 2 and .journaled == 0 and .index_blocks == 300 and .root == $root' \
+		"$BATS_TEST_TMPDIR/doc" || fail "$(cat "$BATS_TEST_TMPDIR/doc")"
+	run --separate-stderr kvwatch --root "$KV_ROOT" -J --ndjson
+	[ "$status" -eq 2 ]
+}
+
 @test "reads: through a bind mount of the volume elsewhere, and of a block written after the start" {
 	requires mount
 	history "$KV_ROOT"
