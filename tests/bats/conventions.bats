@@ -123,6 +123,18 @@ CMDS
 		fail "a plural after 1: $all"
 }
 
+@test "-J: the README names every program that takes none, and only those" {
+	local p no_j
+	no_j=$(tr '\n' ' ' < "$top/README.md" | grep -oE '\([^()]*take no `-J`' || true)
+	for p in $(programs); do
+		if "$p" --help | grep -qE -- '^ +-J, --json '; then
+			[[ $no_j != *"\`$p\`"* ]] || fail "README: $p takes no -J, but it does"
+		else
+			[[ $no_j == *"\`$p\`"* ]] || fail "$p takes no -J, which the README does not say"
+		fi
+	done
+}
+
 @test "a bad option exits 2 and points at --help" {
 	for p in $(programs); do
 		run --separate-stderr "$p" --no-such-option
