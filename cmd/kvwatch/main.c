@@ -25,7 +25,9 @@
 #define RESCAN_DEFAULT_NS	(600ULL * 1000000000ULL)
 #define METRICS_EVERY_NS	(10LL * 1000000000LL)
 #define JOURNAL_SYNC_NS		(5LL * 1000000000LL)	/* a bucket's journal */
-#define EVENTS_PER_TURN		64	/* messages between looks at fanotify */
+#define EVENTS_PER_TURN		4	/* messages (each at most 4 MiB) between
+					   looks at fanotify */
+#define EVENTS_AT_EXIT		64	/* more than ZMQ can have queued */
 /* After the reads queued so far, wait this long for more before polling
  * again: each poll that sleeps costs the next reader a wake-up of this
  * process, and a use need not be recorded sooner than this. */
@@ -268,11 +270,12 @@ static void serve(struct watch *w, int sigfd)
 		}
 		journal_sync(w, 0);
 	}
-	/* Record what is still queued, then stop. */
-	while (!w->bucket && fan_drain(w))
+	/* Record what was queued when the signal came, not what a flood
+	 * keeps sending after it, then stop: an exit in bounded time. */
+	for (int k = 0; k < EVENTS_AT_EXIT && !w->bucket && fan_drain(w); k++)
 		;
-	while (w->sub && kv_events_sub_drain(w->sub, EVENTS_PER_TURN, on_kv_event, w) > 0)
-		;
+	if (w->sub)
+		kv_events_sub_drain(w->sub, EVENTS_AT_EXIT, on_kv_event, w);
 	journal_sync(w, 1);
 }
 

@@ -15,8 +15,13 @@
 #include "util/error.h"
 #include "events/endpoint.h"
 
-#define SUB_MAX_MSG_BYTES	(16 << 20)	/* a bigger message is dropped by ZMQ */
-#define SUB_HWM			10000		/* messages queued inside ZMQ */
+/* What a publisher can make a subscriber hold: ZMQ queues at most
+ * SUB_HWM messages of at most SUB_MAX_MSG_BYTES (a bigger one drops its
+ * sender), and decoding one costs about 32 bytes per byte of it: about
+ * 200 MiB at the worst, documented in kvwatch(8).  A vLLM step's events
+ * are kilobytes. */
+#define SUB_MAX_MSG_BYTES	(4 << 20)
+#define SUB_HWM			16
 #define SUB_TOPICS		64		/* topics whose sequence is followed */
 #define MEDIUM_MAX		63
 

@@ -12,7 +12,9 @@ MODE: positional-int, positional-bytes, map-int, map-bytes (one GPU
 BlockStored each), storage (a BlockStored on medium STORAGE: not a use),
 removed (BlockRemoved), hostile (malformed frames, then one good
 positional-int message), flood:N (N messages of 64 random GPU hashes,
-then one good message).
+then one good message), flood-until:FILE (one message of 65536 random
+GPU hashes, again and again as fast as ZMQ takes it, until FILE exists;
+at most 10 million).
 """
 import os
 import struct
@@ -90,6 +92,18 @@ def main():
         # past the subscriber's high-water mark PUB drops: let it drain
         time.sleep(3)
         send(good)
+    elif mode.startswith("flood-until:"):
+        # One message made once, sent as fast as ZMQ takes it: faster
+        # than any subscriber can decode.
+        stop = mode.split(":", 1)[1]
+        rand = [int.from_bytes(os.urandom(8), "big") for _ in range(65536)]
+        payload = msgpack.packb([time.time(), [["BlockStored", rand, None, [], 16, None, "GPU"]]])
+        for n in range(10_000_000):
+            if n % 64 == 0 and os.path.exists(stop):
+                break
+            pub.send_multipart([topic, struct.pack(">Q", n), payload])
+            if n == 0:
+                print("flooding", flush=True)
     else:
         sys.exit("unknown mode " + mode)
     time.sleep(float(os.environ.get("KV_PUBLISH_LINGER", "1")))

@@ -206,6 +206,29 @@ publish() {
 	[ "$unmatched" -ge $(((20000 - gaps) * 64)) ] || fail "unmatched $unmatched, gaps $gaps"
 }
 
+@test "events: under a flood that does not stop, SIGTERM still ends kvwatch, what it had recorded kept" {
+	requires /usr/bin/python3
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || skip "needs python3-zmq and python3-msgpack"
+	history "$KV_ROOT"
+	local sock=$BATS_TEST_TMPDIR/ev.sock stop=$BATS_TEST_TMPDIR/stop-flood
+	start_kvwatch --events "ipc://$sock" --resolution 0
+	/usr/bin/python3 "$PUBLISH" "connect:ipc://$sock" "flood-until:$stop" \
+		> "$BATS_TEST_TMPDIR/pub.out" &
+	PPID_=$!
+	wait_for grep -q flooding "$BATS_TEST_TMPDIR/pub.out"
+	p=$(head -1 "$BATS_TEST_TMPDIR/set.1")
+	cat "$KV_ROOT/$p" > /dev/null
+	kill -TERM "$WPID"
+	# It stops taking input: it exits while the flood goes on.
+	wait_for eval '! kill -0 "$WPID" 2>/dev/null'
+	touch "$stop"
+	wait "$PPID_" || true
+	PPID_=
+	stop_kvwatch
+	[ "$WRC" -eq 0 ]
+	grep -q "$p" "$BATS_TEST_TMPDIR/kvwatch.out"
+}
+
 @test "reads: at most one stamp per block per --resolution; kvwatch's own and non-block opens are not uses" {
 	mount_tmpfs 64m
 	mount -o remount,noatime "$MNT"
