@@ -30,6 +30,8 @@ enum { STOP_WRITE = 1, STOP_NOMEM };
 
 enum mode { MODE_MODELS, MODE_BLOCKS, MODE_CHECK };
 enum out { OUT_TABLE, OUT_JSON, OUT_NDJSON };
+/* --sort: none is walk order, as the blocks are found. */
+enum sort { SORT_NONE, SORT_LAST_USE, SORT_SIZE, SORT_PATH };
 
 struct model {
 	char model_dir[KV_NAME_MAX + 1];
@@ -79,17 +81,23 @@ struct ls {
 	struct kv_config *configs[TOOL_CONFIGS_MAX];	/* --config */
 	unsigned nconfigs;
 	int bucket_root;	/* the root is a bucket */
+
+	/* --sort: every matching block, held until the listing ends. */
+	enum sort sort;
+	struct kv_tier_entry *held;
+	size_t nheld, held_cap;
 };
 
 static void usage(void)
 {
 	printf("Usage: kvls [-J | --ndjson] [--blocks] [--root DIR] [--model MODEL] [--rank N]\n"
 	       "            [--older-than DUR] [--newer-than DUR] [--threads N]\n"
-	       "            [--config FILE]...\n"
+	       "            [--sort last-use|size|path] [--config FILE]...\n"
 	       "       kvls --check | --verify [-J | --ndjson] [--root DIR] [--model MODEL]\n"
 	       "            [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--orphans-after DUR] [--threads N]\n"
 	       "       kvls --daemon SOCK [-J | --ndjson] [--model MODEL] [--rank N]\n"
+	       "            [--sort size|path]\n"
 	       "       kvls --announce [--events ENDPOINT] [-J | --ndjson] [--root DIR]\n"
 	       "            [--model MODEL] [--rank N] [--older-than DUR] [--newer-than DUR]\n"
 	       "            [--config FILE]...\n"
@@ -98,6 +106,10 @@ static void usage(void)
 	       "List the model dirs of a KV-cache root, its blocks, or check it.\n"
 	       "\n"
 	       "  -b, --blocks            one record per block instead of a model table\n"
+	       "      --sort KEY          list the blocks by KEY: last-use (least recently\n"
+	       "                          used first, kvevict's order), size (largest\n"
+	       "                          first) or path, not as the walk finds them;\n"
+	       "                          every record is held until the walk ends\n"
 	       "      --check             report fingerprint mismatches, rank dirs without\n"
 	       "                          a model dir, orphaned temps, foreign files and\n"
 	       "                          unreadable dirs; exit 1 if any\n"
@@ -856,6 +868,78 @@ static void check_summary(struct ls *ls)
 
 /* --- blocks ---------------------------------------------------------- */
 
+/* --sort: keep a copy of e, its key too; STOP_NOMEM when memory ends. */
+static int hold_entry(struct ls *ls, const struct kv_tier_entry *e)
+{
+	struct kv_tier_entry *h;
+
+	if (ls->nheld == ls->held_cap) {
+		size_t cap = ls->held_cap ? 2 * ls->held_cap : 4096;
+
+		h = realloc(ls->held, cap * sizeof(*h));
+		if (!h)
+			return STOP_NOMEM;
+		ls->held = h;
+		ls->held_cap = cap;
+	}
+	h = &ls->held[ls->nheld];
+	*h = *e;
+	h->key = strdup(e->key);
+	if (!h->key)
+		return STOP_NOMEM;
+	ls->nheld++;
+	return 0;
+}
+
+static int cmp_last_use(const void *a, const void *b)
+{
+	const struct kv_tier_entry *x = a, *y = b;
+
+	if (x->last_use_ns != y->last_use_ns)
+		return x->last_use_ns < y->last_use_ns ? -1 : 1;
+	return strcmp(x->key, y->key);
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+	const struct kv_tier_entry *x = a, *y = b;
+
+	if (x->size_bytes != y->size_bytes)
+		return x->size_bytes > y->size_bytes ? -1 : 1;
+	return strcmp(x->key, y->key);
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+	const struct kv_tier_entry *x = a, *y = b;
+
+	return strcmp(x->key, y->key);
+}
+
+/* --sort: the held blocks, in order. */
+static int held_print(struct ls *ls)
+{
+	static int (*const cmp[])(const void *, const void *) = {
+		[SORT_LAST_USE] = cmp_last_use, [SORT_SIZE] = cmp_size, [SORT_PATH] = cmp_path,
+	};
+	int rc = 0;
+
+	if (ls->nheld)
+		qsort(ls->held, ls->nheld, sizeof(*ls->held), cmp[ls->sort]);
+	for (size_t i = 0; i < ls->nheld && !rc; i++)
+		rc = block_record(ls, &ls->held[i]);
+	return rc;
+}
+
+static void held_free(struct ls *ls)
+{
+	for (size_t i = 0; i < ls->nheld; i++)
+		free((char *)ls->held[i].key);
+	free(ls->held);
+	ls->held = NULL;
+	ls->nheld = ls->held_cap = 0;
+}
+
 static int on_listed(const struct kv_tier_entry *e, void *arg)
 {
 	struct ls *ls = arg;
@@ -874,7 +958,7 @@ static int on_listed(const struct kv_tier_entry *e, void *arg)
 		if (ls->out == OUT_TABLE)
 			return 0;
 	}
-	return block_record(ls, e);
+	return ls->sort ? hold_entry(ls, e) : block_record(ls, e);
 }
 
 /* --announce: flush what is queued, then say what reached the subscriber. */
@@ -920,8 +1004,18 @@ static int list_blocks(struct ls *ls, const char *daemon, const char *root,
 	tool_store_open(&st, daemon, root, NULL);
 	rc = kv_tier_list(st.tier, &o, on_listed, ls);
 	tool_progress_done(&ls->progress);
+	if (rc == 0 && ls->sort)
+		rc = held_print(ls);
 	if (rc == STOP_WRITE)
 		out_fail(ls);
+	if (rc == STOP_NOMEM)
+		tool_err("out of memory holding %zu blocks for --sort: list without it, or "
+			 "fewer (--model, --rank)", ls->nheld);
+	held_free(ls);
+	if (rc == STOP_NOMEM) {
+		tool_store_close(&st);
+		return EXIT_RUNTIME;
+	}
 	if (rc < 0 && daemon)
 		tool_err("cannot list the daemon at '%s': %s", daemon, kv_strerror(rc));
 	else if (rc < 0)
@@ -942,10 +1036,11 @@ int main(int argc, char **argv)
 {
 	enum {
 		OPT_NDJSON = 256, OPT_RANK, OPT_OLDER, OPT_NEWER, OPT_VERIFY,
-		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS, OPT_CONFIG, OPT_CHECK,
+		OPT_ORPHANS, OPT_DAEMON, OPT_ANNOUNCE, OPT_EVENTS, OPT_CONFIG, OPT_CHECK, OPT_SORT,
 	};
 	static const struct option longopts[] = {
 		{ "blocks", no_argument, NULL, 'b' },
+		{ "sort", required_argument, NULL, OPT_SORT },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "verify", no_argument, NULL, OPT_VERIFY },
 		{ "json", no_argument, NULL, 'J' },
@@ -976,6 +1071,14 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":bJr:m:t:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': blocks = 1; break;
+		case OPT_SORT:
+			ls.sort = !strcmp(optarg, "last-use") ? SORT_LAST_USE :
+				  !strcmp(optarg, "size") ? SORT_SIZE :
+				  !strcmp(optarg, "path") ? SORT_PATH : SORT_NONE;
+			if (!ls.sort)
+				tool_usage_fail("invalid --sort value '%s' (last-use, size or path)",
+						optarg);
+			break;
 		case OPT_CHECK: check = ls.check = 1; break;
 		case OPT_VERIFY: ls.verify = 1; break;
 		case 'J': ls.out = OUT_JSON; break;
@@ -1022,6 +1125,11 @@ int main(int argc, char **argv)
 	if (daemon && (check || ls.verify || ls.has_older || ls.has_newer))
 		tool_usage_fail("--daemon lists the RAM tier: no --check, --verify, "
 				"--older-than or --newer-than");
+	if (ls.sort && (!(blocks || daemon) || check || ls.verify || announce))
+		tool_usage_fail("--sort orders the blocks --blocks or --daemon lists");
+	if (ls.sort == SORT_LAST_USE && daemon)
+		tool_usage_fail("--sort last-use: the daemon's RAM tier says no last use "
+				"(size or path)");
 	if (events_opt && !announce)
 		tool_usage_fail("--events is where --announce publishes: add --announce");
 	if (announce && (check || ls.verify || daemon))

@@ -180,6 +180,35 @@ sys.exit(len(cols) != 1)' <<< "$output" || fail "misaligned: $output"
 	[ "$status" -eq 1 ]
 }
 
+@test "--blocks --sort: least recently used first, largest first, or by path; ties by path" {
+	make_tree
+	local n=0 path size want
+	while read -r path size; do
+		n=$((n + 1))
+		touch -a -d "$(( (n * 5) % 8 + 1 )) hours ago" "$KV_ROOT/$path"
+		echo "$(( (n * 5) % 8 + 1 )) $path"
+	done < "$MANIFEST" > "$BATS_TEST_TMPDIR/ages"
+	want=$(sort -k1,1nr "$BATS_TEST_TMPDIR/ages" | cut -d' ' -f2)
+	run kvls --blocks --sort last-use --ndjson
+	assert_success
+	[ "$(jq -r .path <<<"$output")" = "$want" ] || fail "$output"
+	# The table too: its last column is the path.
+	run kvls --blocks --sort last-use
+	[ "$(sed 1d <<<"$output" | awk '{ print $NF }')" = "$want" ]
+	want=$(LC_ALL=C sort -k2,2nr -k1,1 "$MANIFEST" | cut -d' ' -f1)
+	run kvls --blocks --sort size -J
+	[ "$(jq -r '.blocks[].path' <<<"$output")" = "$want" ] || fail "$output"
+	want=$(LC_ALL=C sort "$MANIFEST" | cut -d' ' -f1)
+	run kvls --blocks --sort path --ndjson --rank 0
+	[ "$(jq -r .path <<<"$output")" = "$(grep _r0/ <<<"$want")" ] || fail "$output"
+	# Only what --blocks or --daemon lists, and the RAM tier has no last use.
+	for args in "--sort size" "--check --sort size" "--blocks --sort age" \
+		    "--daemon $BATS_TEST_TMPDIR/none.sock --sort last-use"; do
+		run --separate-stderr kvls $args
+		[ "$status" -eq 2 ] || fail "kvls $args: exit $status"
+	done
+}
+
 @test "an empty root lists nothing and exits 1; --check on it is clean" {
 	run kvls
 	[ "$status" -eq 1 ] && [ -z "$output" ]
