@@ -548,8 +548,9 @@ static int archive_hit(struct get *get, const struct slot *s, const void *buf, s
 		if (ret == 0) {
 			a->blocks++;
 			a->bytes += len;
-			tool_progress_show(&a->progress, "%" PRIu64 " blocks (%" PRIu64 " bytes) archived",
-					   a->blocks, a->bytes);
+			tool_progress_show(&a->progress, "%" PRIu64 " %s (%" PRIu64 " bytes) archived",
+					   a->blocks, tool_plural(a->blocks, "block", "blocks"),
+					   a->bytes);
 		}
 		if (ret < 0)
 			snprintf(why, sizeof(why), "cannot archive '%s/%s': %s", get->store.root,
