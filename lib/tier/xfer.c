@@ -276,15 +276,16 @@ static struct kv_xfer_job *take(struct kv_xfer *x)
 	return j;
 }
 
-static void sync_journal(struct kv_xfer *x)
+/* Whether a bucket's journal is due to be written (under the lock;
+ * the write itself is done without it, as it is a PUT). */
+static int journal_due(struct kv_xfer *x)
 {
 	int64_t now = kv_monotonic_ns();
 
 	if (!x->o.uses || !kv_use_recorder_is_bucket(x->o.uses) || now < x->next_sync_ns)
-		return;
+		return 0;
 	x->next_sync_ns = now + JOURNAL_SYNC_NS;
-	if (kv_use_recorder_sync(x->o.uses, NULL, NULL) < 0)
-		x->st.uses_failed++;
+	return 1;
 }
 
 static void *worker_main(void *arg)
@@ -310,9 +311,14 @@ static void *worker_main(void *arg)
 		if (j->op == KV_XFER_STORE)
 			x->stores_running--;
 		push(&x->done, j);
-		sync_journal(x);
 		pthread_cond_broadcast(&x->idle);
 		pthread_cond_signal(&x->work);	/* a store may go now */
+		if (journal_due(x)) {
+			pthread_mutex_unlock(&x->lock);
+			if (kv_use_recorder_sync(x->o.uses, NULL, NULL) < 0)
+				count(x, &x->st.uses_failed, 1);
+			pthread_mutex_lock(&x->lock);
+		}
 	}
 	pthread_mutex_unlock(&x->lock);
 	free(w);
