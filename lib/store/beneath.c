@@ -205,6 +205,13 @@ int kv_lock_beneath(int dirfd, const char *name, int op, int64_t wait_ns, int *f
 	for (int tries = 0; tries < 8; tries++) {
 		lfd = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
 			     0600);
+		/* fs.protected_regular refuses even root an O_CREAT open of
+		 * another's file in a sticky world-writable dir: open it as
+		 * it is, to be judged (and replaced) below. */
+		if (lfd < 0 && (errno == EACCES || errno == EPERM))
+			lfd = openat(dirfd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (lfd < 0 && errno == ENOENT)
+			continue;	/* removed between the two opens */
 		if (lfd < 0)
 			return kvi_fail(-errno, "lock '%s': %s", name, strerror(errno));
 		if (fstat(lfd, &st) < 0 || !S_ISREG(st.st_mode)) {
