@@ -12,6 +12,10 @@ Faults form a plan consumed in the order given:
   --slowdown N   answer 503 with an S3 <Error><Code>SlowDown</Code> body
   --error500 N   answer 500 with an S3 <Error><Code>InternalError</Code> body
   --reset N      close the connection (RST) without an answer
+  --echo N       answer 400 with an <Error> whose Message echoes the
+                 request's session token and headers (the credentials
+                 first), one per line, as a chatty server does (a HEAD,
+                 which has no body to say it in, gets 200)
 By default the first requests take the plan (--slowdown 2 --reset 1:
 requests 1-2 get 503, request 3 is reset, the rest pass).  --every K
 gives it to every K-th request instead (K, 2K, ...); there a count of 0
@@ -20,6 +24,20 @@ means without end.  --delay-ms D holds each request (each K-th with
 
 --no-conditional answers every request that carries If-None-Match with
 501 NotImplemented, as a server without conditional writes does.
+
+--drip-ms D relays the body of every answer it forwards one byte each D
+ms: a server that never stops, never goes idle and never finishes.
+--object-size N says every object (a key in the path) it forwards a
+HEAD or a GET of is N bytes long (Content-Length): a GET's body is the
+object's, then zeros up to N.
+
+--listing MODE answers the listings with a delimiter (a root's top
+level) itself, as a hostile or broken server might, and a listing of a
+dir it named with an empty page; every other request is forwarded:
+  loop      one page of 1,000 dirs again and again, under tokens that
+            alternate between two values
+  dirs:N    N rank dirs, in order, 1,000 a page
+  endless   rank dirs in order, 1,000 a page, without end
 
 --control FILE holds the same settings, one per line ("slowdown 2",
 "every 3", "delay-ms 50", "reset 1", "error500 1"); when its contents
@@ -43,7 +61,7 @@ import threading
 import time
 import urllib.parse
 
-KINDS = ("slowdown", "error500", "reset")
+KINDS = ("slowdown", "error500", "reset", "echo")
 
 
 class Faults:
@@ -56,8 +74,8 @@ class Faults:
         self.stats_path = args.stats
         self.log_path = args.log
         self.counts = {"requests": 0, "forwarded": 0, "slowdown": 0,
-                       "error500": 0, "reset": 0, "delayed": 0,
-                       "upstream_errors": 0, "inflight_max": 0}
+                       "error500": 0, "reset": 0, "echo": 0, "delayed": 0,
+                       "upstream_errors": 0, "inflight_max": 0, "listed": 0}
         self.inflight = 0
         self.inflight_by = {}
         self.arm(args.plan or [], args.every, args.delay_ms)
@@ -255,6 +273,26 @@ def parse_head(head):
     return first, hdrs
 
 
+class Drip:
+    """A socket's sendall, one byte each delay seconds."""
+
+    def __init__(self, sock, delay):
+        self.sock = sock
+        self.delay = delay
+
+    def sendall(self, data):
+        for i in range(len(data)):
+            self.sock.sendall(data[i:i + 1])
+            time.sleep(self.delay)
+
+
+def with_length(rhead, n):
+    """An answer's head saying Content-Length n."""
+    lines = [ln for ln in rhead[:-4].split(b"\r\n")
+             if not ln.lower().startswith(b"content-length:")]
+    return b"\r\n".join(lines + [f"Content-Length: {n}".encode()]) + b"\r\n\r\n"
+
+
 def wants_close(hdrs, version):
     conn = hdrs.get("connection", "").lower()
     return "close" in conn or (version == "HTTP/1.0" and "keep-alive" not in conn)
@@ -267,10 +305,14 @@ def relay_body(reader, hdrs, out):
         reader.exact(int(hdrs["content-length"]), out)
 
 
+def xml_text(text):
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def error_response(status, reason, code, message, method):
     rid = os.urandom(8).hex()
     body = ('<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Error><Code>{code}</Code><Message>{message}</Message>"
+            f"<Error><Code>{code}</Code><Message>{xml_text(message)}</Message>"
             f"<RequestId>{rid}</RequestId><HostId>faultproxy</HostId></Error>").encode()
     head = (f"HTTP/1.1 {status} {reason}\r\n"
             "Content-Type: application/xml\r\n"
@@ -278,6 +320,66 @@ def error_response(status, reason, code, message, method):
             f"x-amz-request-id: {rid}\r\n"
             "Connection: close\r\n\r\n").encode()
     return head if method == "HEAD" else head + body
+
+
+def xml_response(body):
+    body = ('<?xml version="1.0" encoding="UTF-8"?>' + body).encode()
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def listing_page(prefix, dirs, token):
+    """A ListObjectsV2 page naming dirs; truncated when token is set."""
+    parts = [f'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+             f"<Name>b</Name><Prefix>{xml_text(prefix)}</Prefix>"
+             f"<KeyCount>{len(dirs)}</KeyCount><MaxKeys>1000</MaxKeys>"
+             f"<Delimiter>/</Delimiter>"
+             f"<IsTruncated>{'true' if token else 'false'}</IsTruncated>"]
+    if token:
+        parts.append(f"<NextContinuationToken>{token}</NextContinuationToken>")
+    parts += [f"<CommonPrefixes><Prefix>{xml_text(d)}</Prefix></CommonPrefixes>"
+              for d in dirs]
+    parts.append("</ListBucketResult>")
+    return "".join(parts)
+
+
+class Listings:
+    """--listing MODE: the top levels' pages, made up."""
+    PAGE = 1000
+
+    def __init__(self, mode):
+        self.mode, _, n = mode.partition(":")
+        if self.mode not in ("loop", "dirs", "endless"):
+            raise ValueError(f"--listing {mode}: loop, dirs:N or endless")
+        self.count = int(n) if self.mode == "dirs" else None
+
+    @staticmethod
+    def name(prefix, i):
+        # a rank dir of a made-up model; rank digits fixed in width keep
+        # the names in the order of i
+        return f"{prefix}kvtest_model-9_0123456789ab_r{i:09d}/"
+
+    def answer(self, query):
+        """The page for a listing's query, or None to forward it."""
+        q = urllib.parse.parse_qs(query, keep_blank_values=True)
+        prefix = q.get("prefix", [""])[0]
+        if "delimiter" not in q:
+            if "kvtest_model-9_" in prefix:
+                return listing_page(prefix, [], None)
+            return None
+        # vLLM's top level "PREFIX//" only: the other is forwarded
+        if not prefix.endswith("//") and prefix != "/":
+            return None
+        token = q.get("continuation-token", [None])[0]
+        page = int(token[1:]) if token and token[1:].isdigit() else 0
+        if self.mode == "loop":
+            dirs = [self.name(prefix, i) for i in range(self.PAGE)]
+            return listing_page(prefix, dirs, "B" if token == "A" else "A")
+        lo = page * self.PAGE
+        hi = lo + self.PAGE if self.count is None else min(lo + self.PAGE, self.count)
+        dirs = [self.name(prefix, i) for i in range(lo, hi)]
+        more = self.count is None or hi < self.count
+        return listing_page(prefix, dirs, f"p{page + 1}" if more else None)
 
 
 class Handler(socketserver.BaseRequestHandler):
@@ -329,7 +431,20 @@ class Handler(socketserver.BaseRequestHandler):
                              b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 c.close()
                 return False
-            if kind == "slowdown":
+            if kind == "echo":
+                if method == "HEAD":
+                    resp = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                else:
+                    # the credentials first, where a cut message keeps them
+                    lines = head.decode("latin-1").split("\r\n")[1:]
+                    lines.sort(key=lambda ln: not ln.lower().startswith(
+                        ("x-amz-security-token", "authorization")))
+                    resp = error_response(
+                        400, "Bad Request", "InvalidRequest",
+                        "The security token included in the request is invalid: "
+                        + hdrs.get("x-amz-security-token", "") + ". Your headers: "
+                        + "\n".join(lines), method)
+            elif kind == "slowdown":
                 resp = error_response(503, "Slow Down", "SlowDown",
                                       "Please reduce your request rate.", method)
             else:
@@ -348,6 +463,15 @@ class Handler(socketserver.BaseRequestHandler):
                                      "that is not implemented.", method))
             self.linger_close(cr)
             return False
+        listings = self.server.listings
+        target = first.split(" ")[1] if " " in first else ""
+        page = listings.answer(urllib.parse.urlsplit(target).query) \
+            if listings and method == "GET" and "list-type=2" in target else None
+        if page is not None:
+            faults.note("listed")
+            faults.log(f"{n} {first} listed")
+            c.sendall(xml_response(page))
+            return not wants_close(hdrs, version)
         faults.log(f"{n} {first} forward")
         if not self.forward(cr, head, hdrs, method):
             return False
@@ -410,31 +534,60 @@ class Handler(socketserver.BaseRequestHandler):
                 self.drop_upstream()
                 return False
         relay_body(cr, hdrs, up)
+        # a key in the path: "/bucket/key...", not "/bucket" or "/bucket/"
+        path = urllib.parse.urlsplit(head.split(b" ", 2)[1].decode("latin-1")).path
+        is_object = len(path.lstrip("/").split("/", 1)) > 1 and \
+            path.lstrip("/").split("/", 1)[1] != ""
         while True:
             rhead = self.upr.head()
             if not rhead:
                 raise Closed()
             status = int(rhead.split(b" ", 2)[1])
-            self.request.sendall(rhead)
+            grow = (method in ("HEAD", "GET") and 200 <= status < 300 and is_object
+                    and self.server.object_size is not None)
+            if not grow:
+                self.request.sendall(rhead)
             if 100 <= status < 200:
                 continue
             break
         _, rh = parse_head(rhead)
+        if grow:
+            return self.grow(method, rhead, rh)
         eof = self.relay_response_body(method, status, rh)
         if eof or wants_close(rh, rhead.split(b" ", 1)[0].decode()):
             self.drop_upstream()
             return False
         return True
 
+    def grow(self, method, rhead, rh):
+        """Relay an object's answer as --object-size long; False to close."""
+        n = self.server.object_size
+        self.request.sendall(with_length(rhead, n))
+        if method == "HEAD":
+            return True
+        have = int(rh.get("content-length", "0"))
+        self.upr.exact(min(have, n), self.request)
+        if have > n:
+            self.upr.exact(have - n, None)
+        zeros = bytes(1 << 20)
+        left = n - min(have, n)
+        while left > 0:
+            self.request.sendall(zeros[:min(left, len(zeros))])
+            left -= min(left, len(zeros))
+        return True
+
     def relay_response_body(self, method, status, rh):
         """Relay an answer's body; True when it ended with the connection."""
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             return False
+        out = self.request
+        if self.server.drip_ms:
+            out = Drip(out, self.server.drip_ms / 1000.0)
         if ("chunked" in rh.get("transfer-encoding", "").lower()
                 or "content-length" in rh):
-            relay_body(self.upr, rh, self.request)
+            relay_body(self.upr, rh, out)
             return False
-        self.upr.until_eof(self.request)
+        self.upr.until_eof(out)
         return True
 
 
@@ -467,6 +620,9 @@ def main():
     ap.add_argument("--every", type=int, metavar="K")
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--no-conditional", action="store_true")
+    ap.add_argument("--drip-ms", type=int, default=0, metavar="D")
+    ap.add_argument("--object-size", type=int, metavar="N")
+    ap.add_argument("--listing", metavar="MODE")
     ap.set_defaults(plan=None)
     args = ap.parse_args()
     if not args.upstream:
@@ -477,6 +633,12 @@ def main():
     srv = Server(("127.0.0.1", args.port), Handler)
     srv.upstream = (u.hostname, u.port or 80)
     srv.no_conditional = args.no_conditional
+    srv.drip_ms = args.drip_ms
+    srv.object_size = args.object_size
+    try:
+        srv.listings = Listings(args.listing) if args.listing else None
+    except ValueError as e:
+        ap.error(str(e))
     srv.faults = Faults(args)
     srv.faults.reread_control()
     srv.faults.write_stats()
