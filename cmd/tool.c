@@ -99,15 +99,21 @@ void tool_version(void)
 	exit(0);
 }
 
+void tool_root_check(const char *root)
+{
+	if (kv_root_check(root) < 0)
+		tool_usage_fail("invalid root '%s': %s", root, kv_error_detail());
+}
+
 const char *tool_root(const char *opt)
 {
 	const char *env = getenv("KV_ROOT");
+	const char *root = opt && *opt ? opt : env && *env ? env : NULL;
 
-	if (opt && *opt)
-		return opt;
-	if (env && *env)
-		return env;
-	tool_usage_fail("no cache root: give --root or set KV_ROOT");
+	if (!root)
+		tool_usage_fail("no cache root: give --root or set KV_ROOT");
+	tool_root_check(root);
+	return root;
 }
 
 uint64_t tool_parse_size(const char *opt, const char *text)

@@ -56,8 +56,13 @@ uint64_t tool_mem_available(void);
 /* "prog (kvtools) VERSION" on stdout, exit 0. */
 void tool_version(void) __attribute__((noreturn));
 
-/* --root or $KV_ROOT; exits 2 naming both when neither is set. */
+/* --root or $KV_ROOT; exits 2 naming both when neither is set, or
+ * naming why kv_root_check refuses it. */
 const char *tool_root(const char *opt);
+
+/* Exit 2 naming why kv_root_check refuses root (a bucket root with a
+ * "." or ".." segment...). */
+void tool_root_check(const char *root);
 
 /* Option values: exit 2 with "invalid --opt value 'x'" on junk. */
 uint64_t tool_parse_size(const char *opt, const char *text);

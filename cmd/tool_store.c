@@ -129,6 +129,7 @@ void tool_tier_parse(const char *arg, struct tool_tier *tiers, unsigned *n)
 	}
 	if (!*t->root)
 		tool_usage_fail("--tier '%s': no path", arg);
+	tool_root_check(t->root);
 	(*n)++;
 }
 

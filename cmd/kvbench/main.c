@@ -738,6 +738,7 @@ int main(int argc, char **argv)
 	if (!b.o.dir)
 		tool_usage_fail("run needs --dir (a scratch directory or an s3:// bucket)");
 	if (kv_root_is_s3(b.o.dir)) {
+		tool_root_check(b.o.dir);
 		s3_check(&b.o, phases, engine_given);
 		b.s3 = 1;
 		b.o.engine = ENGINE_S3;

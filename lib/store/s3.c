@@ -221,6 +221,71 @@ static int duration_ms(const char *name, long dflt, long *out)
 	return 0;
 }
 
+/* Whether path has a "." or ".." segment, which libcurl or a server
+ * would fold away: a key that names another, or another bucket. */
+static int dot_segment(const char *path)
+{
+	const char *seg, *end;
+
+	for (seg = path; seg; seg = *end ? end + 1 : NULL) {
+		end = strchrnul(seg, '/');
+		if ((end - seg == 1 && seg[0] == '.') ||
+		    (end - seg == 2 && seg[0] == '.' && seg[1] == '.'))
+			return 1;
+	}
+	return 0;
+}
+
+/* "s3://BUCKET[/PREFIX]" into the bucket and vLLM's root_dir:
+ * "PREFIX/" (its trailing slashes folded into one), or "". */
+static int parse_url(const char *url, char *bucket, size_t bucket_len, char *prefix,
+		     size_t prefix_len)
+{
+	const char *b = url + strlen(KVI_S3_SCHEME), *slash;
+	size_t blen, plen;
+
+	if (!kvi_s3_is_url(url))
+		return kvi_fail(-EINVAL, "'%s' is not an s3:// URL", url);
+	slash = strchr(b, '/');
+	blen = slash ? (size_t)(slash - b) : strlen(b);
+	if (blen == 0 || blen >= bucket_len)
+		return kvi_fail(-EINVAL, "no bucket name after s3://");
+	/* Letters, digits, '.', '-' and '_' (S3's names and the older ones):
+	 * nothing a URL would read as more than a name. */
+	for (size_t i = 0; i < blen; i++)
+		if (!isalnum((unsigned char)b[i]) && !strchr(".-_", b[i]))
+			return kvi_fail(-EINVAL, "'%.*s' is not a bucket name", (int)blen, b);
+	if (strspn(b, ".") >= blen)
+		return kvi_fail(-EINVAL, "'%.*s' is not a bucket name", (int)blen, b);
+	memcpy(bucket, b, blen);
+	bucket[blen] = '\0';
+	prefix[0] = '\0';
+	if (!slash)
+		return 0;
+	plen = strlen(slash + 1);
+	while (plen && slash[plen] == '/')
+		plen--;
+	if (plen + 2 > prefix_len)
+		return kvi_fail(-ENAMETOOLONG, "prefix over %zu bytes", prefix_len - 2);
+	if (plen) {
+		memcpy(prefix, slash + 1, plen);
+		prefix[plen] = '\0';
+		if (dot_segment(prefix))
+			return kvi_fail(-EINVAL, "a '.' or '..' segment in the prefix would "
+					"name other keys, or another bucket");
+		prefix[plen] = '/';
+		prefix[plen + 1] = '\0';
+	}
+	return 0;
+}
+
+int kvi_s3_url_check(const char *url)
+{
+	char bucket[256], prefix[KVI_S3_KEY_MAX];
+
+	return parse_url(url, bucket, sizeof(bucket), prefix, sizeof(prefix));
+}
+
 static int load_conf(struct kvi_s3 *s, const char *url)
 {
 	static const char *endpoint_envs[] = { "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", NULL };
@@ -229,35 +294,12 @@ static int load_conf(struct kvi_s3 *s, const char *url)
 	char config[4096], creds[4096], endpoint[FIELD_MAX], region[128];
 	const char *profile = env("AWS_PROFILE") ? env("AWS_PROFILE") :
 			      env("AWS_DEFAULT_PROFILE") ? env("AWS_DEFAULT_PROFILE") : "default";
-	const char *b = url + strlen(KVI_S3_SCHEME), *slash;
-	size_t blen, plen;
 	long ms;
 	int rc;
 
-	slash = strchr(b, '/');
-	blen = slash ? (size_t)(slash - b) : strlen(b);
-	if (blen == 0 || blen >= sizeof(s->bucket) || memchr(b, '?', blen) ||
-	    memchr(b, '#', blen) || memchr(b, '%', blen))
-		return kvi_fail(-EINVAL, "'%s': no bucket name after s3://", url);
-	memcpy(s->bucket, b, blen);
-	s->bucket[blen] = '\0';
-	/* The prefix as vLLM's root_dir: "PREFIX/" (its trailing slashes
-	 * folded into one), or "". */
-	s->prefix[0] = '\0';
-	if (slash) {
-		const char *p = slash + 1;
-
-		plen = strlen(p);
-		while (plen && p[plen - 1] == '/')
-			plen--;
-		if (plen + 2 > sizeof(s->prefix))
-			return kvi_fail(-ENAMETOOLONG, "'%s': prefix too long", url);
-		if (plen) {
-			memcpy(s->prefix, p, plen);
-			s->prefix[plen] = '/';
-			s->prefix[plen + 1] = '\0';
-		}
-	}
+	rc = parse_url(url, s->bucket, sizeof(s->bucket), s->prefix, sizeof(s->prefix));
+	if (rc < 0)
+		return rc;
 
 	home_file("AWS_CONFIG_FILE", "config", config, sizeof(config));
 	home_file("AWS_SHARED_CREDENTIALS_FILE", "credentials", creds, sizeof(creds));
@@ -632,6 +674,8 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 	op->status = 0;
 
 	n = (size_t)snprintf(x->url, sizeof(x->url), "%s/", s->base);
+	if (op->key && dot_segment(op->key))
+		return kvi_fail(-EINVAL, "key '%s' has a '.' or '..' segment", op->key);
 	if (op->key) {
 		rc = kvi_s3_uri_encode(op->key, 1, x->url + n, sizeof(x->url) - n);
 		if (rc < 0)
@@ -654,6 +698,8 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->connect_ms);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s->idle_s);
+	/* The key as it is: "a/../b" is a key of its own to S3. */
+	curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
 	if (s->ca[0])

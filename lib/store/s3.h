@@ -21,6 +21,12 @@
 /* 1 if root names a bucket ("s3://..."). */
 int kvi_s3_is_url(const char *root);
 
+/* 0 if url is a bucket root kvi_s3_open takes: a bucket name, and a
+ * prefix without "." or ".." segments (a server or libcurl would fold
+ * them into another key, or another bucket); -EINVAL or -ENAMETOOLONG
+ * with the reason in kv_error_detail(). */
+int kvi_s3_url_check(const char *url);
+
 enum kvi_s3_method { KVI_S3_GET, KVI_S3_HEAD, KVI_S3_PUT, KVI_S3_DELETE, KVI_S3_POST };
 
 #define KVI_S3_IF_NONE_MATCH	(1u << 0)	/* PUT: only if absent (-EEXIST) */

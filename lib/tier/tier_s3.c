@@ -604,3 +604,11 @@ int kv_root_is_s3(const char *root)
 {
 	return kvi_s3_is_url(root);
 }
+
+int kv_root_check(const char *root)
+{
+	kvi_error_clear();
+	if (!root || !*root)
+		return kvi_fail(-EINVAL, "no root");
+	return kvi_s3_is_url(root) ? kvi_s3_url_check(root) : 0;
+}

@@ -682,6 +682,35 @@ EOF
 	[ "$(keys s/ | grep -c '\.bin$')" -eq 20 ]
 }
 
+@test "s3: a root with a '.' or '..' segment in its prefix is a usage error in every program" {
+	local r
+	s3_mkbucket "${B}o"
+	head -c 100 /dev/urandom > a
+	for r in "s3://$B/../${B}o" "s3://$B/./prod" "s3://$B/p/.." "s3://.."; do
+		run kvput --root "$r" --config "$CFG" abcde00001 a
+		assert_failure 2
+		assert_output --partial "invalid root '$r'"
+		run kvget --root "$r" --config "$CFG" --exists abcde00001
+		assert_failure 2
+		run kvls --root "$r"
+		assert_failure 2
+		run kvevict --root "$r" --max-bytes 1G
+		assert_failure 2
+		run kvwatch --root "$r" --events tcp://127.0.0.1:1
+		assert_failure 2
+		run kvoffd --root "$r" --socket "$BATS_TEST_TMPDIR/s" --cpu-bytes 1M
+		assert_failure 2
+		run kvget --tier "shared:$r" --config "$CFG" abcde00001
+		assert_failure 2
+	done
+	assert_output --partial "'..' is not a bucket name"
+	# Nothing written, here or in the other bucket.
+	run keys
+	assert_output ""
+	B=${B}o run keys
+	assert_output ""
+}
+
 @test "s3: a missing bucket, wrong keys or no endpoint: exit 3, one line naming them, no secret" {
 	run kvls --root s3://no-such-bucket-here
 	assert_failure 3

@@ -345,6 +345,12 @@ int kv_tier_s3_open(const char *url, const struct kv_io_opts *opts, struct kv_ti
 /* 1 if root names a bucket (begins "s3://"). */
 int kv_root_is_s3(const char *root);
 
+/* 0 if root can name a cache root: any path, or a bucket root with a
+ * bucket name and no "." or ".." segment in its prefix (they would name
+ * other keys, or another bucket); -EINVAL with the reason in
+ * kv_error_detail().  Nothing is opened. */
+int kv_root_check(const char *root);
+
 /* The RAM tier of the kvoffd serving socket_path, over one connection
  * whose connect and requests each wait at most timeout_ms (0: for ever;
  * see kv_offd_connect_timeout); the daemon reads through and writes
