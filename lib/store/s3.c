@@ -797,6 +797,7 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 {
 	struct kvi_s3_op *op = x->op;
 	struct kvi_s3 *s = x->s;
+	const char *secrets[] = { s->secret, s->token, NULL };
 	char code[64], msg[256];
 	const char *key = op->key ? op->key : "";
 	long status = 0;
@@ -848,7 +849,8 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 			op->result = kvi_fail(-ECONNRESET, "short body for '%s'", key);
 		return;
 	}
-	kvi_s3_error_parse(op->resp, x->resp_len, code, sizeof(code), msg, sizeof(msg));
+	/* The server's words, which may echo what it was sent. */
+	kvi_s3_error_parse(op->resp, x->resp_len, secrets, code, sizeof(code), msg, sizeof(msg));
 	/* A HEAD's answer has no body: name its status as S3 would. */
 	if (!code[0])
 		snprintf(code, sizeof(code), "%s", status_code(status));

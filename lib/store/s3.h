@@ -160,9 +160,12 @@ int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
 typedef void (*kvi_s3_delete_err_fn)(const char *key, const char *code, void *arg);
 int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, void *arg);
 
-/* An <Error>: Code and Message into code/msg ("" where absent). */
-void kvi_s3_error_parse(const char *xml, size_t len, char *code, size_t code_len,
-			char *msg, size_t msg_len);
+/* An <Error>: Code and Message into code/msg ("" where absent), in
+ * printable ASCII, with each of secrets (NULL-terminated, may be NULL)
+ * and the value of an Authorization, X-Amz-Security-Token or
+ * X-Amz-Signature the server echoes replaced by "[redacted]". */
+void kvi_s3_error_parse(const char *xml, size_t len, const char *const *secrets, char *code,
+			size_t code_len, char *msg, size_t msg_len);
 
 /* An ISO 8601 time ("2026-11-25T10:00:00.000Z") in ns; 0 if it is not one. */
 int64_t kvi_s3_time_parse(const char *text);

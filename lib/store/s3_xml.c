@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
@@ -163,6 +164,15 @@ int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
 	return rc;
 }
 
+/* An S3 error code: a word of letters and digits ("AccessDenied"). */
+static int is_code(const char *code)
+{
+	size_t n = code ? strlen(code) : 0;
+
+	return n && n <= 64 && strspn(code, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					    "abcdefghijklmnopqrstuvwxyz0123456789") == n;
+}
+
 int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, void *arg)
 {
 	xmlDocPtr doc = parse(xml, len);
@@ -181,7 +191,8 @@ int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, vo
 			continue;
 		key = child_text(n, "Key");
 		code = child_text(n, "Code");
-		fn(key ? key : "", code ? code : "InternalError", arg);
+		/* The code reaches a message: S3's words, not the server's. */
+		fn(key ? key : "", is_code(code) ? code : "InternalError", arg);
 		xmlFree(key);
 		xmlFree(code);
 	}
@@ -189,18 +200,76 @@ int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, vo
 	return 0;
 }
 
-static void copy_text(char *dst, size_t len, const char *src)
-{
-	size_t i, j = 0;
+#define REDACTED	"[redacted]"
 
-	/* Printable ASCII only: this text reaches a terminal. */
-	for (i = 0; src && src[i] && j + 1 < len; i++)
-		dst[j++] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+/* Headers whose value is a credential, or a signature made with one, as a
+ * server echoing a request writes them: "Name: value" or "name=value". */
+static const char *const secret_headers[] = {
+	"authorization", "x-amz-security-token", "x-amz-signature", NULL
+};
+
+/* The length of a credential starting at text: one of secrets, or a
+ * secret header's name and value (*keep: the name's part, kept); 0 if
+ * none starts here. */
+static size_t secret_at(const char *text, const char *const *secrets, size_t *keep)
+{
+	const char *p, *v;
+	size_t i, n;
+
+	*keep = 0;
+	for (i = 0; secrets && secrets[i]; i++) {
+		n = strlen(secrets[i]);
+		if (n && !strncmp(text, secrets[i], n))
+			return n;
+	}
+	for (i = 0; secret_headers[i]; i++) {
+		n = strlen(secret_headers[i]);
+		if (strncasecmp(text, secret_headers[i], n))
+			continue;
+		p = text + n + strspn(text + n, " \t\"'");
+		if (*p != ':' && *p != '=')
+			continue;
+		v = p + 1 + strspn(p + 1, " \t\"'");
+		/* The value runs to the end of its line, field or quote. */
+		for (p = v; (unsigned char)*p >= 0x20 && !strchr("&<>\"'", *p); p++)
+			;
+		if (p == v)
+			continue;
+		*keep = (size_t)(v - text);
+		return (size_t)(p - text);
+	}
+	return 0;
+}
+
+static char printable(char c)
+{
+	return c >= 0x20 && c < 0x7f ? c : '?';
+}
+
+/* src into dst, cut to fit: printable ASCII only, as this text reaches a
+ * terminal, and every credential in it redacted.  Each is matched whole
+ * before anything is cut, so none shows in part either. */
+static void copy_text(char *dst, size_t len, const char *src, const char *const *secrets)
+{
+	size_t i = 0, j = 0, k, n, keep;
+
+	while (src && src[i] && j + 1 < len) {
+		n = secret_at(src + i, secrets, &keep);
+		if (!n) {
+			dst[j++] = printable(src[i++]);
+			continue;
+		}
+		for (k = 0; k < keep && j + 1 < len; k++)
+			dst[j++] = printable(src[i + k]);
+		for (k = 0; REDACTED[k] && j + 1 < len; k++)
+			dst[j++] = REDACTED[k];
+		i += n;
+	}
 	dst[j] = '\0';
 }
 
-void kvi_s3_error_parse(const char *xml, size_t len, char *code, size_t code_len,
-			char *msg, size_t msg_len)
+void kvi_s3_error_parse(const char *xml, size_t len, const char *const *secrets, char *code,
+			size_t code_len, char *msg, size_t msg_len)
 {
 	xmlDocPtr doc = parse(xml, len);
 	const xmlNode *root;
@@ -213,8 +282,8 @@ void kvi_s3_error_parse(const char *xml, size_t len, char *code, size_t code_len
 	if (root && is(root, "Error")) {
 		c = child_text(root, "Code");
 		m = child_text(root, "Message");
-		copy_text(code, code_len, c);
-		copy_text(msg, msg_len, m);
+		copy_text(code, code_len, c, secrets);
+		copy_text(msg, msg_len, m, secrets);
 	}
 	xmlFree(c);
 	xmlFree(m);

@@ -728,6 +728,33 @@ EOF
 	[ "${#lines[@]}" -eq 1 ]
 }
 
+# no_credential: $output shows no session token, secret key or signature.
+no_credential() {
+	[[ $output != *SessionTokenThatMustNotShow* && $output != *Signature=* &&
+	   $output != *"$AWS_SECRET_ACCESS_KEY"* ]] || fail "$output"
+}
+
+@test "s3: a server that echoes the request's token and headers in its errors: no credential printed" {
+	head -c 100 /dev/urandom > a
+	s3_proxy_start --every 1 --echo 0
+	export AWS_SESSION_TOKEN=FwoGZXIvYXdzEJr/SessionTokenThatMustNotShow+0123456789==
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvls --root "s3://$B/x"
+	assert_failure 3
+	assert_output --partial "InvalidRequest: The security token included in the request is invalid: [redacted]."
+	assert_output --partial "x-amz-security-token: [redacted]"
+	no_credential
+	# --replace: a HEAD, which the proxy says yes to, would keep it.
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvput --root "s3://$B/x" --config "$CFG" --replace \
+		abcde00001 a
+	assert_failure 3
+	assert_output --partial "Authorization: [redacted]"
+	no_credential
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvevict --root "s3://$B/x" --max-bytes 1 --hot 0
+	assert_failure 3
+	assert_output --partial "[redacted]"
+	no_credential
+}
+
 @test "s3: credentials and endpoint from a profile in ~/.aws, as the AWS CLI reads them" {
 	mkdir -p home/.aws
 	printf '[kvp]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \

@@ -124,13 +124,35 @@ static void test_error(void)
 	const char *e = "<Error><Code>SignatureDoesNotMatch</Code>"
 			"<Message>bad sig \xc3\xa9\xe2\x80\xae and a long tail that is cut</Message></Error>";
 
-	kvi_s3_error_parse(e, strlen(e), code, sizeof(code), msg, sizeof(msg));
+	kvi_s3_error_parse(e, strlen(e), NULL, code, sizeof(code), msg, sizeof(msg));
 	/* Cut to fit, no terminal escapes. */
 	CHECK(strlen(code) == sizeof(code) - 1 && !strncmp(code, "SignatureDoesNotMatch", 15));
 	/* Printable ASCII only: no bidi override reaches a terminal. */
 	CHECK(!strncmp(msg, "bad sig ????? and", 17) && strlen(msg) == sizeof(msg) - 1);
-	kvi_s3_error_parse("", 0, code, sizeof(code), msg, sizeof(msg));
+	kvi_s3_error_parse("", 0, NULL, code, sizeof(code), msg, sizeof(msg));
 	CHECK(!code[0] && !msg[0]);
+}
+
+static void test_error_redacted(void)
+{
+	static const char *const secrets[] = { "S3cretKey/abc", "TokEnToken+tOKEN==", NULL };
+	char code[64], msg[256], small[40];
+	const char *e = "<Error><Code>InvalidArgument</Code><Message>Headers: "
+			"x-amz-security-token: TokEnToken+tOKEN==&#10;"
+			"Authorization: AWS4-HMAC-SHA256 Credential=AKID/x, "
+			"SignedHeaders=host;x-amz-date, Signature=0123abcd&#10;"
+			"key S3cretKey/abc, X-Amz-Signature=feed&amp;x=1"
+			"</Message></Error>";
+
+	kvi_s3_error_parse(e, strlen(e), secrets, code, sizeof(code), msg, sizeof(msg));
+	CHECK(!strcmp(code, "InvalidArgument"));
+	CHECK(!strstr(msg, "TokEn") && !strstr(msg, "S3cret") && !strstr(msg, "0123abcd") &&
+	      !strstr(msg, "feed") && !strstr(msg, "AKID"));
+	CHECK(strstr(msg, "x-amz-security-token: [redacted]?Authorization: [redacted]?key "
+			  "[redacted], X-Amz-Signature=[redacted]&x=1"));
+	/* A secret that would be cut by the end of the buffer goes whole. */
+	kvi_s3_error_parse(e, strlen(e), secrets, code, sizeof(code), small, sizeof(small));
+	CHECK(!strcmp(small, "Headers: x-amz-security-token: [redacte"));
 }
 
 static void test_times_and_encoding(void)
@@ -155,6 +177,7 @@ int main(void)
 	test_listing();
 	test_delete();
 	test_error();
+	test_error_redacted();
 	test_times_and_encoding();
 	if (failures)
 		fprintf(stderr, "%d failures\n", failures);
