@@ -156,6 +156,25 @@ int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
 		      kvi_s3_prefix_fn prefix_fn, void *arg, int *truncated,
 		      char **token);
 
+/* Where a listing is in its pages.  S3 names keys, and dirs, in
+ * ascending order, each page going on from the one before: a page that
+ * goes back is a loop or a lie, whatever its token says. */
+struct kvi_s3_cursor {
+	char last[KVI_S3_KEY_MAX + 1];	/* the greatest name so far ("": none;
+					   start-after where one is given) */
+	char *token;			/* the next page's (malloc'd), or NULL */
+	int truncated;			/* a next page follows */
+	unsigned empty;			/* pages in a row that named nothing */
+};
+
+/* Parse a ListObjectsV2 page (as kvi_s3_list_parse, prefix_fn may be
+ * NULL) that follows c, and move c past it: -KV_EPROTO, with detail
+ * naming where (a server, for messages), for a key or dir not after
+ * the one before, a token the page before gave too, or too many pages
+ * in a row that name nothing.  Free c->token when done. */
+int kvi_s3_list_page(const char *xml, size_t len, const char *where, struct kvi_s3_cursor *c,
+		     kvi_s3_object_fn fn, kvi_s3_prefix_fn prefix_fn, void *arg);
+
 /* A DeleteObjects answer: fn per key that failed with its code. */
 typedef void (*kvi_s3_delete_err_fn)(const char *key, const char *code, void *arg);
 int kvi_s3_delete_parse(const char *xml, size_t len, kvi_s3_delete_err_fn fn, void *arg);

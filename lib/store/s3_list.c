@@ -2,16 +2,20 @@
  * Every object under a bucket root, listed with many ListObjectsV2
  * requests in flight.  First the root's top levels, "PREFIX/" and, for
  * the keys vLLM writes, "PREFIX//", side by side with a delimiter, which
- * names their dirs; then the use journals found there; then every dir at
- * once.  A rank dir is listed from its start, and when its first page
- * does not hold it all, what is left is cut at the first hex digit of
- * its <hhh> buckets into contiguous key ranges listed side by side (S3
- * has no end key: a range reads at most one page past its end).  A dir
- * found in both key forms is listed as one: each of its ranges in both
- * forms side by side, their pages merged in path order, so that a path
- * stored under both keys comes to fn as its two objects together.
- * Memory is the pages in flight, and a page held for each merge whose
- * other form is in flight, never the number of objects.
+ * names their dirs; then the use journals found there; then the dirs in
+ * the order named, a new one whenever no page of those begun waits.  A
+ * rank dir is listed from its start, and when its first page does not
+ * hold it all, what is left is cut at the first hex digit of its <hhh>
+ * buckets into contiguous key ranges listed side by side (S3 has no end
+ * key: a range reads at most one page past its end).  A dir found in
+ * both key forms is listed as one: each of its ranges in both forms side
+ * by side, their pages merged in path order, so that a path stored under
+ * both keys comes to fn as its two objects together.
+ * Memory is the pages in flight, a page held for each merge whose other
+ * form is in flight, and the names of the dirs not yet listed (bounded),
+ * never the number of objects.  Every page goes on from the one before
+ * (kvi_s3_list_page): a server that sends one again cannot make a
+ * listing go round for ever.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +32,9 @@
 #define SPLIT	16	/* hex digits a rank dir's ranges are cut at */
 /* A listing's query: a token, a prefix and a start key, URI-encoded. */
 #define QUERY_MAX	(10 * KVI_S3_KEY_MAX + 128)
+/* The names of the dirs the top levels name, kept until each is listed:
+ * some 60 bytes a rank dir, so a quarter of a million of them. */
+#define NAMES_MAX	(16u << 20)
 
 /* An object of a page that waits for the other form's page. */
 struct held {
@@ -36,23 +43,31 @@ struct held {
 	int64_t mtime_ns;
 };
 
-/* One listing: a prefix, optionally a key range within it. */
+/* One listing: a prefix, optionally a key range within it.  Listers
+ * live while their range is listed: those in flight, those queued, and
+ * merges waiting for their other form. */
 struct lister {
-	char prefix[KVI_S3_KEY_MAX + 1];
-	char after[KVI_S3_KEY_MAX + 2];	/* start-after; "" from the start */
-	char upto[KVI_S3_KEY_MAX + 2];	/* last key of the range; "" to the end */
+	char *prefix;
+	char *upto;			/* last key of the range; NULL to the end */
 	int delimit;			/* top level: names its dirs */
+	int form;			/* top level: 1 vLLM's "PREFIX//", 0 the other */
 	int rank_dir;			/* a rank dir not yet cut into ranges */
-	char *token;
-	char last[KVI_S3_KEY_MAX + 1];	/* the last key seen: pages only go on */
+	struct kvi_s3_cursor cur;	/* its pages so far: last, token */
 	struct lister *twin;		/* the same range in the other key form */
 	struct held *held;		/* its page's objects not yet merged */
 	size_t nheld, at, cap;
 	int finished;			/* twin: no page left to ask for */
-	struct lister *next;		/* in a queue */
-	struct lister *all_next;	/* in the listing's list of all */
+	struct lister *next;		/* in the queue */
+	struct lister *all_prev, *all_next;	/* in the listing's list of all */
 	struct kvi_s3_op op;
-	char query[QUERY_MAX];
+	char *query;			/* while a page is asked for */
+};
+
+/* The dirs a top level named, in its order: each a flag ('r' a rank
+ * dir, '-' another) and its path relative to the root, "<dir>/". */
+struct names {
+	char *buf;
+	size_t len, cap, at;		/* at: the next to list */
 };
 
 struct listing {
@@ -61,39 +76,88 @@ struct listing {
 	int rank;
 	kvi_s3_listed_fn fn;
 	void *arg;
-	struct lister *ready, *all;	/* all: every lister, to free */
-	struct lister *later;		/* dirs found, listed after the journals */
+	struct lister *ready, *all;	/* all: every lister alive, to free */
+	struct names dirs[2];		/* by form: named, listed after the journals */
+	int open_dirs;			/* next() takes dirs from them */
 	char journals[2][KVI_S3_KEY_MAX + 1];	/* ".kvwatch/" dirs found */
 	unsigned njournals;
 	int rc;
 };
 
-static int add_to(struct listing *l, struct lister **queue, const char *prefix,
-		  const char *after, const char *upto, int delimit, int rank_dir)
+static struct lister *new_lister(struct listing *l, const char *prefix, const char *after,
+				 const char *upto, int delimit, int rank_dir)
 {
 	struct lister *p = calloc(1, sizeof(*p));
 
 	if (!p)
-		return -ENOMEM;
-	if (strlen(prefix) > KVI_S3_KEY_MAX) {
+		return NULL;
+	p->prefix = strdup(prefix);
+	p->upto = upto ? strdup(upto) : NULL;
+	if (!p->prefix || (upto && !p->upto)) {
+		free(p->prefix);
+		free(p->upto);
 		free(p);
-		return 0;
+		return NULL;
 	}
-	strcpy(p->prefix, prefix);
-	snprintf(p->after, sizeof(p->after), "%s", after ? after : "");
-	snprintf(p->upto, sizeof(p->upto), "%s", upto ? upto : "");
+	/* A range's first key comes after its start. */
+	snprintf(p->cur.last, sizeof(p->cur.last), "%s", after ? after : "");
 	p->delimit = delimit;
 	p->rank_dir = rank_dir;
-	p->next = *queue;
-	*queue = p;
 	p->all_next = l->all;
+	if (l->all)
+		l->all->all_prev = p;
 	l->all = p;
-	return 0;
+	return p;
+}
+
+/* The next held object of p, or NULL. */
+static struct held *next_held(struct lister *p)
+{
+	return p->at < p->nheld ? &p->held[p->at] : NULL;
+}
+
+static void drop_held(struct lister *p)
+{
+	free(p->held[p->at].key);
+	p->held[p->at++].key = NULL;
+	if (p->at == p->nheld)
+		p->at = p->nheld = 0;
+}
+
+/* p, not queued nor in flight, is done with. */
+static void free_lister(struct listing *l, struct lister *p)
+{
+	if (p->all_prev)
+		p->all_prev->all_next = p->all_next;
+	else
+		l->all = p->all_next;
+	if (p->all_next)
+		p->all_next->all_prev = p->all_prev;
+	while (next_held(p))
+		drop_held(p);
+	free(p->held);
+	free(p->cur.token);
+	free(p->op.resp);
+	free(p->query);
+	free(p->prefix);
+	free(p->upto);
+	free(p);
+}
+
+static void requeue(struct listing *l, struct lister *p)
+{
+	p->next = l->ready;
+	l->ready = p;
 }
 
 static int add(struct listing *l, const char *prefix, const char *after, const char *upto)
 {
-	return add_to(l, &l->ready, prefix, after, upto, 0, 0);
+	struct lister *p = new_lister(l, prefix, after, upto, 0, 0);
+
+	if (!p)
+		return -ENOMEM;
+	requeue(l, p);
+	return 0;
 }
 
 /* A ListObjectsV2 query into q: prefix, optionally with the delimiter
@@ -116,19 +180,67 @@ static int list_query(char *q, size_t len, const char *prefix, int delimit, cons
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* p's next page: from its start (after its range's start), or on. */
 static int query(struct lister *p)
 {
-	return list_query(p->query, sizeof(p->query), p->prefix, p->delimit,
-			  p->after[0] && !p->token ? p->after : NULL, p->token);
+	if (!p->query && !(p->query = malloc(QUERY_MAX)))
+		return -ENOMEM;
+	return list_query(p->query, QUERY_MAX, p->prefix, p->delimit,
+			  p->cur.last[0] && !p->cur.token ? p->cur.last : NULL, p->cur.token);
+}
+
+static int pair(struct listing *l, struct lister *a, struct lister *b);
+
+/* The next of names, NULL at the end. */
+static const char *name_next(const struct names *d)
+{
+	return d->at < d->len ? d->buf + d->at : NULL;
+}
+
+/* Queue the next dir the top levels named, one in both key forms as a
+ * pair: 0, also when none is left. */
+static int open_dir(struct listing *l)
+{
+	const char *n[2] = { name_next(&l->dirs[0]), name_next(&l->dirs[1]) };
+	char prefix[KVI_S3_KEY_MAX + 2];
+	struct lister *p[2] = { NULL, NULL };
+	int cmp, f, rc = 0;
+
+	if (!n[0] && !n[1])
+		return 0;
+	/* Both in order: the same dir in both forms meets itself. */
+	cmp = !n[0] ? 1 : !n[1] ? -1 : strcmp(n[0] + 1, n[1] + 1);
+	for (f = 0; f < 2; f++) {
+		if (!n[f] || (f == 0 ? cmp > 0 : cmp < 0))
+			continue;
+		l->dirs[f].at += strlen(n[f]) + 1;
+		snprintf(prefix, sizeof(prefix), "%s%s%s", kvi_s3_prefix(l->s), f ? "/" : "",
+			 n[f] + 1);
+		p[f] = new_lister(l, prefix, NULL, NULL, 0, n[f][0] == 'r');
+		if (!p[f])
+			return -ENOMEM;
+	}
+	if (p[0] && p[1])
+		rc = pair(l, p[1], p[0]);
+	else
+		requeue(l, p[0] ? p[0] : p[1]);
+	return rc;
 }
 
 static int next(void *arg, struct kvi_s3_op **op)
 {
 	struct listing *l = arg;
-	struct lister *p = l->ready;
+	struct lister *p;
 	int rc;
 
-	if (!p || l->rc)
+	if (l->rc)
+		return 0;
+	/* A dir is opened only when no page of those open waits: the
+	 * listers alive stay a few per request in flight. */
+	if (!l->ready && l->open_dirs && (rc = open_dir(l)) < 0)
+		return rc;
+	p = l->ready;
+	if (!p)
 		return 0;
 	l->ready = p->next;
 	rc = query(p);
@@ -148,6 +260,33 @@ struct page {
 	struct lister *p;
 	int past;	/* a key beyond the range: stop after this page */
 };
+
+/* A dir's name kept for after the journals, by the form it is in. */
+static int name_add(struct listing *l, int form, int rank_dir, const char *rel)
+{
+	struct names *d = &l->dirs[form];
+	size_t n = strlen(rel) + 2;
+	char *buf;
+
+	if (l->dirs[0].len + l->dirs[1].len + n > NAMES_MAX)
+		return kvi_fail(-ENOBUFS, "the top level of %s names more dirs than fit in %u MiB",
+				kvi_s3_where(l->s), NAMES_MAX >> 20);
+	if (d->len + n > d->cap) {
+		size_t cap = d->cap ? d->cap : 4096;
+
+		while (cap < d->len + n)
+			cap *= 2;
+		buf = realloc(d->buf, cap);
+		if (!buf)
+			return -ENOMEM;
+		d->buf = buf;
+		d->cap = cap;
+	}
+	d->buf[d->len] = rank_dir ? 'r' : '-';
+	memcpy(d->buf + d->len + 1, rel, n - 1);
+	d->len += n;
+	return 0;
+}
 
 /* A dir a top level named: kept for after the journals. */
 static int on_prefix(const char *prefix, void *arg)
@@ -173,18 +312,18 @@ static int on_prefix(const char *prefix, void *arg)
 	}
 	n = strlen(rel);
 	if (n < 2 || n > sizeof(name) - 1)
-		return add_to(l, &l->later, prefix, NULL, NULL, 0, 0);
+		return name_add(l, pg->p->form, 0, rel);
 	memcpy(name, rel, n - 1);
 	name[n - 1] = '\0';
 	memset(&ref, 0, sizeof(ref));
 	if (kv_layout_rank_dir_parse(name, &ref) < 0)
 		return kv_layout_model_dir_parse(name, &ref) == 0 && l->model &&
 		       !kv_layout_model_matches(l->model, ref.model_dir) ? 0 :
-		       add_to(l, &l->later, prefix, NULL, NULL, 0, 0);
+		       name_add(l, pg->p->form, 0, rel);
 	if ((l->model && !kv_layout_model_matches(l->model, ref.model_dir)) ||
 	    (l->rank >= 0 && ref.rank != (unsigned)l->rank))
 		return 0;
-	return add_to(l, &l->later, prefix, NULL, NULL, 0, 1);
+	return name_add(l, pg->p->form, 1, rel);
 }
 
 /*
@@ -202,12 +341,14 @@ static int split(struct listing *l, struct lister *p)
 	p->rank_dir = 0;
 	for (i = 0; i < SPLIT; i++) {
 		snprintf(bound, sizeof(bound), "%s%c", p->prefix, hex[i]);
-		if (strcmp(p->last, bound) <= 0)
+		if (strcmp(p->cur.last, bound) <= 0)
 			break;
 	}
 	if (i == SPLIT)
 		return 0;	/* in the last range: this lister has it all */
-	strcpy(p->upto, bound);
+	free(p->upto);
+	if (!(p->upto = strdup(bound)))
+		return -ENOMEM;
 	for (j = i + 1; j <= SPLIT; j++) {
 		snprintf(after, sizeof(after), "%s%c", p->prefix, hex[j - 1]);
 		snprintf(bound, sizeof(bound), "%s%c", p->prefix, j < SPLIT ? hex[j] : 0);
@@ -257,40 +398,21 @@ static int hold(struct lister *p, const struct kvi_s3_object *o)
 	return 0;
 }
 
+/* A key of a page, in order (kvi_s3_list_page saw to it). */
 static int on_object(const struct kvi_s3_object *o, void *arg)
 {
 	struct page *pg = arg;
 	struct listing *l = pg->l;
 	struct kvi_s3_listed e;
 
-	if (pg->p->upto[0] && strcmp(o->key, pg->p->upto) > 0) {
+	if (pg->p->upto && strcmp(o->key, pg->p->upto) > 0) {
 		pg->past = 1;
 		return 0;
 	}
-	/* Keys come in order, each page after the last: a server that
-	 * sends one again would have this listing go round for ever. */
-	if (pg->p->last[0] && strcmp(o->key, pg->p->last) <= 0)
-		return kvi_fail(-KV_EPROTO, "keys out of order in a listing from %s",
-				kvi_s3_where(l->s));
-	snprintf(pg->p->last, sizeof(pg->p->last), "%s", o->key);
 	if (pg->p->twin)
 		return hold(pg->p, o);
 	describe(l, &e, o->key, o->size, o->mtime_ns);
 	return report(l, &e);
-}
-
-/* The next held object of p, or NULL. */
-static struct held *next_held(struct lister *p)
-{
-	return p->at < p->nheld ? &p->held[p->at] : NULL;
-}
-
-static void drop_held(struct lister *p)
-{
-	free(p->held[p->at].key);
-	p->held[p->at++].key = NULL;
-	if (p->at == p->nheld)
-		p->at = p->nheld = 0;
 }
 
 /*
@@ -332,15 +454,10 @@ static int merge(struct listing *l, struct lister *a)
 	return rc;
 }
 
-static void requeue(struct listing *l, struct lister *p)
-{
-	p->next = l->ready;
-	l->ready = p;
-}
-
 /* A page of a range listed in both forms: merged, then each form the
  * merge has used up asks for its next page; a form with objects left
- * waits for the other's. */
+ * waits for the other's.  Both read to their end and merged, the two
+ * are done with. */
 static int twin_page(struct listing *l, struct lister *p, int more)
 {
 	struct lister *t = p->twin;
@@ -355,6 +472,10 @@ static int twin_page(struct listing *l, struct lister *p, int more)
 		requeue(l, p);
 	if (waiting && !t->finished && !next_held(t))
 		requeue(l, t);
+	if (p->finished && t->finished && !next_held(p) && !next_held(t)) {
+		free_lister(l, p);
+		free_lister(l, t);
+	}
 	return 0;
 }
 
@@ -363,134 +484,108 @@ static void done(void *arg, struct kvi_s3_op *op)
 	struct listing *l = arg;
 	struct lister *p = op->priv;
 	struct page pg = { l, p, 0 };
-	char *token = NULL;
-	int truncated = 0, rc;
+	int more, rc;
 
+	free(p->query);
+	p->query = NULL;
 	if (op->result < 0) {
 		if (!l->rc)
 			l->rc = op->result;
 		return;
 	}
 	kvi_error_clear();
-	rc = kvi_s3_list_parse(op->resp, op->got, on_object, p->delimit ? on_prefix : NULL, &pg,
-			       &truncated, &token);
+	rc = kvi_s3_list_page(op->resp, op->got, kvi_s3_where(l->s), &p->cur, on_object,
+			      p->delimit ? on_prefix : NULL, &pg);
 	free(op->resp);
 	op->resp = NULL;
 	if (rc) {
 		if (!l->rc)
 			l->rc = rc == -KV_EPROTO && !*kv_error_detail() ?
 				kvi_fail(rc, "not a listing from %s", kvi_s3_where(l->s)) : rc;
-		free(token);
 		return;
 	}
-	/* The same token again: the next page would be this one. */
-	if (truncated && !pg.past && p->token && token && !strcmp(p->token, token)) {
-		free(token);
-		if (!l->rc)
-			l->rc = kvi_fail(-KV_EPROTO, "a listing from %s does not advance",
-					 kvi_s3_where(l->s));
-		return;
-	}
-	free(p->token);
-	p->token = token;
+	more = p->cur.truncated && !pg.past;
 	if (p->twin) {
-		if ((rc = twin_page(l, p, truncated && !pg.past)) && !l->rc)
+		if ((rc = twin_page(l, p, more)) && !l->rc)
 			l->rc = rc;
 		return;
 	}
-	if (truncated && !pg.past && p->rank_dir && (rc = split(l, p)) < 0 && !l->rc)
+	if (more && p->rank_dir && (rc = split(l, p)) < 0 && !l->rc)
 		l->rc = rc;
-	if (truncated && !pg.past)
+	if (more)
 		requeue(l, p);
+	else
+		free_lister(l, p);
 }
 
-/* Make a and b, the same dir in the two key forms, twins: a rank dir
- * cut at once into the ranges split() would make, each range's two
- * listers twins too. */
+/* Make a and b, the same dir in vLLM's key form and the other, twins
+ * and queue them: a rank dir cut at once into the ranges split() would
+ * make, each range's two listers twins too. */
 static int pair(struct listing *l, struct lister *a, struct lister *b)
 {
 	static const char hex[] = "0123456789abcdef";
 	struct lister *p[2] = { a, b }, *r[2];
 	char after[KVI_S3_KEY_MAX + 2], upto[KVI_S3_KEY_MAX + 2];
-	int i, j, rc;
+	int i, j;
 
 	a->twin = b;
 	b->twin = a;
+	requeue(l, b);
+	requeue(l, a);
 	if (!a->rank_dir || !b->rank_dir)
 		return 0;
 	for (i = 0; i < 2; i++) {
 		p[i]->rank_dir = 0;
-		snprintf(p[i]->upto, sizeof(p[i]->upto), "%s0", p[i]->prefix);
+		snprintf(upto, sizeof(upto), "%s0", p[i]->prefix);
+		if (!(p[i]->upto = strdup(upto)))
+			return -ENOMEM;
 	}
 	for (j = 1; j <= SPLIT; j++) {
 		for (i = 0; i < 2; i++) {
 			snprintf(after, sizeof(after), "%s%c", p[i]->prefix, hex[j - 1]);
 			snprintf(upto, sizeof(upto), "%s%c", p[i]->prefix, j < SPLIT ? hex[j] : 0);
-			rc = add_to(l, &l->later, p[i]->prefix, after, j < SPLIT ? upto : NULL, 0, 0);
-			if (rc)
-				return rc;
-			r[i] = l->later;
+			r[i] = new_lister(l, p[i]->prefix, after, j < SPLIT ? upto : NULL, 0, 0);
+			if (!r[i])
+				return -ENOMEM;
 		}
 		r[0]->twin = r[1];
 		r[1]->twin = r[0];
-	}
-	return 0;
-}
-
-/* The dirs found, queued to be listed: those in both key forms paired,
- * and each pair's two side by side, so that they are asked together. */
-static int queue_dirs(struct listing *l)
-{
-	struct lister *p, *q;
-	const char *rel, *r;
-	int rc;
-
-	for (p = l->later; p; p = p->next) {
-		if (p->twin || !(rel = kvi_s3_rel(l->s, p->prefix)))
-			continue;
-		for (q = p->next; q; q = q->next)
-			if (!q->twin && (r = kvi_s3_rel(l->s, q->prefix)) && !strcmp(r, rel))
-				break;
-		if (q && (rc = pair(l, p, q)))
-			return rc;
-	}
-	l->later = NULL;
-	/* Every lister but the top levels' is a dir's; vLLM's form of a
-	 * pair queues both. */
-	for (p = l->all; p; p = p->all_next) {
-		if (p->delimit || (p->twin && strlen(p->prefix) < strlen(p->twin->prefix)))
-			continue;
-		requeue(l, p);
-		if (p->twin)
-			requeue(l, p->twin);
+		requeue(l, r[1]);
+		requeue(l, r[0]);
 	}
 	return 0;
 }
 
 static int load_journals(struct listing *l, struct kv_uses **uses);
 
-
 int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_uses **uses,
 		    kvi_s3_listed_fn fn, void *arg)
 {
 	struct listing l = { .s = s, .model = model, .rank = rank, .fn = fn, .arg = arg };
 	char top[KVI_S3_KEY_MAX + 2];
-	struct lister *p, *nx;
-	int rc;
+	struct lister *p[2];
+	int rc = 0, f;
 
 	if (uses)
 		*uses = NULL;
 	/* Both top levels at once: "PREFIX/" and vLLM's "PREFIX//". */
 	snprintf(top, sizeof(top), "%s/", kvi_s3_prefix(s));
-	rc = add_to(&l, &l.ready, kvi_s3_prefix(s), NULL, NULL, 1, 0);
-	if (rc == 0)
-		rc = add_to(&l, &l.ready, top, NULL, NULL, 1, 0);
+	for (f = 0; f < 2 && rc == 0; f++) {
+		p[f] = new_lister(&l, f ? top : kvi_s3_prefix(s), NULL, NULL, 1, 0);
+		if (!p[f]) {
+			rc = -ENOMEM;
+			break;
+		}
+		p[f]->form = f;
+		requeue(&l, p[f]);
+	}
 	if (rc == 0)
 		rc = kvi_s3_run(s, 0, next, done, &l);
 	if (rc >= 0 && !l.rc && uses)
 		rc = load_journals(&l, uses);
 	/* Then every dir found. */
-	if (rc >= 0 && !l.rc && (rc = queue_dirs(&l)) == 0)
+	l.open_dirs = 1;
+	if (rc >= 0 && !l.rc)
 		rc = kvi_s3_run(s, 0, next, done, &l);
 	if (rc > 0)
 		rc = 0;
@@ -500,15 +595,10 @@ int kvi_s3_list_all(struct kvi_s3 *s, const char *model, int rank, struct kv_use
 		kv_uses_free(*uses);
 		*uses = NULL;
 	}
-	for (p = l.all; p; p = nx) {
-		nx = p->all_next;
-		while (next_held(p))
-			drop_held(p);
-		free(p->held);
-		free(p->token);
-		free(p->op.resp);
-		free(p);
-	}
+	while (l.all)
+		free_lister(&l, l.all);
+	free(l.dirs[0].buf);
+	free(l.dirs[1].buf);
 	return rc;
 }
 
@@ -538,22 +628,21 @@ static int on_journal(const struct kvi_s3_object *o, void *arg)
 
 int kvi_s3_list_prefix(struct kvi_s3 *s, const char *prefix, kvi_s3_object_fn fn, void *arg)
 {
-	char q[QUERY_MAX], *token = NULL;
-	int truncated = 0, rc;
+	struct kvi_s3_cursor c = { .token = NULL };
+	char q[QUERY_MAX];
+	int rc;
 
 	do {
 		struct kvi_s3_op op = { .method = KVI_S3_GET, .key = "", .query = q };
 
-		rc = list_query(q, sizeof(q), prefix, 0, NULL, token);
-		free(token);
-		token = NULL;
+		rc = list_query(q, sizeof(q), prefix, 0, NULL, c.token);
 		if (rc == 0)
 			rc = kvi_s3_do(s, &op);
 		if (rc == 0)
-			rc = kvi_s3_list_parse(op.resp, op.got, fn, NULL, arg, &truncated, &token);
+			rc = kvi_s3_list_page(op.resp, op.got, kvi_s3_where(s), &c, fn, NULL, arg);
 		free(op.resp);
-	} while (rc == 0 && truncated);
-	free(token);
+	} while (rc == 0 && c.truncated);
+	free(c.token);
 	return rc;
 }
 

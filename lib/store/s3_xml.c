@@ -16,6 +16,7 @@
 #include <libxml/tree.h>
 #include <kv/errors.h>
 #include "store/s3.h"
+#include "util/error.h"
 
 /* A listing page of 1,000 keys is about 300 KB. */
 #define XML_MAX		(64u << 20)
@@ -162,6 +163,75 @@ int kvi_s3_list_parse(const char *xml, size_t len, kvi_s3_object_fn fn,
 		*token = NULL;
 	}
 	return rc;
+}
+
+/* Pages in a row that name nothing before a listing is taken not to
+ * advance: S3 may send a few (keys it skips), not hundreds. */
+#define EMPTY_PAGES_MAX	100
+
+/* A page checked name by name on its way to the caller's fn. */
+struct order {
+	struct kvi_s3_cursor *c;
+	const char *where;
+	kvi_s3_object_fn fn;
+	kvi_s3_prefix_fn prefix_fn;
+	void *arg;
+	char key[KVI_S3_KEY_MAX + 1], dir[KVI_S3_KEY_MAX + 1];	/* this page's last */
+};
+
+/* Keys come in order, dirs too (the two are sorted together, but a page
+ * sends its keys first), and all after the pages before. */
+static int in_order(struct order *o, char *last, const char *name)
+{
+	if (strcmp(name, last) <= 0 || strcmp(name, o->c->last) <= 0)
+		return kvi_fail(-KV_EPROTO, "a listing from %s goes back: names out of order",
+				o->where);
+	snprintf(last, KVI_S3_KEY_MAX + 1, "%s", name);
+	return 0;
+}
+
+static int ordered_object(const struct kvi_s3_object *obj, void *arg)
+{
+	struct order *o = arg;
+	int rc = in_order(o, o->key, obj->key);
+
+	return rc ? rc : o->fn(obj, o->arg);
+}
+
+static int ordered_prefix(const char *prefix, void *arg)
+{
+	struct order *o = arg;
+	int rc = in_order(o, o->dir, prefix);
+
+	return rc || !o->prefix_fn ? rc : o->prefix_fn(prefix, o->arg);
+}
+
+int kvi_s3_list_page(const char *xml, size_t len, const char *where, struct kvi_s3_cursor *c,
+		     kvi_s3_object_fn fn, kvi_s3_prefix_fn prefix_fn, void *arg)
+{
+	struct order o = { .c = c, .where = where, .fn = fn, .prefix_fn = prefix_fn, .arg = arg };
+	char *token = NULL;
+	int truncated = 0, rc;
+
+	rc = kvi_s3_list_parse(xml, len, ordered_object, ordered_prefix, &o, &truncated, &token);
+	if (rc == 0 && truncated && c->token && !strcmp(c->token, token))
+		rc = kvi_fail(-KV_EPROTO, "a listing from %s does not advance: the same token "
+			      "again", where);
+	if (rc == 0 && (o.key[0] || o.dir[0])) {
+		snprintf(c->last, sizeof(c->last), "%s", strcmp(o.key, o.dir) > 0 ? o.key : o.dir);
+		c->empty = 0;
+	} else if (rc == 0 && truncated && ++c->empty > EMPTY_PAGES_MAX) {
+		rc = kvi_fail(-KV_EPROTO, "a listing from %s does not advance: %u pages in a "
+			      "row name nothing", where, EMPTY_PAGES_MAX + 1);
+	}
+	if (rc) {
+		free(token);
+		return rc;
+	}
+	free(c->token);
+	c->token = token;
+	c->truncated = truncated;
+	return 0;
 }
 
 /* An S3 error code: a word of letters and digits ("AccessDenied"). */

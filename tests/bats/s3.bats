@@ -40,6 +40,28 @@ vllm_key() {
 	printf '%s/%s_r0/%s/%s_g0/%s.bin' "${prefix:+$prefix/}" "$MD" "${hash:0:3}" "${hash:3:2}" "$hash"
 }
 
+# ended PID: whether process PID has ended.
+ended() {
+	! kill -0 "$1" 2>/dev/null
+}
+
+# finish CMD...: run sets status and output, CMD run in the background
+# and awaited with wait_for's bound, for a program that may never end.
+finish() {
+	local pid
+	"$@" > "$BATS_TEST_TMPDIR/finish.out" 2>&1 &
+	pid=$!
+	wait_for ended "$pid" || { kill -9 "$pid"; return 1; }
+	status=0
+	wait "$pid" || status=$?
+	output=$(cat "$BATS_TEST_TMPDIR/finish.out")
+}
+
+# peak_kib FILE: the peak RSS /usr/bin/time -f %M wrote to FILE, in KiB.
+peak_kib() {
+	tail -n 1 "$1"
+}
+
 @test "s3: kvput writes the key vLLM reads, its xxh3 in metadata; kvget reads it back" {
 	head -c 20000 /dev/urandom > "$BATS_TEST_TMPDIR/a"
 	run kvput --root "s3://$B/fleet" --config "$CFG" 3fa9c04e51d2b7a8 "$BATS_TEST_TMPDIR/a"
@@ -461,6 +483,35 @@ with kvtools.connect('$SOCK') as c:
 	assert_success
 	[ "${#lines[@]}" -eq 2300 ]
 	[ "$(printf '%s\n' "${lines[@]}" | jq -r .path | sort -u | wc -l)" -eq 2300 ]
+}
+
+@test "s3: a top level that lists the same page again under new tokens is a loop: kvls and kvevict fail at once" {
+	s3_proxy_start --listing loop
+	AWS_ENDPOINT_URL=$S3_PROXY_URL finish kvls --root "s3://$B/fleet"
+	[ "$status" -eq 3 ] || fail "$output"
+	assert_output --partial "a listing from s3://$B/fleet/ at $S3_PROXY_URL goes back"
+	AWS_ENDPOINT_URL=$S3_PROXY_URL finish kvevict --root "s3://$B/fleet" --max-bytes 1 --hot 0
+	[ "$status" -eq 3 ] || fail "$output"
+	assert_output --partial "goes back"
+	# Its lock given up on the way out.
+	run keys fleet//.kvevict
+	assert_output ""
+}
+
+@test "s3: a root's many dirs cost tens of bytes each until listed, and a top level without end stops at a bound" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "peak RSS under the sanitizers is theirs"
+	# 4,000 rank dirs, each listed (an empty page): 13 KiB a dir would
+	# be 52 MiB before the first was listed.
+	s3_proxy_start --listing dirs:4000
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run /usr/bin/time -f %M -o rss kvls --root "s3://$B/fleet"
+	[ "$(s3_proxy_stat listed)" -eq 4004 ] || fail "$(s3_proxy_stat listed) listings: $output"
+	[ "$(peak_kib rss)" -lt 40000 ] || fail "peak RSS $(peak_kib rss) KiB"
+	s3_proxy_stop
+	s3_proxy_start --listing endless
+	AWS_ENDPOINT_URL=$S3_PROXY_URL finish /usr/bin/time -f %M -o rss kvls --root "s3://$B/fleet"
+	[ "$status" -eq 3 ] || fail "$output"
+	assert_output --partial "names more dirs than fit in 16 MiB"
+	[ "$(peak_kib rss)" -lt 100000 ] || fail "peak RSS $(peak_kib rss) KiB"
 }
 
 @test "s3: kvls --check names what is not the layout, and no bucket needs config.json" {
