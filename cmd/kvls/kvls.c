@@ -691,8 +691,9 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 	int fd, rc;
 
 	if (ls->bucket) {
-		/* An object: the checksum is in its metadata, where kept. */
-		rc = kv_tier_verify(ls->bucket, e->path);
+		/* An object: the checksum is in its metadata, where kept; one
+		 * not the size it was listed at is not read. */
+		rc = kv_tier_verify_size(ls->bucket, e->path, e->size_bytes);
 		if (rc == -ENOENT)
 			return 0;
 	} else {
@@ -719,7 +720,9 @@ static int verify_block(struct ls *ls, const struct kv_walk_entry *e)
 		ls->mismatched++;
 		return problem(ls, "checksum", e->path, kv_error_detail());
 	default:
-		return problem(ls, "unreadable", e->path, kv_strerror(rc));
+		/* A bucket says why: the object changed, the server... */
+		return problem(ls, "unreadable", e->path, ls->bucket && *kv_error_detail() ?
+			       kv_error_detail() : kv_strerror(rc));
 	}
 }
 

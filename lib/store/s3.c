@@ -834,7 +834,11 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 			rc = -ECONNRESET;
 			break;
 		}
-		op->result = kvi_fail(rc, "%s (%s)", curl_easy_strerror(cc), s->endpoint);
+		/* The sink said why it stopped the body. */
+		if (x->sink_rc && cc == CURLE_WRITE_ERROR)
+			op->result = x->sink_rc;
+		else
+			op->result = kvi_fail(rc, "%s (%s)", curl_easy_strerror(cc), s->endpoint);
 		return;
 	}
 	if (status >= 200 && status < 300) {

@@ -572,7 +572,12 @@ int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
 
 int kv_tier_verify(struct kv_tier *t, const char *key)
 {
-	return t->ops->verify ? t->ops->verify(t, key) : -EOPNOTSUPP;
+	return t->ops->verify ? t->ops->verify(t, key, UINT64_MAX) : -EOPNOTSUPP;
+}
+
+int kv_tier_verify_size(struct kv_tier *t, const char *key, uint64_t size)
+{
+	return t->ops->verify ? t->ops->verify(t, key, size) : -EOPNOTSUPP;
 }
 
 int kv_tier_del(struct kv_tier *t, const char *key)

@@ -198,9 +198,9 @@ static int bounded_list(struct kv_tier *t, const struct kv_tier_list_opts *o,
 	return kv_tier_list(B(t)->files, o, fn, arg);
 }
 
-static int bounded_verify(struct kv_tier *t, const char *key)
+static int bounded_verify(struct kv_tier *t, const char *key, uint64_t size)
 {
-	return kv_tier_verify(B(t)->files, key);
+	return kv_tier_verify_size(B(t)->files, key, size);
 }
 
 static void bounded_close(struct kv_tier *t)

@@ -31,7 +31,8 @@ struct kv_tier_ops {
 		    kv_tier_list_fn fn, void *arg);
 	int (*batch_stream)(struct kv_tier *t, kv_tier_next_fn next,
 			    kv_tier_done_fn done, void *arg);
-	int (*verify)(struct kv_tier *t, const char *key);
+	/* size: as a listing gave it, UINT64_MAX: unknown. */
+	int (*verify)(struct kv_tier *t, const char *key, uint64_t size);
 	/* A model dir's config.json, where a tier keeps one (a cache root):
 	 * its bytes (-ENOENT none; text NULL: only whether there is one),
 	 * and made to hold given bytes. */

@@ -250,32 +250,62 @@ static int head_of(struct stier *st, const char *rel, struct kvi_s3_op *head, ch
 	return rc;
 }
 
-static int s3_verify(struct kv_tier *t, const char *rel)
+/* A block's checksum as its body comes, up to the size it had. */
+struct hashing {
+	struct kv_xxh3_state *st;
+	uint64_t size;
+};
+
+static int hash_piece(struct kvi_s3_op *op, const char *data, size_t len)
+{
+	struct hashing *h = op->user;
+
+	/* A retry starts over. */
+	if (op->got == 0) {
+		kv_xxh3_free(h->st);
+		h->st = NULL;
+		if (kv_xxh3_new(&h->st) < 0)
+			return -ENOMEM;
+	}
+	if (op->got + len > h->size)
+		return kvi_fail(-ESTALE, "over %llu bytes now", (unsigned long long)h->size);
+	kv_xxh3_update(h->st, data, len);
+	return 0;
+}
+
+/* The checksum of the body, never the body: what the server says of
+ * its size takes no memory.  size: as listed, UINT64_MAX unknown. */
+static int s3_verify(struct kv_tier *t, const char *rel, uint64_t size)
 {
 	struct stier *st = S(t);
 	char key[KVI_S3_KEY_MAX + 1];
-	struct kvi_s3_op head, get = { .method = KVI_S3_GET };
+	struct kvi_s3_op head, get = { .method = KVI_S3_GET, .sink = hash_piece };
+	struct hashing h = { NULL, 0 };
+	const char *kept;
 	char want[17];
-	int rc = head_of(st, rel, &head, key, sizeof(key));
+	int rc;
 
+	kvi_error_clear();
+	rc = head_of(st, rel, &head, key, sizeof(key));
 	if (rc < 0)
 		return rc;
+	if (size != UINT64_MAX && head.size != size)
+		return kvi_fail(-ESTALE, "%llu bytes now, %llu when listed",
+				(unsigned long long)head.size, (unsigned long long)size);
 	if (!head.meta_xxh3[0])
 		return -ENODATA;
+	h.size = head.size;
 	get.key = key;
-	get.cap = head.size;
-	get.dst = malloc(head.size ? head.size : 1);
-	if (!get.dst)
-		return -ENOMEM;
+	get.user = &h;
 	rc = kvi_s3_do(st->s3, &get);
 	free(get.resp);
 	if (rc == 0) {
-		hex16(kv_xxh3(get.dst, get.got), want);
-		if (strcmp(want, get.meta_xxh3[0] ? get.meta_xxh3 : head.meta_xxh3))
-			rc = kvi_fail(-KV_ECHECKSUM, "xxh3 %s, metadata says %s", want,
-				      get.meta_xxh3[0] ? get.meta_xxh3 : head.meta_xxh3);
+		hex16(h.st ? kv_xxh3_digest(h.st) : kv_xxh3("", 0), want);
+		kept = get.meta_xxh3[0] ? get.meta_xxh3 : head.meta_xxh3;
+		if (strcmp(want, kept))
+			rc = kvi_fail(-KV_ECHECKSUM, "xxh3 %s, metadata says %s", want, kept);
 	}
-	free(get.dst);
+	kv_xxh3_free(h.st);
 	return rc;
 }
 

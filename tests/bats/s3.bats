@@ -549,6 +549,24 @@ with kvtools.connect('$SOCK') as c:
 	assert_output --partial "checksum"
 }
 
+@test "s3: kvls --verify hashes an object as it comes, and reads none whose size is not the listing's" {
+	[ -z "${KV_SANITIZED:-}" ] || skip "peak RSS under the sanitizers is theirs"
+	head -c 4096 /dev/urandom > a
+	kvput --root "s3://$B/v" --config "$CFG" abcde00001 a
+	# Listed at 4 KiB, 300 MB by its HEAD and its GET.
+	s3_proxy_start --object-size 300000000
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run /usr/bin/time -f %M -o rss kvls --root "s3://$B/v" --verify
+	assert_failure 1
+	assert_output --partial "unreadable"
+	assert_output --partial "300000000 bytes now, 4096 when listed"
+	[ "$(peak_kib rss)" -lt 60000 ] || fail "peak RSS $(peak_kib rss) KiB"
+	! grep -q ' GET [^ ]*abcde00001\.bin ' "$S3_PROXY_LOG" || fail "the object was read"
+	s3_proxy_stop
+	run kvls --root "s3://$B/v" --verify
+	assert_success
+	assert_output --partial "1 verified, 0 mismatched"
+}
+
 @test "s3: kvget --batch reports each miss and answers the rest; tails are ranged reads" {
 	for i in 1 2 3; do
 		head -c 8192 /dev/urandom > "$BATS_TEST_TMPDIR/p$i"

@@ -154,6 +154,11 @@ int kv_tier_list(struct kv_tier *t, const struct kv_tier_list_opts *opts,
  * keeps none (mem, gpu, daemon). */
 int kv_tier_verify(struct kv_tier *t, const char *key);
 
+/* kv_tier_verify of a block a listing gave as size bytes: one that is
+ * another size now is not read, -ESTALE with both sizes in
+ * kv_error_detail(). */
+int kv_tier_verify_size(struct kv_tier *t, const char *key, uint64_t size);
+
 /* Give the model dir of block key in dst the config.json src keeps for
  * it, if dst has none (cache roots keep one per model dir; buckets and
  * llmd-v0 dirs none): 0 when dst holds one now, -ENOENT when src has
