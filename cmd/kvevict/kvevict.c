@@ -125,6 +125,12 @@ struct state {
 };
 
 static volatile sig_atomic_t stop_requested;
+static struct kv_evict_bucket_lock *bucket_lock;
+
+static void unlock_bucket(void)
+{
+	kv_evict_unlock_bucket(bucket_lock);
+}
 
 static void on_signal(int sig)
 {
@@ -544,10 +550,16 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	/* A dry run changes nothing, so it neither needs nor blocks the lock. */
-	if (!o.dry_run && !s.bucket) {
-		rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait_ns, lockfd) :
-				kv_evict_lock(s.root, wait_ns, &lockfd[0]);
+	/* A dry run changes nothing, so it neither needs nor blocks the lock.
+	 * A bucket's is an object, given up at exit. */
+	if (!o.dry_run) {
+		if (s.bucket)
+			rc = kv_evict_lock_bucket(s.root, s.shard, s.shards, wait_ns, &bucket_lock);
+		else
+			rc = s.shards ? kv_evict_lock_shard(s.root, s.shard, wait_ns, lockfd) :
+					kv_evict_lock(s.root, wait_ns, &lockfd[0]);
+		if (rc == 0 && bucket_lock)
+			atexit(unlock_bucket);
 		if (rc == -EWOULDBLOCK && s.shards) {
 			tool_err("another kvevict (unsharded, or shard %u) holds the lock on '%s' (%s)",
 				 s.shard, s.root, kv_error_detail());

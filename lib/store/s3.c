@@ -549,14 +549,15 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 	} else if (HDR(KVI_S3_XXH3_META)) {
 		if (strlen(value) == 16 && strspn(value, "0123456789abcdef") == 16)
 			memcpy(op->meta_xxh3, value, 17);
-	} else if (HDR("last-modified")) {
+	} else if (HDR("last-modified") || HDR("date")) {
+		int64_t *ns = HDR("date") ? &op->date_ns : &op->mtime_ns;
+
 		memset(&tm, 0, sizeof(tm));
 		if (strptime(value, "%a, %d %b %Y %H:%M:%S GMT", &tm)) {
 			time_t t = timegm(&tm);
 
 			/* A server's date past 2262 does not fit: unknown. */
-			op->mtime_ns = t > 0 && t < INT64_MAX / 1000000000 - 1 ?
-				       (int64_t)t * 1000000000 : 0;
+			*ns = t > 0 && t < INT64_MAX / 1000000000 - 1 ? (int64_t)t * 1000000000 : 0;
 		}
 	}
 #undef HDR
@@ -669,7 +670,7 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 	op->resp = NULL;
 	op->got = 0;
 	op->size = 0;
-	op->mtime_ns = 0;
+	op->mtime_ns = op->date_ns = 0;
 	op->meta_xxh3[0] = '\0';
 	op->status = 0;
 

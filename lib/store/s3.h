@@ -55,6 +55,7 @@ struct kvi_s3_op {
 	size_t got;		/* body bytes received */
 	uint64_t size;		/* object size (HEAD, GET; tail: the whole) */
 	int64_t mtime_ns;	/* Last-Modified */
+	int64_t date_ns;	/* the server's Date: its clock, 0 if none */
 	char meta_xxh3[17];	/* the checksum kept with it, "" if none */
 	char *resp;		/* body when dst is NULL (malloc'd; free it) */
 	void *user;

@@ -718,6 +718,44 @@ EOF
 	assert_failure 2
 }
 
+# lock_there KEY: whether the bucket holds KEY.
+lock_there() {
+	keys "$1" | grep -qxF "$1"
+}
+
+@test "s3: kvevict on a bucket runs one at a time: a second exits 1 naming the first, --wait waits, a dry run goes by" {
+	s3_fill --bucket "$B" --prefix l --models 1 --blocks 6 --size 1000
+	mkfifo pause
+	KV_EVICT_TEST_PAUSE_BEFORE_UNLINK=$PWD/pause kvevict --root "s3://$B/l" --max-bytes 1 \
+		--low-bytes 0 --hot 0 -J > first 2> first.err &
+	pid=$!
+	wait_for lock_there l//.kvevict.lock
+	run kvevict --root "s3://$B/l" --max-bytes 1 --low-bytes 0 --hot 0
+	assert_failure 1
+	assert_output --partial "another kvevict holds the lock on 's3://$B/l'"
+	assert_output --partial "held by pid $pid (kvevict) on $(hostname)"
+	run kvevict --root "s3://$B/l" --max-bytes 1 --low-bytes 0 --hot 0 --wait=1s
+	assert_failure 1
+	run kvevict --root "s3://$B/l" --max-bytes 1 --low-bytes 0 --hot 0 --shard 0/2
+	assert_failure 1
+	assert_output --partial "another kvevict (unsharded, or shard 0) holds the lock"
+	run kvevict --root "s3://$B/l" --max-bytes 1 --low-bytes 0 --hot 0 --dry-run -J
+	assert_success
+	jq -e '.files_deleted == 6' <<< "$output"
+	# The second waits for the first to finish, then finds nothing to do.
+	kvevict --root "s3://$B/l" --max-bytes 1 --low-bytes 0 --hot 0 --wait=5m -J > second &
+	wpid=$!
+	exec 5> pause
+	exec 5>&-
+	wait "$pid" || fail "$(cat first.err)"
+	wait "$wpid"
+	jq -e '.files_deleted == 6' first
+	jq -e '.files_deleted == 0' second
+	# Each gave its lock up.
+	run keys l//.kvevict
+	assert_output ""
+}
+
 @test "s3: kvevict --shard: shards agree through objects under the prefix and free the budget once" {
 	s3_fill --bucket "$B" --prefix s --models 1 --ranks 2 --blocks 40 --size 1000 --threads 16
 	# 80 blocks of 1000 bytes; free down to 30,000 bytes: 50 blocks go.

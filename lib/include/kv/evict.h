@@ -129,6 +129,23 @@ int kv_evict_lock(const char *root, int64_t wait_ns, int *fd);
  * closed.  -EWOULDBLOCK when another still holds either after wait_ns. */
 int kv_evict_lock_shard(const char *root, unsigned index, int64_t wait_ns, int fd[2]);
 
+/* The lock of a bucket root (s3://), where kv_evict_lock and
+ * kv_evict_lock_shard lock a filesystem's: the object
+ * "<root>//.kvevict.lock" for an unsharded run (count 0), or
+ * "<root>//.kvevict/lock.<index>" for shard index of count, made only
+ * where absent and naming its holder; the two kinds exclude each other,
+ * shards do not.  A thread of the holder rewrites it every 15s; one
+ * the server's clock says was not for 60s (its holder died) is taken
+ * over.  *out holds it until kv_evict_unlock_bucket.  -EWOULDBLOCK when
+ * another still holds it after wait_ns (0: at once), its holder in
+ * kv_error_detail(); the bucket's errors, as kv_tier_s3_open's. */
+struct kv_evict_bucket_lock;
+int kv_evict_lock_bucket(const char *root, unsigned index, unsigned count, int64_t wait_ns,
+			 struct kv_evict_bucket_lock **out);
+
+/* Give a bucket's lock up: the object removed where it is still ours. */
+void kv_evict_unlock_bucket(struct kv_evict_bucket_lock *lock);
+
 /* Remove orphans and empty dirs, then evict by the thresholds, budget
  * and quotas in opts; fills report.  -EINVAL when a low target is above
  * its high one or the shard is out of range; -errno when the root (or,
