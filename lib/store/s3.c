@@ -29,6 +29,8 @@
 #define ATTEMPTS_DEFAULT	5u
 #define CONNECT_TIMEOUT_MS	10000L
 #define IDLE_TIMEOUT_S		30L	/* no byte for this long: a timeout */
+#define REQUEST_TIMEOUT_MS	300000L	/* a whole request: a slow drip ends */
+#define TIMER_SLACK_MS		50
 #define BACKOFF_BASE_NS		50000000LL	/* 50 ms, doubling */
 #define BACKOFF_MAX_NS		5000000000LL
 #define RESP_MAX		(8u << 20)	/* an XML answer kept in memory: a page of
@@ -46,7 +48,7 @@ struct kvi_s3 {
 	char sigv4[160];
 	char akid[FIELD_MAX], secret[FIELD_MAX], token[4 * FIELD_MAX];
 	char ca[FIELD_MAX];
-	long connect_ms, idle_s;
+	long connect_ms, idle_s, request_ms;
 	unsigned attempts, inflight;
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
@@ -67,6 +69,7 @@ struct xfer {
 	int have_length;
 	int too_big;
 	int sink_rc;		/* what op->sink stopped the body with */
+	int64_t start_ns;	/* when it was sent */
 	char url[KVI_S3_KEY_MAX * 3 + 2600];
 	char range[48];
 };
@@ -361,6 +364,8 @@ static int load_conf(struct kvi_s3 *s, const char *url)
 	if ((rc = duration_ms("KV_S3_TIMEOUT", IDLE_TIMEOUT_S * 1000, &ms)) < 0)
 		return rc;
 	s->idle_s = ms < 1000 ? 1 : ms / 1000;
+	if ((rc = duration_ms("KV_S3_REQUEST_TIMEOUT", REQUEST_TIMEOUT_MS, &s->request_ms)) < 0)
+		return rc;
 	s->attempts = ATTEMPTS_DEFAULT;
 	if (env("AWS_MAX_ATTEMPTS")) {
 		char *end;
@@ -699,6 +704,7 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->connect_ms);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s->idle_s);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, s->request_ms);
 	/* The key as it is: "a/../b" is a key of its own to S3. */
 	curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -767,7 +773,29 @@ static int xfer_setup(struct xfer *x, struct kvi_s3_op *op)
 		break;
 	}
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+	x->start_ns = kv_monotonic_ns();
 	return 0;
+}
+
+/* Which of the three limits a timed-out transfer ran into, in words.
+ * curl's timers fire within a millisecond or so of their time. */
+static void timeout_detail(struct xfer *x, char *buf, size_t len)
+{
+	const struct kvi_s3 *s = x->s;
+	curl_off_t sent_us = 0;
+
+	/* A connection made (or reused) has a request on it. */
+	curl_easy_getinfo(x->h, CURLINFO_PRETRANSFER_TIME_T, &sent_us);
+	if ((kv_monotonic_ns() - x->start_ns) / 1000000 + TIMER_SLACK_MS >= s->request_ms)
+		snprintf(buf, len, "no whole answer within %ld%s ($KV_S3_REQUEST_TIMEOUT)",
+			 s->request_ms % 1000 ? s->request_ms : s->request_ms / 1000,
+			 s->request_ms % 1000 ? "ms" : "s");
+	else if (!sent_us)
+		snprintf(buf, len, "no connection within %ld%s ($KV_S3_CONNECT_TIMEOUT)",
+			 s->connect_ms % 1000 ? s->connect_ms : s->connect_ms / 1000,
+			 s->connect_ms % 1000 ? "ms" : "s");
+	else
+		snprintf(buf, len, "no byte for %lds ($KV_S3_TIMEOUT)", s->idle_s);
 }
 
 static const char *status_code(long status)
@@ -836,10 +864,16 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 			break;
 		}
 		/* The sink said why it stopped the body. */
-		if (x->sink_rc && cc == CURLE_WRITE_ERROR)
+		if (x->sink_rc && cc == CURLE_WRITE_ERROR) {
 			op->result = x->sink_rc;
-		else
+		} else if (rc == -ETIMEDOUT) {
+			timeout_detail(x, msg, sizeof(msg));
+			op->result = kvi_fail(rc, "%s for %s%s' (%s)", msg,
+					      *key ? "'" : "bucket '", *key ? key : s->bucket,
+					      s->endpoint);
+		} else {
 			op->result = kvi_fail(rc, "%s (%s)", curl_easy_strerror(cc), s->endpoint);
+		}
 		return;
 	}
 	if (status >= 200 && status < 300) {

@@ -895,6 +895,27 @@ no_credential() {
 	assert_output --partial "SlowDown"
 }
 
+@test "s3: a server that drips its answers runs into \$KV_S3_REQUEST_TIMEOUT: kvls and kvevict fail naming it" {
+	s3_fill --bucket "$B" --prefix d --models 1 --blocks 3
+	# 2 bytes a second: never idle, never done.
+	s3_proxy_start --drip-ms 500
+	AWS_ENDPOINT_URL=$S3_PROXY_URL KV_S3_REQUEST_TIMEOUT=2s AWS_MAX_ATTEMPTS=2 \
+		finish kvls --root "s3://$B/d"
+	[ "$status" -eq 3 ] || fail "$output"
+	assert_output --partial "no whole answer within 2s (\$KV_S3_REQUEST_TIMEOUT)"
+	AWS_ENDPOINT_URL=$S3_PROXY_URL KV_S3_REQUEST_TIMEOUT=2s AWS_MAX_ATTEMPTS=2 \
+		finish kvevict --root "s3://$B/d" --max-bytes 1 --hot 0
+	[ "$status" -eq 3 ] || fail "$output"
+	assert_output --partial "no whole answer within 2s (\$KV_S3_REQUEST_TIMEOUT)"
+	[ "$(keys d/ | grep -c '\.bin$')" -eq 3 ]
+	run keys d//.kvevict
+	assert_output ""
+	# Junk there is said, as for the other limits.
+	KV_S3_REQUEST_TIMEOUT=soon run kvls --root "s3://$B/d"
+	assert_failure 3
+	assert_output --partial "\$KV_S3_REQUEST_TIMEOUT: not a duration: 'soon'"
+}
+
 @test "s3: a batch through resets and throttling keeps every block" {
 	for i in $(seq 10 40); do
 		head -c 2048 /dev/urandom > "p$i"
