@@ -878,9 +878,14 @@ static void xfer_finish(struct xfer *x, CURLcode cc)
 	}
 	if (status >= 200 && status < 300) {
 		op->result = 0;
-		if (x->too_big)
+		if (x->too_big && op->dst)
 			op->result = kvi_fail(-EFBIG, "object '%s' is larger than %zu bytes", key,
 					      op->cap);
+		/* An answer to parse, past what one may take. */
+		else if (x->too_big)
+			op->result = kvi_fail(-EFBIG, "the answer for %s%s%s is over %u MiB (%s)",
+					      *key ? "'" : "bucket '", *key ? key : s->bucket, "'",
+					      RESP_MAX >> 20, s->endpoint);
 		else if (op->method == KVI_S3_GET && op->flags & KVI_S3_TAIL && op->got < op->tail)
 			op->result = -KV_ESHORT;
 		else if (op->method == KVI_S3_GET && (op->dst || op->sink) && x->have_length &&

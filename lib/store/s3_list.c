@@ -488,9 +488,11 @@ static void done(void *arg, struct kvi_s3_op *op)
 
 	free(p->query);
 	p->query = NULL;
+	/* Failed already: what it said stays the detail. */
+	if (l->rc)
+		return;
 	if (op->result < 0) {
-		if (!l->rc)
-			l->rc = op->result;
+		l->rc = op->result;
 		return;
 	}
 	kvi_error_clear();

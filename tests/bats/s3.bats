@@ -521,6 +521,13 @@ with kvtools.connect('$SOCK') as c:
 	[ "$(peak_kib rss)" -lt 100000 ] || fail "peak RSS $(peak_kib rss) KiB"
 }
 
+@test "s3: a listing answer past what one may take is said as that, naming the bucket" {
+	s3_proxy_start --listing huge
+	AWS_ENDPOINT_URL=$S3_PROXY_URL run kvls --root "s3://$B/fleet"
+	assert_failure 3
+	assert_output --partial "the answer for bucket '$B' is over 8 MiB ($S3_PROXY_URL)"
+}
+
 @test "s3: kvls --check names what is not the layout, and no bucket needs config.json" {
 	s3_fill --bucket "$B" --prefix fleet --models 1 --blocks 2
 	printf 'x' > "$BATS_TEST_TMPDIR/x"

@@ -38,6 +38,7 @@ dir it named with an empty page; every other request is forwarded:
             alternate between two values
   dirs:N    N rank dirs, in order, 1,000 a page
   endless   rank dirs in order, 1,000 a page, without end
+  huge      one page of 9 MiB (a comment pads it)
 
 --control FILE holds the same settings, one per line ("slowdown 2",
 "every 3", "delay-ms 50", "reset 1", "error500 1"); when its contents
@@ -349,8 +350,8 @@ class Listings:
 
     def __init__(self, mode):
         self.mode, _, n = mode.partition(":")
-        if self.mode not in ("loop", "dirs", "endless"):
-            raise ValueError(f"--listing {mode}: loop, dirs:N or endless")
+        if self.mode not in ("loop", "dirs", "endless", "huge"):
+            raise ValueError(f"--listing {mode}: loop, dirs:N, endless or huge")
         self.count = int(n) if self.mode == "dirs" else None
 
     @staticmethod
@@ -372,6 +373,8 @@ class Listings:
             return None
         token = q.get("continuation-token", [None])[0]
         page = int(token[1:]) if token and token[1:].isdigit() else 0
+        if self.mode == "huge":
+            return "<!--" + " " * (9 << 20) + "-->" + listing_page(prefix, [], None)
         if self.mode == "loop":
             dirs = [self.name(prefix, i) for i in range(self.PAGE)]
             return listing_page(prefix, dirs, "B" if token == "A" else "A")
