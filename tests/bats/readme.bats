@@ -206,21 +206,14 @@ run_daemon_examples() {
 	     on && (/^    / || /^$/) { sub(/^    /, ""); print }' "$top/README.md" |
 		sed "s#/run/kvoffd/kvoffd.sock#$SOCK#" > example.py
 	grep -q kvtools.connect example.py || fail "no example in README's Python section"
-	kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 64M 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	until [ -S "$SOCK" ]; do
-		kill -0 "$DPID" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
-		sleep 0.1
-	done
+	start_daemon --cpu-bytes 64M
 	run env PYTHONPATH="$top/python" KVTOOLS_LIBKV="$top/${BUILD:-build}/libkv.so" \
 		/usr/bin/python3 example.py
 	[ "$status" -eq 0 ] || fail "example.py: $output"
 	run kvoffd --stats "$SOCK"
 	[ "$(jq .puts <<<"$output")" -eq 4 ] || fail "$output"
 	# Written behind at exit into a whole model dir.
-	kill "$DPID"
-	wait "$DPID" || true
-	DPID=
+	stop_daemon
 	run kvls --root "$KV_ROOT" --check
 	assert_success
 	[ -n "$(find "$KV_ROOT" -name config.json)" ]
@@ -261,12 +254,7 @@ run_daemon_examples() {
 	/usr/bin/python3 -c 'import numpy' 2>/dev/null || skip "needs python3-numpy"
 	awk '/^## / { on = ($0 == "## With vLLM") } on && /^    vllm serve/' "$top/README.md" > lines
 	[ "$(wc -l < lines)" -eq 3 ] || fail "expected three vllm serve lines"
-	kvoffd --root "$KV_ROOT" --socket "$SOCK" --cpu-bytes 64M 2>>"$BATS_TEST_TMPDIR/kvoffd.log" &
-	DPID=$!
-	until [ -S "$SOCK" ]; do
-		kill -0 "$DPID" || fail "kvoffd: $(cat "$BATS_TEST_TMPDIR/kvoffd.log")"
-		sleep 0.1
-	done
+	start_daemon --cpu-bytes 64M
 	mkdir vol
 	# Each entry through the stand-in of vLLM's factory and manager
 	# (tests/python/vllm_standin): the volume and the socket are this
