@@ -165,12 +165,6 @@ class _Pending:
         self.job_id, self.op, self.keys, self.internal = job_id, op, keys, internal
 
 
-def _offload_key_parts(key):
-    """(hash hex, group) of vLLM's OffloadKey: the block hash, then the
-    KV-cache group as 4 big-endian bytes (vllm/v1/kv_offload/base.py)."""
-    return key[:-4].hex(), int.from_bytes(key[-4:], "big")
-
-
 def _fs_fields(spec):
     """The fields vLLM's fs tier hashes into its model dir
     (FileMapper.from_offloading_spec, parallel_agnostic=True), where
@@ -422,8 +416,9 @@ class KvtoolsTier(_Base):
     # ---- keys ----
 
     def key_path(self, key):
-        """The layout path of an OffloadKey: vLLM's FileMapper.get_file_name
-        relative to the root."""
+        """The layout path of an OffloadKey (the block hash, then the group
+        as 4 big-endian bytes): vLLM's FileMapper.get_file_name relative to
+        the root."""
         h = key[:-4].hex()
         return "%s%s/%s_g%d/%s.bin" % (self._prefix, h[:3], h[3:5],
                                        int.from_bytes(key[-4:], "big"), h)
